@@ -1,1 +1,29 @@
-//! placeholder
+//! trireme-core: one node's queues as a pure, deterministic state machine
+//! (spec/queue-core.md). It owns queue and message state, receipt-handle checks, long-poll
+//! waiters, deduplication windows, dead-letter moves and redrive, and says which stored
+//! records changed. It must never read a clock, draw randomness, block, log, or touch a file or
+//! socket: time and ids come in as arguments, and the shell around it does all I/O.
+#![forbid(unsafe_code)]
+
+mod attributes;
+mod command;
+mod error;
+mod ids;
+#[cfg(debug_assertions)]
+mod invariants;
+pub mod limits;
+mod message;
+mod queue;
+mod queues;
+mod records;
+
+pub use attributes::{AttributeChanges, QueueAttributes, RedriveAllow, RedrivePolicy};
+pub use command::{Command, Delivery, Outcome, Step, Wakeup};
+pub use error::{HandleProblem, Reject};
+pub use ids::{DedupId, Incarnation, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
+pub use message::{AttributeValue, MessageState, MessageView, message_size_bytes};
+pub use queue::{MessageCounts, QueueView};
+pub use queues::Queues;
+pub use records::{
+    Change, DedupRecord, DeletedNameRecord, MessageRecord, QueueRecord, Record, RecordKey,
+};

@@ -1,0 +1,346 @@
+//! Identifiers that cross module and crate boundaries, each a newtype that can only hold a legal
+//! value. Parsing (`TryFrom`, `FromStr`) is where a name or id is validated; nothing here reads a
+//! clock or draws randomness: callers choose message ids, waiter ids and times.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Reject;
+use crate::limits;
+
+/// A point in time: milliseconds since the Unix epoch. The core never reads a clock; every
+/// time comes in as a `Millis` argument (spec/queue-core.md#actions).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// This time plus `ms` milliseconds, saturating at the end of time instead of wrapping.
+    #[must_use]
+    pub fn plus_ms(self, ms: u64) -> Millis {
+        Millis(self.0.saturating_add(ms))
+    }
+
+    /// This time plus `s` whole seconds.
+    #[must_use]
+    pub fn plus_s(self, s: u32) -> Millis {
+        self.plus_ms(u64::from(s) * 1_000)
+    }
+
+    /// Milliseconds from `earlier` to `self`, zero when `earlier` is later.
+    #[must_use]
+    pub fn since(self, earlier: Millis) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+impl fmt::Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}ms", self.0)
+    }
+}
+
+/// A queue's name: 1–80 characters of `[A-Za-z0-9_-]`. A `.fifo` suffix is refused because
+/// Trireme has standard queues only (and `.` is not in the alphabet anyway).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct QueueName(String);
+
+impl QueueName {
+    /// The name as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for QueueName {
+    type Error = Reject;
+
+    /// # Errors
+    /// `InvalidParameter { parameter: "QueueName" }` for an empty or too long name, a character
+    /// outside `[A-Za-z0-9_-]`, or a FIFO (`.fifo`) name.
+    fn try_from(name: String) -> Result<Self, Reject> {
+        let refuse = |reason: String| Reject::InvalidParameter {
+            parameter: "QueueName",
+            reason,
+        };
+        if name.ends_with(".fifo") {
+            return Err(refuse(
+                "FIFO queues (.fifo) are not supported: standard queues only".to_owned(),
+            ));
+        }
+        let length = name.chars().count();
+        if !(limits::queue_name_chars_min..=limits::queue_name_chars_max).contains(&length) {
+            return Err(refuse(format!(
+                "must be {}–{} characters, got {length}",
+                limits::queue_name_chars_min,
+                limits::queue_name_chars_max
+            )));
+        }
+        if let Some(bad) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+        {
+            return Err(refuse(format!(
+                "may contain only A-Z, a-z, 0-9, '_' and '-', found {bad:?}"
+            )));
+        }
+        Ok(QueueName(name))
+    }
+}
+
+impl TryFrom<&str> for QueueName {
+    type Error = Reject;
+
+    /// # Errors
+    /// As for `TryFrom<String>`.
+    fn try_from(name: &str) -> Result<Self, Reject> {
+        QueueName::try_from(name.to_owned())
+    }
+}
+
+impl From<QueueName> for String {
+    fn from(name: QueueName) -> String {
+        name.0
+    }
+}
+
+impl fmt::Display for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A message's id, chosen by the caller (at random), unique for the life of the node.
+/// Displayed as lowercase `8-4-4-4-12` hex, like the UUIDs SQS hands out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MessageId(pub u128);
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hex = format!("{:032x}", self.0);
+        write!(
+            f,
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        )
+    }
+}
+
+impl FromStr for MessageId {
+    type Err = Reject;
+
+    /// Parses the `8-4-4-4-12` hex form that `Display` writes (either case).
+    ///
+    /// # Errors
+    /// `InvalidParameter { parameter: "MessageId" }` for any other shape.
+    fn from_str(text: &str) -> Result<Self, Reject> {
+        let refuse = || Reject::InvalidParameter {
+            parameter: "MessageId",
+            reason: format!("expected 8-4-4-4-12 hexadecimal digits, got {text:?}"),
+        };
+        let groups: Vec<&str> = text.split('-').collect();
+        let widths = [8, 4, 4, 4, 12];
+        if groups.len() != widths.len()
+            || groups.iter().zip(widths).any(|(group, width)| {
+                group.len() != width || !group.chars().all(|c| c.is_ascii_hexdigit())
+            })
+        {
+            return Err(refuse());
+        }
+        u128::from_str_radix(&groups.concat(), 16)
+            .map(MessageId)
+            .map_err(|_| refuse())
+    }
+}
+
+/// A long poll waiting for a message, chosen by the caller, unique among open waiters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WaiterId(pub u64);
+
+impl fmt::Display for WaiterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "waiter-{}", self.0)
+    }
+}
+
+/// Which creation of a queue name this is: the queue's `created_at` in ms. A name cannot be
+/// created again within `queue_name_reuse_ms` of its deletion and time inside the core never
+/// goes back, so two creations of one name never share an incarnation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Incarnation(pub u64);
+
+/// A receipt handle as the core sees it, after the edge decoded and authenticated the string
+/// (spec/queue-core.md#deletequeue-handle). `seq` counts receives of the message from 1, so no
+/// issued handle has `seq = 0`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReceiptHandle {
+    /// The queue whose receive issued the handle.
+    pub queue: QueueName,
+    /// The creation of that queue the handle belongs to.
+    pub incarnation: Incarnation,
+    /// The message the handle names.
+    pub message: MessageId,
+    /// Which receive of the message issued the handle (its receive count after that receive).
+    pub seq: u32,
+}
+
+/// A send's deduplication id: 1–128 printable ASCII characters.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct DedupId(String);
+
+impl DedupId {
+    /// The id as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for DedupId {
+    type Error = Reject;
+
+    /// # Errors
+    /// `InvalidParameter { parameter: "MessageDeduplicationId" }` when empty, longer than
+    /// `dedup_id_chars_max`, or holding a character outside printable ASCII.
+    fn try_from(id: String) -> Result<Self, Reject> {
+        let length = id.chars().count();
+        if !(1..=limits::dedup_id_chars_max).contains(&length) {
+            return Err(Reject::InvalidParameter {
+                parameter: "MessageDeduplicationId",
+                reason: format!(
+                    "must be 1–{} characters, got {length}",
+                    limits::dedup_id_chars_max
+                ),
+            });
+        }
+        if let Some(bad) = id.chars().find(|c| !c.is_ascii_graphic()) {
+            return Err(Reject::InvalidParameter {
+                parameter: "MessageDeduplicationId",
+                reason: format!("may contain only printable ASCII, found {bad:?}"),
+            });
+        }
+        Ok(DedupId(id))
+    }
+}
+
+impl TryFrom<&str> for DedupId {
+    type Error = Reject;
+
+    /// # Errors
+    /// As for `TryFrom<String>`.
+    fn try_from(id: &str) -> Result<Self, Reject> {
+        DedupId::try_from(id.to_owned())
+    }
+}
+
+impl From<DedupId> for String {
+    fn from(id: DedupId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for DedupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_name_accepts_the_sqs_alphabet_up_to_80_characters() {
+        assert!(QueueName::try_from("orders_v2-eu").is_ok());
+        assert!(QueueName::try_from("a".repeat(80).as_str()).is_ok());
+    }
+
+    #[test]
+    fn queue_name_refuses_empty_long_fifo_and_foreign_characters() {
+        for bad in [
+            "",
+            &"a".repeat(81),
+            "jobs.fifo",
+            "with space",
+            "dot.ted",
+            "é",
+        ] {
+            let result = QueueName::try_from(bad);
+            assert!(
+                matches!(
+                    result,
+                    Err(Reject::InvalidParameter {
+                        parameter: "QueueName",
+                        ..
+                    })
+                ),
+                "{bad:?} gave {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn message_id_displays_as_uuid_and_parses_back() {
+        let id = MessageId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let text = id.to_string();
+        assert_eq!(text, "01234567-89ab-cdef-0011-223344556677");
+        assert_eq!(text.parse::<MessageId>().unwrap(), id);
+        assert_eq!(
+            "01234567-89AB-CDEF-0011-223344556677"
+                .parse::<MessageId>()
+                .unwrap(),
+            id
+        );
+    }
+
+    #[test]
+    fn message_id_refuses_other_shapes() {
+        for bad in [
+            "",
+            "0123456789abcdef0011223344556677",
+            "01234567-89ab-cdef-0011-22334455667",
+            "01234567-89ab-cdef-0011-22334455667g",
+            "+1234567-89ab-cdef-0011-223344556677",
+        ] {
+            assert!(bad.parse::<MessageId>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn dedup_id_is_1_to_128_printable_ascii() {
+        assert!(DedupId::try_from("order-17!").is_ok());
+        assert!(DedupId::try_from("x".repeat(128).as_str()).is_ok());
+        assert!(DedupId::try_from("").is_err());
+        assert!(DedupId::try_from("x".repeat(129).as_str()).is_err());
+        assert!(DedupId::try_from("tab\there").is_err());
+        assert!(DedupId::try_from("space here").is_err());
+    }
+
+    #[test]
+    fn queue_name_deserialization_validates() {
+        assert_eq!(
+            serde_json::from_str::<QueueName>("\"jobs\"").unwrap(),
+            QueueName::try_from("jobs").unwrap()
+        );
+        assert!(serde_json::from_str::<QueueName>("\"jobs.fifo\"").is_err());
+        assert!(serde_json::from_str::<DedupId>("\"\"").is_err());
+    }
+
+    #[test]
+    fn millis_arithmetic_saturates() {
+        assert_eq!(Millis(1_000).plus_s(30), Millis(31_000));
+        assert_eq!(Millis(u64::MAX).plus_ms(5), Millis(u64::MAX));
+        assert_eq!(Millis(5).since(Millis(9)), 0);
+        assert_eq!(Millis(9).since(Millis(5)), 4);
+    }
+}

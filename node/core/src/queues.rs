@@ -1,0 +1,1169 @@
+//! `Queues`: one node's queues as the state machine of spec/queue-core.md. `apply` advances time
+//! to `now` (firing delay ends, visibility restores, retention, deduplication expiry and waiter
+//! deadlines in time order) and then performs one command; every action that makes a message
+//! ready serves that queue's waiters before it returns. It never reads a clock, never blocks,
+//! never does I/O, and iterates only ordered collections, so the same inputs give the same
+//! outputs bit for bit.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::attributes::{AttributeChanges, QueueAttributes};
+use crate::command::{Command, Delivery, Outcome, Step, Wakeup};
+use crate::error::{HandleProblem, Reject};
+use crate::ids::{DedupId, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
+use crate::limits;
+use crate::message::{AttributeValue, Message, MessageState, MessageView, check_message};
+use crate::queue::{Queue, QueueView, Waiter};
+use crate::records::RecordKey;
+
+/// Something that happens when time reaches it, in the order the page fires simultaneous
+/// events (spec/queue-core.md#actions): delay ends, visibility restores, retention,
+/// deduplication expiry, waiter deadlines; then the end of a deleted name's reuse window.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    DelayEnd(QueueName, MessageId),
+    Restore(QueueName, MessageId),
+    Retention(QueueName, MessageId),
+    DedupExpiry(QueueName, DedupId),
+    WaiterDeadline(QueueName, u64),
+    NameRelease(QueueName),
+}
+
+impl Event {
+    fn rank(&self) -> u8 {
+        match self {
+            Event::DelayEnd(..) => 0,
+            Event::Restore(..) => 1,
+            Event::Retention(..) => 2,
+            Event::DedupExpiry(..) => 3,
+            Event::WaiterDeadline(..) => 4,
+            Event::NameRelease(..) => 5,
+        }
+    }
+}
+
+/// One node's queues, messages, waiters and deduplication windows.
+#[derive(Clone, Debug, Default)]
+pub struct Queues {
+    /// The latest time seen; time inside the core never goes back.
+    pub(crate) now: Millis,
+    pub(crate) queues: BTreeMap<QueueName, Queue>,
+    /// Every stored message, whichever queue holds it (`Message::queue`).
+    pub(crate) messages: BTreeMap<MessageId, Message>,
+    /// Names deleted less than `queue_name_reuse_ms` ago, with the time of deletion.
+    pub(crate) deleted_names: BTreeMap<QueueName, Millis>,
+    /// The same names by the time they become available again.
+    pub(crate) name_releases: BTreeSet<(Millis, QueueName)>,
+    /// Open waiters: their queue and arrival number.
+    pub(crate) waiter_index: BTreeMap<WaiterId, (QueueName, u64)>,
+    /// Arrival number of the next waiter; orders waiters of a queue first come, first served.
+    next_arrival: u64,
+    /// Records touched since the last `take_changes`.
+    pub(crate) dirty: BTreeSet<RecordKey>,
+    /// Queues that got a ready message and may have waiters to serve, in the order they got it.
+    to_serve: VecDeque<QueueName>,
+    /// Waiters answered during the current step.
+    wakeups: Vec<Wakeup>,
+    /// While an advance runs: its target time. A delivery made during the advance at exactly
+    /// the target with visibility 0 is `InFlight{now}`; the page leaves such a message in flight
+    /// until the next action, so the advance must not restore it again at once.
+    advance_target: Option<Millis>,
+    /// Messages delivered with visibility 0 at the target of the running advance.
+    fresh_in_flight: BTreeSet<MessageId>,
+}
+
+impl Queues {
+    /// No queues, time 0.
+    #[must_use]
+    pub fn new() -> Queues {
+        Queues::default()
+    }
+
+    /// The latest time seen.
+    #[must_use]
+    pub fn now(&self) -> Millis {
+        self.now
+    }
+
+    /// Advances time to `now` (firing due events, see the page), then applies the command.
+    /// Never blocks, never reads a clock. A refused command changes nothing but the time.
+    pub fn apply(&mut self, now: Millis, command: Command) -> Step {
+        self.fire_due(now);
+        let at = self.now;
+        let result = self.perform(at, command);
+        self.serve_pending(at);
+        self.finish_step();
+        Step {
+            result,
+            wakeups: std::mem::take(&mut self.wakeups),
+        }
+    }
+
+    /// Only advances time to `now`; returns the waiters it answered (served, or empty at their
+    /// deadline) in the order they were answered. A `now` earlier than the latest seen is
+    /// treated as the latest seen.
+    pub fn advance(&mut self, now: Millis) -> Vec<Wakeup> {
+        self.fire_due(now);
+        self.finish_step();
+        std::mem::take(&mut self.wakeups)
+    }
+
+    /// Earliest time at which `advance` would change anything: a delay end, visibility expiry,
+    /// retention, waiter deadline, deduplication expiry or name release. It may be `now()` (a
+    /// message received with visibility 0 is restored by the next action). O(queues · log n).
+    #[must_use]
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.earliest_event(None).map(|(at, _)| at)
+    }
+
+    /// A queue's settings, counts and tags.
+    #[must_use]
+    pub fn queue(&self, name: &QueueName) -> Option<QueueView> {
+        self.queues.get(name).map(|queue| QueueView {
+            name: name.clone(),
+            attributes: queue.attributes.clone(),
+            incarnation: queue.incarnation,
+            created_at: queue.created_at,
+            modified_at: queue.modified_at,
+            tags: queue.tags.clone(),
+            counts: queue.counts(),
+            last_purge_at: queue.last_purge_at,
+        })
+    }
+
+    /// Up to `limit` queue names starting with `prefix`, in name order, after `after` if given.
+    #[must_use]
+    pub fn list_queues(
+        &self,
+        prefix: &str,
+        after: Option<&QueueName>,
+        limit: usize,
+    ) -> Vec<QueueName> {
+        self.queues
+            .keys()
+            .skip_while(|name| after.is_some_and(|after| *name <= after))
+            .filter(|name| name.as_str().starts_with(prefix))
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// The queues whose redrive policy names `dlq` as their dead-letter queue, in name order.
+    #[must_use]
+    pub fn dead_letter_sources(&self, dlq: &QueueName) -> Vec<QueueName> {
+        self.queues
+            .iter()
+            .filter(|(_, queue)| {
+                queue
+                    .attributes
+                    .redrive
+                    .as_ref()
+                    .is_some_and(|policy| &policy.dead_letter_queue == dlq)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// The full state of message `id` if it is stored in `queue`.
+    #[must_use]
+    pub fn message(&self, queue: &QueueName, id: MessageId) -> Option<MessageView> {
+        self.messages
+            .get(&id)
+            .filter(|message| &message.queue == queue)
+            .map(|message| message.view(id))
+    }
+
+    /// Every message stored in `queue`, by `(sent_at, id)`.
+    pub fn messages(&self, queue: &QueueName) -> impl Iterator<Item = MessageView> + '_ {
+        self.queues
+            .get(queue)
+            .into_iter()
+            .flat_map(|q| q.retained.iter())
+            .map(|&(_, id)| {
+                self.messages
+                    .get(&id)
+                    .expect("a retained message is stored")
+                    .view(id)
+            })
+    }
+
+    /// The open waiters of `queue`, oldest first (the order they are served in).
+    #[must_use]
+    pub fn waiters(&self, queue: &QueueName) -> Vec<WaiterId> {
+        self.queues
+            .get(queue)
+            .map(|q| q.waiters.values().map(|waiter| waiter.id).collect())
+            .unwrap_or_default()
+    }
+
+    // ----- time -----
+
+    /// Fires every event due at or before `now`, in time order, then sets the clock to `now`.
+    fn fire_due(&mut self, now: Millis) {
+        let target = now.max(self.now);
+        self.advance_target = Some(target);
+        while let Some((at, event)) = self.earliest_event(Some(target)) {
+            assert!(at <= target);
+            // I11 held after the previous step, so nothing was overdue then.
+            assert!(at >= self.now);
+            self.fire(at, event);
+            self.serve_pending(at);
+        }
+        self.now = target;
+        self.advance_target = None;
+        self.fresh_in_flight.clear();
+    }
+
+    /// The earliest event, with ties broken by the page's order and then by queue. With a
+    /// `limit`, only events due at or before it, skipping messages delivered with visibility 0
+    /// at the limit during the running advance.
+    fn earliest_event(&self, limit: Option<Millis>) -> Option<(Millis, Event)> {
+        let mut candidates: Vec<(Millis, u8, &QueueName)> = Vec::new();
+        for (name, queue) in &self.queues {
+            if let Some(&(until, _)) = queue.delayed.first() {
+                candidates.push((until, 0, name));
+            }
+            if let Some((until, _)) = self.restorable(queue, limit) {
+                candidates.push((until, 1, name));
+            }
+            if let Some((expires_at, _)) = queue.next_expiry() {
+                candidates.push((expires_at, 2, name));
+            }
+            if let Some((expires_at, _)) = queue.dedup_expiry.first() {
+                candidates.push((*expires_at, 3, name));
+            }
+            if let Some(&(deadline, _)) = queue.waiter_deadlines.first() {
+                candidates.push((deadline, 4, name));
+            }
+        }
+        if let Some((release_at, name)) = self.name_releases.first() {
+            candidates.push((*release_at, 5, name));
+        }
+        let best = candidates
+            .into_iter()
+            .filter(|(at, _, _)| limit.is_none_or(|limit| *at <= limit))
+            .min();
+        let (at, rank, name) = best?;
+        let queue = self.queues.get(name);
+        let event = match rank {
+            0 => {
+                let queue = queue.expect("a delay end belongs to a queue");
+                Event::DelayEnd(name.clone(), queue.delayed.first().expect("seen above").1)
+            }
+            1 => {
+                let queue = queue.expect("a restore belongs to a queue");
+                Event::Restore(
+                    name.clone(),
+                    self.restorable(queue, limit).expect("seen above").1,
+                )
+            }
+            2 => {
+                let queue = queue.expect("a retention belongs to a queue");
+                Event::Retention(name.clone(), queue.next_expiry().expect("seen above").1)
+            }
+            3 => {
+                let queue = queue.expect("a deduplication entry belongs to a queue");
+                Event::DedupExpiry(
+                    name.clone(),
+                    queue.dedup_expiry.first().expect("seen above").1.clone(),
+                )
+            }
+            4 => {
+                let queue = queue.expect("a waiter belongs to a queue");
+                Event::WaiterDeadline(
+                    name.clone(),
+                    queue.waiter_deadlines.first().expect("seen above").1,
+                )
+            }
+            _ => Event::NameRelease(name.clone()),
+        };
+        debug_assert_eq!(event.rank(), rank);
+        Some((at, event))
+    }
+
+    /// The first in-flight message of `queue` whose restore is due (all of them without a
+    /// limit), skipping those delivered with visibility 0 at the running advance's target.
+    fn restorable(&self, queue: &Queue, limit: Option<Millis>) -> Option<(Millis, MessageId)> {
+        match limit {
+            None => queue.in_flight.first().copied(),
+            Some(limit) => queue
+                .in_flight
+                .iter()
+                .take_while(|(until, _)| *until <= limit)
+                .find(|(until, id)| !(*until == limit && self.fresh_in_flight.contains(id)))
+                .copied(),
+        }
+    }
+
+    fn fire(&mut self, at: Millis, event: Event) {
+        match event {
+            Event::DelayEnd(queue, id) => {
+                assert!(matches!(
+                    self.messages[&id].state,
+                    MessageState::Delayed { until } if until <= at
+                ));
+                self.set_state(id, MessageState::Ready { since: at });
+                self.to_serve.push_back(queue);
+            }
+            Event::Restore(queue, id) => {
+                assert!(matches!(
+                    self.messages[&id].state,
+                    MessageState::InFlight { until } if until <= at
+                ));
+                // The handle is kept: clearing it would let `seq` restart and a superseded
+                // handle become valid again (spec/queue-core.md#considerations).
+                self.set_state(id, MessageState::Ready { since: at });
+                self.to_serve.push_back(queue);
+            }
+            Event::Retention(queue, id) => {
+                let message = self.remove_message(id);
+                assert_eq!(message.queue, queue);
+            }
+            Event::DedupExpiry(queue, dedup) => {
+                let q = self
+                    .queues
+                    .get_mut(&queue)
+                    .expect("a due deduplication entry's queue exists");
+                assert!(q.dedup[&dedup].expires_at <= at);
+                q.remove_dedup(&dedup);
+                self.dirty.insert(RecordKey::Dedup(queue, dedup));
+            }
+            Event::WaiterDeadline(queue, arrival) => {
+                let waiter = self
+                    .queues
+                    .get_mut(&queue)
+                    .expect("a due waiter's queue exists")
+                    .remove_waiter(arrival);
+                assert!(waiter.deadline <= at);
+                self.waiter_index.remove(&waiter.id);
+                self.wakeups.push(Wakeup::Empty { waiter: waiter.id });
+            }
+            Event::NameRelease(name) => {
+                let deleted_at = self
+                    .deleted_names
+                    .remove(&name)
+                    .expect("a released name was deleted");
+                let removed = self.name_releases.remove(&(
+                    deleted_at.plus_ms(limits::queue_name_reuse_ms),
+                    name.clone(),
+                ));
+                assert!(removed);
+                self.dirty.insert(RecordKey::DeletedName(name));
+            }
+        }
+    }
+
+    fn finish_step(&mut self) {
+        assert!(
+            self.to_serve.is_empty(),
+            "every ready message was offered to waiters"
+        );
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+    }
+
+    // ----- commands -----
+
+    fn perform(&mut self, at: Millis, command: Command) -> Result<Outcome, Reject> {
+        match command {
+            Command::CreateQueue {
+                name,
+                attributes,
+                tags,
+            } => self.create_queue(at, name, attributes, tags),
+            Command::SetQueueAttributes { name, changes } => {
+                self.set_queue_attributes(at, &name, &changes)
+            }
+            Command::DeleteQueue { name } => self.delete_queue(at, &name),
+            Command::PurgeQueue { name } => self.purge_queue(at, &name),
+            Command::TagQueue { name, tags } => self.tag_queue(&name, tags),
+            Command::UntagQueue { name, keys } => {
+                let queue = self.queue_mut(&name)?;
+                for key in &keys {
+                    queue.tags.remove(key);
+                }
+                self.dirty.insert(RecordKey::Queue(name));
+                Ok(Outcome::Done)
+            }
+            Command::Send {
+                queue,
+                id,
+                body,
+                attributes,
+                delay_s,
+                dedup,
+            } => self.send(at, queue, id, body, attributes, delay_s, dedup),
+            Command::Receive {
+                queue,
+                max,
+                visibility_s,
+                wait_s,
+                waiter,
+            } => self.receive(at, &queue, max, visibility_s, wait_s, waiter),
+            Command::CancelWaiter { waiter } => {
+                if let Some((queue, arrival)) = self.waiter_index.remove(&waiter) {
+                    self.queues
+                        .get_mut(&queue)
+                        .expect("an open waiter's queue exists")
+                        .remove_waiter(arrival);
+                }
+                Ok(Outcome::Done)
+            }
+            Command::Delete { queue, handle } => self.delete(&queue, &handle),
+            Command::ChangeVisibility {
+                queue,
+                handle,
+                timeout_s,
+            } => self.change_visibility(at, &queue, &handle, timeout_s),
+            Command::Redrive { from, to, max } => self.redrive(at, &from, to.as_ref(), max),
+        }
+    }
+
+    fn queue_ref(&self, name: &QueueName) -> Result<&Queue, Reject> {
+        self.queues
+            .get(name)
+            .ok_or_else(|| Reject::QueueNotFound { name: name.clone() })
+    }
+
+    fn queue_mut(&mut self, name: &QueueName) -> Result<&mut Queue, Reject> {
+        self.queues
+            .get_mut(name)
+            .ok_or_else(|| Reject::QueueNotFound { name: name.clone() })
+    }
+
+    fn create_queue(
+        &mut self,
+        at: Millis,
+        name: QueueName,
+        attributes: QueueAttributes,
+        tags: BTreeMap<String, String>,
+    ) -> Result<Outcome, Reject> {
+        attributes.validate()?;
+        check_tags(&tags)?;
+        if self.deleted_names.contains_key(&name) {
+            return Err(Reject::QueueDeletedRecently { name });
+        }
+        if let Some(existing) = self.queues.get(&name) {
+            return if existing.attributes == attributes {
+                Ok(Outcome::QueueCreated { created: false })
+            } else {
+                Err(Reject::QueueNameExists { name })
+            };
+        }
+        if self.queues.len() >= limits::queues_max {
+            return Err(Reject::QueueLimit {
+                max: limits::queues_max,
+            });
+        }
+        if let Some(policy) = &attributes.redrive {
+            self.check_redrive_target(&name, &policy.dead_letter_queue)?;
+        }
+        self.queues
+            .insert(name.clone(), Queue::new(attributes, at, tags));
+        self.dirty.insert(RecordKey::Queue(name));
+        Ok(Outcome::QueueCreated { created: true })
+    }
+
+    /// A redrive policy of `source` may name `dlq` only if it exists, is another queue, admits
+    /// `source`, and does not lead back to `source` through other queues' policies (a cycle
+    /// would let one receive move a message around forever).
+    fn check_redrive_target(&self, source: &QueueName, dlq: &QueueName) -> Result<(), Reject> {
+        let refuse = |reason: String| Reject::InvalidAttribute {
+            attribute: "RedrivePolicy",
+            reason,
+        };
+        if dlq == source {
+            return Err(refuse(format!(
+                "the dead-letter queue must be another queue than {source}"
+            )));
+        }
+        let target = self
+            .queues
+            .get(dlq)
+            .ok_or_else(|| refuse(format!("dead-letter queue {dlq} does not exist")))?;
+        if !target.attributes.redrive_allow.admits(source) {
+            return Err(Reject::RedriveNotAllowed {
+                source_queue: source.clone(),
+                dead_letter_queue: dlq.clone(),
+            });
+        }
+        // Follow the chain of policies by name, existing queues or not; it is finite because
+        // every policy set so far passed this check.
+        let mut seen = BTreeSet::new();
+        let mut next = Some(dlq);
+        while let Some(current) = next {
+            if current == source {
+                return Err(refuse(format!(
+                    "dead-letter queue {dlq} leads back to {source}: redrive policies may not form a cycle"
+                )));
+            }
+            assert!(seen.insert(current), "redrive policies form a cycle");
+            next = self
+                .queues
+                .get(current)
+                .and_then(|queue| queue.attributes.redrive.as_ref())
+                .map(|policy| &policy.dead_letter_queue);
+        }
+        Ok(())
+    }
+
+    fn set_queue_attributes(
+        &mut self,
+        at: Millis,
+        name: &QueueName,
+        changes: &AttributeChanges,
+    ) -> Result<Outcome, Reject> {
+        let current = self.queue_ref(name)?;
+        let attributes = current.attributes.with(changes);
+        attributes.validate()?;
+        if let Some(Some(policy)) = &changes.redrive {
+            self.check_redrive_target(name, &policy.dead_letter_queue)?;
+        }
+        let queue = self.queue_mut(name)?;
+        let retention_changed = queue.attributes.retention_s != attributes.retention_s;
+        queue.attributes = attributes;
+        queue.modified_at = at;
+        self.dirty.insert(RecordKey::Queue(name.clone()));
+        if retention_changed {
+            // A shorter retention can put stored messages past it now; they go at once so
+            // I11 (no message stored past its retention) holds after every action.
+            self.expire_retained(name, at);
+        }
+        Ok(Outcome::Done)
+    }
+
+    fn delete_queue(&mut self, at: Millis, name: &QueueName) -> Result<Outcome, Reject> {
+        let queue = self
+            .queues
+            .remove(name)
+            .ok_or_else(|| Reject::QueueNotFound { name: name.clone() })?;
+        for &(_, id) in &queue.retained {
+            let message = self
+                .messages
+                .remove(&id)
+                .expect("a retained message is stored");
+            assert_eq!(&message.queue, name);
+            self.dirty.insert(RecordKey::Message(name.clone(), id));
+        }
+        for dedup in queue.dedup.keys() {
+            self.dirty
+                .insert(RecordKey::Dedup(name.clone(), dedup.clone()));
+        }
+        for waiter in queue.waiters.values() {
+            self.waiter_index.remove(&waiter.id);
+            self.wakeups.push(Wakeup::Empty { waiter: waiter.id });
+        }
+        self.release_name_at(name.clone(), at);
+        self.dirty.insert(RecordKey::Queue(name.clone()));
+        self.dirty.insert(RecordKey::DeletedName(name.clone()));
+        Ok(Outcome::Done)
+    }
+
+    /// Remembers that `name` was deleted at `deleted_at`, until the reuse window ends.
+    pub(crate) fn release_name_at(&mut self, name: QueueName, deleted_at: Millis) {
+        let release_at = deleted_at.plus_ms(limits::queue_name_reuse_ms);
+        assert!(self.name_releases.insert((release_at, name.clone())));
+        let previous = self.deleted_names.insert(name, deleted_at);
+        assert!(
+            previous.is_none(),
+            "a name is deleted at most once per window"
+        );
+    }
+
+    fn purge_queue(&mut self, at: Millis, name: &QueueName) -> Result<Outcome, Reject> {
+        let queue = self.queue_ref(name)?;
+        if let Some(purged_at) = queue.last_purge_at {
+            let elapsed_ms = at.since(purged_at);
+            if elapsed_ms < limits::purge_interval_ms {
+                return Err(Reject::PurgeInProgress {
+                    name: name.clone(),
+                    retry_after_ms: limits::purge_interval_ms - elapsed_ms,
+                });
+            }
+        }
+        let ids: Vec<MessageId> = queue.retained.iter().map(|&(_, id)| id).collect();
+        for id in ids {
+            self.remove_message(id);
+        }
+        self.queue_mut(name)?.last_purge_at = Some(at);
+        self.dirty.insert(RecordKey::Queue(name.clone()));
+        Ok(Outcome::Done)
+    }
+
+    fn tag_queue(
+        &mut self,
+        name: &QueueName,
+        tags: BTreeMap<String, String>,
+    ) -> Result<Outcome, Reject> {
+        let queue = self.queue_ref(name)?;
+        let mut merged = queue.tags.clone();
+        merged.extend(tags);
+        check_tags(&merged)?;
+        self.queue_mut(name)?.tags = merged;
+        self.dirty.insert(RecordKey::Queue(name.clone()));
+        Ok(Outcome::Done)
+    }
+
+    #[allow(clippy::too_many_arguments)] // One argument per field of `Command::Send`.
+    fn send(
+        &mut self,
+        at: Millis,
+        name: QueueName,
+        id: MessageId,
+        body: String,
+        attributes: BTreeMap<String, AttributeValue>,
+        delay_s: Option<u32>,
+        dedup: Option<DedupId>,
+    ) -> Result<Outcome, Reject> {
+        let queue = self.queue_ref(&name)?;
+        let delay_s = delay_s.unwrap_or(queue.attributes.delay_s);
+        if delay_s > limits::delay_s_max {
+            return Err(Reject::InvalidParameter {
+                parameter: "DelaySeconds",
+                reason: format!("must be in 0..={}, got {delay_s}", limits::delay_s_max),
+            });
+        }
+        check_message(&body, &attributes, queue.attributes.message_bytes_max)?;
+        if let Some(dedup) = &dedup
+            && let Some(entry) = queue.dedup.get(dedup)
+        {
+            // The window is open (entries are dropped when it closes): answer with the first
+            // message's id, whatever became of that message.
+            assert!(entry.expires_at > at);
+            return Ok(Outcome::Sent {
+                id: entry.message,
+                duplicate: true,
+            });
+        }
+        if self.messages.contains_key(&id) {
+            return Err(Reject::MessageIdExists { message: id });
+        }
+        let state = if delay_s > 0 {
+            MessageState::Delayed {
+                until: at.plus_s(delay_s),
+            }
+        } else {
+            MessageState::Ready { since: at }
+        };
+        self.insert_message(
+            id,
+            Message {
+                queue: name.clone(),
+                state,
+                receive_count: 0,
+                last_seq: 0,
+                first_receive_at: None,
+                received_at: None,
+                handle: None,
+                sent_at: at,
+                source: None,
+                body,
+                attributes,
+            },
+        );
+        if let Some(dedup) = dedup {
+            self.queues
+                .get_mut(&name)
+                .expect("checked above")
+                .insert_dedup(dedup.clone(), id, at.plus_ms(limits::dedup_window_ms));
+            self.dirty.insert(RecordKey::Dedup(name.clone(), dedup));
+        }
+        if matches!(state, MessageState::Ready { .. }) {
+            self.to_serve.push_back(name);
+        }
+        Ok(Outcome::Sent {
+            id,
+            duplicate: false,
+        })
+    }
+
+    fn receive(
+        &mut self,
+        at: Millis,
+        name: &QueueName,
+        max: u32,
+        visibility_s: Option<u32>,
+        wait_s: Option<u32>,
+        waiter: WaiterId,
+    ) -> Result<Outcome, Reject> {
+        let queue = self.queue_ref(name)?;
+        if !(1..=limits::batch_entries_max).contains(&max) {
+            return Err(Reject::InvalidParameter {
+                parameter: "MaxNumberOfMessages",
+                reason: format!("must be in 1..={}, got {max}", limits::batch_entries_max),
+            });
+        }
+        let visibility_s = visibility_s.unwrap_or(queue.attributes.visibility_timeout_s);
+        if visibility_s > limits::visibility_timeout_s_max {
+            return Err(Reject::InvalidParameter {
+                parameter: "VisibilityTimeout",
+                reason: format!(
+                    "must be in 0..={}, got {visibility_s}",
+                    limits::visibility_timeout_s_max
+                ),
+            });
+        }
+        let wait_s = wait_s.unwrap_or(queue.attributes.receive_wait_s);
+        if wait_s > limits::wait_s_max {
+            return Err(Reject::InvalidParameter {
+                parameter: "WaitTimeSeconds",
+                reason: format!("must be in 0..={}, got {wait_s}", limits::wait_s_max),
+            });
+        }
+        if wait_s > 0 {
+            if self.waiter_index.contains_key(&waiter) {
+                return Err(Reject::WaiterExists { waiter });
+            }
+            if queue.waiters.len() >= limits::waiters_per_queue_max {
+                return Err(Reject::WaiterLimit {
+                    name: name.clone(),
+                    max: limits::waiters_per_queue_max,
+                });
+            }
+        }
+        if queue.in_flight.len() as u64 >= limits::inflight_per_queue_max {
+            return Err(Reject::InflightLimit {
+                name: name.clone(),
+                max: limits::inflight_per_queue_max,
+            });
+        }
+        let deliveries = self.take_ready(at, name, max, visibility_s);
+        if !deliveries.is_empty() || wait_s == 0 {
+            return Ok(Outcome::Received(deliveries));
+        }
+        let queue = self.queues.get_mut(name).expect("checked above");
+        // Nothing was delivered, so nothing is ready: the new waiter is not idle (I3).
+        assert!(queue.ready.is_empty());
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        queue.push_waiter(
+            arrival,
+            Waiter {
+                id: waiter,
+                max,
+                visibility_s,
+                deadline: at.plus_s(wait_s),
+            },
+        );
+        self.waiter_index.insert(waiter, (name.clone(), arrival));
+        Ok(Outcome::Waiting { waiter })
+    }
+
+    /// The *Receive* effect: takes ready messages of `name` oldest first until `max` are
+    /// delivered, the queue has none ready, or its in-flight cap is reached; a message whose
+    /// receive count reached the redrive policy's maximum moves to the dead-letter queue
+    /// instead (and that queue is queued for serving).
+    fn take_ready(
+        &mut self,
+        at: Millis,
+        name: &QueueName,
+        max: u32,
+        visibility_s: u32,
+    ) -> Vec<Delivery> {
+        assert!((1..=limits::batch_entries_max).contains(&max));
+        assert!(visibility_s <= limits::visibility_timeout_s_max);
+        let mut deliveries = Vec::new();
+        while deliveries.len() < max as usize {
+            let queue = self
+                .queues
+                .get(name)
+                .expect("receiving from an existing queue");
+            let Some(&(_, id)) = queue.ready.first() else {
+                break;
+            };
+            let receive_count = self.messages[&id].receive_count;
+            let dead_letter_queue = queue
+                .attributes
+                .redrive
+                .as_ref()
+                .filter(|policy| {
+                    receive_count >= policy.max_receive_count
+                        && self.queues.contains_key(&policy.dead_letter_queue)
+                })
+                .map(|policy| policy.dead_letter_queue.clone());
+            if let Some(dead_letter_queue) = dead_letter_queue {
+                self.dead_letter_move(at, id, name, &dead_letter_queue);
+                continue;
+            }
+            if queue.in_flight.len() as u64 >= limits::inflight_per_queue_max {
+                break;
+            }
+            deliveries.push(self.deliver(at, id, visibility_s));
+        }
+        deliveries
+    }
+
+    /// Delivers one ready message: a new receipt handle, in flight for `visibility_s`.
+    fn deliver(&mut self, at: Millis, id: MessageId, visibility_s: u32) -> Delivery {
+        let message = self
+            .messages
+            .get_mut(&id)
+            .expect("a ready message is stored");
+        assert!(matches!(message.state, MessageState::Ready { .. }));
+        assert!(message.handle.is_none() || message.handle == Some(message.last_seq));
+        message.receive_count += 1;
+        message.last_seq += 1;
+        message.handle = Some(message.last_seq);
+        message.received_at = Some(at);
+        let first_receive_at = *message.first_receive_at.get_or_insert(at);
+        let until = at.plus_s(visibility_s);
+        let queue = message.queue.clone();
+        let seq = message.last_seq;
+        self.set_state(id, MessageState::InFlight { until });
+        if visibility_s == 0 && self.advance_target == Some(at) {
+            self.fresh_in_flight.insert(id);
+        }
+        let message = &self.messages[&id];
+        Delivery {
+            queue: queue.clone(),
+            message: id,
+            handle: ReceiptHandle {
+                incarnation: self.queues[&queue].incarnation,
+                queue,
+                message: id,
+                seq,
+            },
+            body: message.body.clone(),
+            attributes: message.attributes.clone(),
+            receive_count: message.receive_count,
+            sent_at: message.sent_at,
+            first_receive_at,
+            source: message.source.clone(),
+        }
+    }
+
+    /// *DeadLetterMove*: `id` leaves `from` for `to`, ready, with no handle (handles are per
+    /// queue) and `source = from`; receive count, first receive, `sent_at`, body and attributes
+    /// are kept. Not a receive.
+    fn dead_letter_move(&mut self, at: Millis, id: MessageId, from: &QueueName, to: &QueueName) {
+        assert!(from != to);
+        let message = self
+            .messages
+            .get_mut(&id)
+            .expect("a moved message is stored");
+        assert!(&message.queue == from);
+        assert!(matches!(message.state, MessageState::Ready { .. }));
+        message.source = Some(from.clone());
+        message.handle = None;
+        self.relocate(at, id, to);
+    }
+
+    /// Moves a ready message to `to`, ready since `at`, and queues `to` for serving. If the
+    /// message is already past `to`'s retention (counted from `sent_at`), it is gone instead.
+    fn relocate(&mut self, at: Millis, id: MessageId, to: &QueueName) {
+        let message = self.remove_message(id);
+        assert!(matches!(message.state, MessageState::Ready { .. }));
+        let retention_ms = self.queues[to].attributes.retention_ms();
+        if message.sent_at.plus_ms(retention_ms) <= at {
+            return;
+        }
+        self.insert_message(
+            id,
+            Message {
+                queue: to.clone(),
+                state: MessageState::Ready { since: at },
+                ..message
+            },
+        );
+        self.to_serve.push_back(to.clone());
+    }
+
+    /// *Serve* for every queue that got a ready message, until none is left to serve.
+    fn serve_pending(&mut self, at: Millis) {
+        while let Some(name) = self.to_serve.pop_front() {
+            self.serve(at, &name);
+        }
+    }
+
+    /// *Serve(q)*: while `q` has waiters and a ready message, the oldest waiter receives with
+    /// its own `max` and visibility; it leaves if that delivered anything, else (all it took
+    /// moved to the dead-letter queue) it stays. A waiter that finds the in-flight cap reached
+    /// is answered empty, so no waiter waits beside a ready message (I3).
+    fn serve(&mut self, at: Millis, name: &QueueName) {
+        loop {
+            let Some(queue) = self.queues.get(name) else {
+                return;
+            };
+            let Some((&arrival, waiter)) = queue.waiters.first_key_value() else {
+                return;
+            };
+            if queue.ready.is_empty() {
+                return;
+            }
+            let (max, visibility_s) = (waiter.max, waiter.visibility_s);
+            if queue.in_flight.len() as u64 >= limits::inflight_per_queue_max {
+                self.end_waiter(name, arrival, None);
+                continue;
+            }
+            let deliveries = self.take_ready(at, name, max, visibility_s);
+            if deliveries.is_empty() {
+                assert!(self.queues[name].ready.is_empty());
+                return;
+            }
+            self.end_waiter(name, arrival, Some(deliveries));
+        }
+    }
+
+    fn end_waiter(&mut self, name: &QueueName, arrival: u64, deliveries: Option<Vec<Delivery>>) {
+        let waiter = self
+            .queues
+            .get_mut(name)
+            .expect("a waiter's queue exists")
+            .remove_waiter(arrival);
+        let removed = self.waiter_index.remove(&waiter.id);
+        assert!(removed.is_some());
+        self.wakeups.push(match deliveries {
+            Some(deliveries) => Wakeup::Served {
+                waiter: waiter.id,
+                deliveries,
+            },
+            None => Wakeup::Empty { waiter: waiter.id },
+        });
+    }
+
+    /// Classifies a handle presented to `queue` (spec/queue-core.md#deletequeue-handle): Ok(None)
+    /// when the message is no longer in the queue, Ok(Some(id)) when the handle is the newest.
+    fn classify_handle(
+        &self,
+        name: &QueueName,
+        handle: &ReceiptHandle,
+    ) -> Result<Option<MessageId>, Reject> {
+        let queue = self.queue_ref(name)?;
+        if &handle.queue != name || handle.incarnation != queue.incarnation {
+            return Err(Reject::ReceiptHandleInvalid {
+                reason: HandleProblem::WrongQueue,
+            });
+        }
+        let Some(message) = self
+            .messages
+            .get(&handle.message)
+            .filter(|message| &message.queue == name)
+        else {
+            return Ok(None);
+        };
+        let Some(newest) = message.handle else {
+            return Err(Reject::ReceiptHandleInvalid {
+                reason: HandleProblem::NeverIssued,
+            });
+        };
+        if handle.seq == 0 || handle.seq > message.last_seq {
+            return Err(Reject::ReceiptHandleInvalid {
+                reason: HandleProblem::NeverIssued,
+            });
+        }
+        if handle.seq < newest {
+            return Err(Reject::StaleReceiptHandle {
+                message: handle.message,
+            });
+        }
+        assert_eq!(handle.seq, newest);
+        Ok(Some(handle.message))
+    }
+
+    fn delete(&mut self, name: &QueueName, handle: &ReceiptHandle) -> Result<Outcome, Reject> {
+        match self.classify_handle(name, handle)? {
+            None => Ok(Outcome::Deleted { already_gone: true }),
+            Some(id) => {
+                self.remove_message(id);
+                Ok(Outcome::Deleted {
+                    already_gone: false,
+                })
+            }
+        }
+    }
+
+    fn change_visibility(
+        &mut self,
+        at: Millis,
+        name: &QueueName,
+        handle: &ReceiptHandle,
+        timeout_s: u32,
+    ) -> Result<Outcome, Reject> {
+        self.queue_ref(name)?;
+        if timeout_s > limits::visibility_timeout_s_max {
+            return Err(Reject::InvalidParameter {
+                parameter: "VisibilityTimeout",
+                reason: format!(
+                    "must be in 0..={}, got {timeout_s}",
+                    limits::visibility_timeout_s_max
+                ),
+            });
+        }
+        let Some(id) = self.classify_handle(name, handle)? else {
+            return Err(Reject::MessageNotInFlight {
+                message: handle.message,
+            });
+        };
+        let message = &self.messages[&id];
+        let received_at = message
+            .received_at
+            .expect("a message with a handle was received");
+        let cap = received_at.plus_ms(limits::visibility_total_ms_max);
+        let until = at.plus_s(timeout_s);
+        if until > cap {
+            return Err(Reject::VisibilityCapExceeded {
+                message: id,
+                requested_until_ms: until.0,
+                cap_ms: cap.0,
+            });
+        }
+        assert!(!matches!(message.state, MessageState::Delayed { .. }));
+        if timeout_s == 0 {
+            self.set_state(id, MessageState::Ready { since: at });
+            self.to_serve.push_back(name.clone());
+        } else {
+            let was_ready = matches!(message.state, MessageState::Ready { .. });
+            if was_ready
+                && self.queues[name].in_flight.len() as u64 >= limits::inflight_per_queue_max
+            {
+                return Err(Reject::InflightLimit {
+                    name: name.clone(),
+                    max: limits::inflight_per_queue_max,
+                });
+            }
+            self.set_state(id, MessageState::InFlight { until });
+        }
+        Ok(Outcome::VisibilityChanged)
+    }
+
+    fn redrive(
+        &mut self,
+        at: Millis,
+        from: &QueueName,
+        to: Option<&QueueName>,
+        max: u32,
+    ) -> Result<Outcome, Reject> {
+        let queue = self.queue_ref(from)?;
+        if !(1..=limits::redrive_messages_max).contains(&max) {
+            return Err(Reject::InvalidParameter {
+                parameter: "MaxNumberOfMessages",
+                reason: format!("must be in 1..={}, got {max}", limits::redrive_messages_max),
+            });
+        }
+        if to == Some(from) {
+            return Err(Reject::InvalidParameter {
+                parameter: "DestinationArn",
+                reason: format!("messages of {from} cannot be moved to {from} itself"),
+            });
+        }
+        let taken: Vec<MessageId> = queue
+            .ready
+            .iter()
+            .take(max as usize)
+            .map(|&(_, id)| id)
+            .collect();
+        let (mut moved, mut failed) = (0, 0);
+        for id in taken {
+            let target = to
+                .cloned()
+                .or_else(|| self.messages[&id].source.clone())
+                .filter(|target| self.queues.contains_key(target));
+            let Some(target) = target else {
+                failed += 1;
+                continue;
+            };
+            let message = self
+                .messages
+                .get_mut(&id)
+                .expect("a taken message is stored");
+            message.source = None;
+            message.receive_count = 0;
+            message.first_receive_at = None;
+            message.handle = None;
+            self.relocate(at, id, &target);
+            moved += 1;
+        }
+        Ok(Outcome::Redriven { moved, failed })
+    }
+
+    /// Makes every message of `name` that is past its retention gone `Expired`.
+    fn expire_retained(&mut self, name: &QueueName, at: Millis) {
+        while let Some((expires_at, id)) = self.queues[name].next_expiry() {
+            if expires_at > at {
+                break;
+            }
+            self.remove_message(id);
+        }
+    }
+
+    // ----- message bookkeeping: every change of a message goes through these -----
+
+    /// Stores a message and indexes it in its queue.
+    pub(crate) fn insert_message(&mut self, id: MessageId, message: Message) {
+        let queue = self
+            .queues
+            .get_mut(&message.queue)
+            .expect("a message is stored in an existing queue");
+        queue.index_state(id, message.state);
+        assert!(queue.retained.insert((message.sent_at, id)));
+        self.dirty
+            .insert(RecordKey::Message(message.queue.clone(), id));
+        let previous = self.messages.insert(id, message);
+        assert!(previous.is_none(), "message {id} stored twice");
+    }
+
+    /// Removes a stored message and its index entries; the message is gone.
+    fn remove_message(&mut self, id: MessageId) -> Message {
+        let message = self
+            .messages
+            .remove(&id)
+            .expect("removing a stored message");
+        let queue = self
+            .queues
+            .get_mut(&message.queue)
+            .expect("a stored message's queue exists");
+        queue.unindex_state(id, message.state);
+        assert!(queue.retained.remove(&(message.sent_at, id)));
+        self.dirty
+            .insert(RecordKey::Message(message.queue.clone(), id));
+        message
+    }
+
+    /// Changes a stored message's state and re-indexes it.
+    fn set_state(&mut self, id: MessageId, state: MessageState) {
+        let message = self
+            .messages
+            .get_mut(&id)
+            .expect("changing a stored message");
+        let queue = self
+            .queues
+            .get_mut(&message.queue)
+            .expect("a stored message's queue exists");
+        queue.unindex_state(id, message.state);
+        queue.index_state(id, state);
+        message.state = state;
+        self.dirty
+            .insert(RecordKey::Message(message.queue.clone(), id));
+    }
+}
+
+/// Tags: at most `tags_per_queue_max`, keys 1–128 characters, values up to 256.
+fn check_tags(tags: &BTreeMap<String, String>) -> Result<(), Reject> {
+    let refuse = |reason: String| Reject::InvalidParameter {
+        parameter: "Tags",
+        reason,
+    };
+    if tags.len() > limits::tags_per_queue_max {
+        return Err(refuse(format!(
+            "at most {} tags per queue, got {}",
+            limits::tags_per_queue_max,
+            tags.len()
+        )));
+    }
+    for (key, value) in tags {
+        let key_chars = key.chars().count();
+        if !(1..=limits::tag_key_chars_max).contains(&key_chars) {
+            return Err(refuse(format!(
+                "tag keys are 1–{} characters, got {key_chars}",
+                limits::tag_key_chars_max
+            )));
+        }
+        if value.chars().count() > limits::tag_value_chars_max {
+            return Err(refuse(format!(
+                "tag values are at most {} characters",
+                limits::tag_value_chars_max
+            )));
+        }
+    }
+    Ok(())
+}

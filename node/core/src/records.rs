@@ -1,0 +1,294 @@
+//! Persistence without I/O: the core's state as records the shell stores, which records changed
+//! since the shell last asked (`take_changes`), and the rebuild of every index from stored
+//! records (`restore`). Waiters are not records: their connections do not survive a restart.
+//! This module never writes anything anywhere; the shell owns storage and its checksums.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attributes::QueueAttributes;
+use crate::ids::{DedupId, Incarnation, MessageId, Millis, QueueName};
+use crate::message::{AttributeValue, Message, MessageState};
+use crate::queue::Queue;
+use crate::queues::Queues;
+
+/// A queue's settings and bookkeeping.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueRecord {
+    pub name: QueueName,
+    pub attributes: QueueAttributes,
+    pub incarnation: Incarnation,
+    pub created_at: Millis,
+    pub modified_at: Millis,
+    pub tags: BTreeMap<String, String>,
+    pub last_purge_at: Option<Millis>,
+}
+
+/// A stored message with its whole state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageRecord {
+    pub id: MessageId,
+    pub queue: QueueName,
+    pub state: MessageState,
+    pub receive_count: u32,
+    pub last_seq: u32,
+    pub first_receive_at: Option<Millis>,
+    pub received_at: Option<Millis>,
+    pub handle: Option<u32>,
+    pub sent_at: Millis,
+    pub source: Option<QueueName>,
+    pub body: String,
+    pub attributes: BTreeMap<String, AttributeValue>,
+}
+
+/// An open deduplication window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DedupRecord {
+    pub queue: QueueName,
+    pub dedup: DedupId,
+    pub message: MessageId,
+    pub expires_at: Millis,
+}
+
+/// A queue name that cannot be created again yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletedNameRecord {
+    pub name: QueueName,
+    pub deleted_at: Millis,
+}
+
+/// One unit of stored state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    Queue(QueueRecord),
+    Message(MessageRecord),
+    Dedup(DedupRecord),
+    DeletedName(DeletedNameRecord),
+}
+
+impl Record {
+    /// The key this record is stored under.
+    #[must_use]
+    pub fn key(&self) -> RecordKey {
+        match self {
+            Record::Queue(record) => RecordKey::Queue(record.name.clone()),
+            Record::Message(record) => RecordKey::Message(record.queue.clone(), record.id),
+            Record::Dedup(record) => RecordKey::Dedup(record.queue.clone(), record.dedup.clone()),
+            Record::DeletedName(record) => RecordKey::DeletedName(record.name.clone()),
+        }
+    }
+}
+
+/// Where a record is stored. A message's key includes its queue, so a move between queues is a
+/// `Remove` of the old key and a `Put` under the new one.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum RecordKey {
+    Queue(QueueName),
+    Message(QueueName, MessageId),
+    Dedup(QueueName, DedupId),
+    DeletedName(QueueName),
+}
+
+/// A change the shell must make to storage.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// Store this record under its key, replacing what is there.
+    Put(Record),
+    /// Remove whatever is stored under this key.
+    Remove(RecordKey),
+}
+
+impl Queues {
+    /// Every record touched since the last call: the current record, or `Remove` when it no
+    /// longer exists. In key order, so the output is deterministic.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        let dirty = std::mem::take(&mut self.dirty);
+        dirty
+            .into_iter()
+            .map(|key| match self.record(&key) {
+                Some(record) => Change::Put(record),
+                None => Change::Remove(key),
+            })
+            .collect()
+    }
+
+    /// Every record of the current state, in key order within each kind (a full snapshot).
+    pub fn records(&self) -> impl Iterator<Item = Record> + '_ {
+        let queues = self
+            .queues
+            .iter()
+            .map(|(name, queue)| Record::Queue(queue_record(name, queue)));
+        let messages = self
+            .queues
+            .values()
+            .flat_map(|queue| queue.retained.iter())
+            .map(|&(_, id)| Record::Message(self.message_record(id)));
+        let dedups = self.queues.iter().flat_map(|(name, queue)| {
+            queue.dedup.iter().map(|(dedup, entry)| {
+                Record::Dedup(DedupRecord {
+                    queue: name.clone(),
+                    dedup: dedup.clone(),
+                    message: entry.message,
+                    expires_at: entry.expires_at,
+                })
+            })
+        });
+        let names = self.deleted_names.iter().map(|(name, &deleted_at)| {
+            Record::DeletedName(DeletedNameRecord {
+                name: name.clone(),
+                deleted_at,
+            })
+        });
+        queues.chain(messages).chain(dedups).chain(names)
+    }
+
+    /// Rebuilds a node's queues from stored records (in any order) and advances time to `now`
+    /// (or to the latest time the records mention, if later: time never goes back). Every
+    /// index is rebuilt; events that came due while the node was down fire now, and the records
+    /// they change are reported by the next `take_changes`.
+    ///
+    /// # Panics
+    /// When the records contradict each other (a message or deduplication entry of a queue
+    /// that has no record, two records under one key): storage returned state the core never
+    /// wrote, which the shell's checksums should have caught.
+    #[must_use]
+    pub fn restore(records: impl IntoIterator<Item = Record>, now: Millis) -> Queues {
+        let mut queues = Queues::new();
+        let mut messages = Vec::new();
+        let mut dedups = Vec::new();
+        let mut latest = now;
+        for record in records {
+            match record {
+                Record::Queue(record) => {
+                    latest = latest.max(record.modified_at);
+                    let mut queue = Queue::new(record.attributes, record.created_at, record.tags);
+                    queue.incarnation = record.incarnation;
+                    queue.modified_at = record.modified_at;
+                    queue.last_purge_at = record.last_purge_at;
+                    if let Some(purged_at) = record.last_purge_at {
+                        latest = latest.max(purged_at);
+                    }
+                    let previous = queues.queues.insert(record.name, queue);
+                    assert!(previous.is_none(), "two records for one queue");
+                }
+                Record::Message(record) => {
+                    latest = latest.max(record.sent_at);
+                    if let Some(received_at) = record.received_at {
+                        latest = latest.max(received_at);
+                    }
+                    messages.push(record);
+                }
+                Record::Dedup(record) => dedups.push(record),
+                Record::DeletedName(record) => {
+                    latest = latest.max(record.deleted_at);
+                    queues.release_name_at(record.name, record.deleted_at);
+                }
+            }
+        }
+        for record in messages {
+            let message = Message {
+                queue: record.queue,
+                state: record.state,
+                receive_count: record.receive_count,
+                last_seq: record.last_seq,
+                first_receive_at: record.first_receive_at,
+                received_at: record.received_at,
+                handle: record.handle,
+                sent_at: record.sent_at,
+                source: record.source,
+                body: record.body,
+                attributes: record.attributes,
+            };
+            assert!(
+                queues.queues.contains_key(&message.queue),
+                "message {} of queue {} without a queue record",
+                record.id,
+                message.queue
+            );
+            queues.insert_message(record.id, message);
+        }
+        for record in dedups {
+            queues
+                .queues
+                .get_mut(&record.queue)
+                .expect("a deduplication record's queue has a record")
+                .insert_dedup(record.dedup, record.message, record.expires_at);
+        }
+        // Rebuilding is not a change: storage already holds exactly these records.
+        queues.dirty.clear();
+        queues.now = latest;
+        let wakeups = queues.advance(latest);
+        assert!(
+            wakeups.is_empty(),
+            "restored queues have no waiters to wake"
+        );
+        queues
+    }
+
+    /// The current record under `key`, if it exists.
+    fn record(&self, key: &RecordKey) -> Option<Record> {
+        match key {
+            RecordKey::Queue(name) => self
+                .queues
+                .get(name)
+                .map(|queue| Record::Queue(queue_record(name, queue))),
+            RecordKey::Message(queue, id) => self
+                .messages
+                .get(id)
+                .filter(|message| &message.queue == queue)
+                .map(|_| Record::Message(self.message_record(*id))),
+            RecordKey::Dedup(queue, dedup) => self
+                .queues
+                .get(queue)
+                .and_then(|q| q.dedup.get(dedup))
+                .map(|entry| {
+                    Record::Dedup(DedupRecord {
+                        queue: queue.clone(),
+                        dedup: dedup.clone(),
+                        message: entry.message,
+                        expires_at: entry.expires_at,
+                    })
+                }),
+            RecordKey::DeletedName(name) => self.deleted_names.get(name).map(|&deleted_at| {
+                Record::DeletedName(DeletedNameRecord {
+                    name: name.clone(),
+                    deleted_at,
+                })
+            }),
+        }
+    }
+
+    fn message_record(&self, id: MessageId) -> MessageRecord {
+        let message = self
+            .messages
+            .get(&id)
+            .expect("an indexed message is stored");
+        MessageRecord {
+            id,
+            queue: message.queue.clone(),
+            state: message.state,
+            receive_count: message.receive_count,
+            last_seq: message.last_seq,
+            first_receive_at: message.first_receive_at,
+            received_at: message.received_at,
+            handle: message.handle,
+            sent_at: message.sent_at,
+            source: message.source.clone(),
+            body: message.body.clone(),
+            attributes: message.attributes.clone(),
+        }
+    }
+}
+
+fn queue_record(name: &QueueName, queue: &Queue) -> QueueRecord {
+    QueueRecord {
+        name: name.clone(),
+        attributes: queue.attributes.clone(),
+        incarnation: queue.incarnation,
+        created_at: queue.created_at,
+        modified_at: queue.modified_at,
+        tags: queue.tags.clone(),
+        last_purge_at: queue.last_purge_at,
+    }
+}
