@@ -1,1 +1,42 @@
-//! placeholder
+//! `trireme-client`: an async Rust client for Trireme nodes, over gRPC (`trireme.v1`).
+//!
+//! It owns the typed API (requests, replies and errors of its own, so prost types never reach
+//! callers), the choice of node and the retrying of calls that may be repeated. It must never
+//! retry a call whose repetition could change its effect (a receive, a send without a
+//! deduplication id) once that call may have reached a node.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), trireme_client::Error> {
+//! use trireme_client::{Client, QueueAttributes, QueueName, ReceiveOptions, SendMessage};
+//!
+//! let client = Client::connect(["http://127.0.0.1:7100"])?;
+//! let queue = QueueName::new("orders")?;
+//! client.create_queue(&queue, &QueueAttributes::default()).await?;
+//! client.send_message(&queue, &SendMessage::new("hello")).await?;
+//! let options = ReceiveOptions { max_messages: 10, wait_seconds: Some(20), ..Default::default() };
+//! for message in client.receive_messages(&queue, &options).await? {
+//!     client.delete_message(&queue, &message.receipt_handle).await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod backoff;
+mod client;
+mod error;
+pub mod limits;
+mod retry;
+mod types;
+
+pub use backoff::Backoff;
+pub use client::{Client, ClientConfig, DEFAULT_ENDPOINT, SendBatchEntry};
+pub use error::Error;
+pub use retry::RetryPolicy;
+pub use types::{
+    AttributeValue, BatchEntryError, BatchOutcome, CreatedQueue, DeleteEntry, Message,
+    MessageAttribute, MessageId, QueueAttributeChanges, QueueAttributes, QueueInfo, QueueName,
+    QueuePage, QueueSettings, QueueStats, ReceiptHandle, ReceiveOptions, RedriveAllowPolicy,
+    RedriveChange, RedrivePolicy, RedriveStatus, RedriveTask, SendMessage, SentBatchEntry,
+    SentMessage, StartRedrive, TaskHandle, VisibilityChange,
+};

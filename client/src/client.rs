@@ -1,0 +1,864 @@
+//! `Client`: the typed API over one or more nodes.
+//!
+//! Each node has one lazily connected tonic channel; a call goes to the node that last answered
+//! and, when `retry.rs` allows, moves on to the next node after a backoff. Every tonic setting
+//! that matters is set here explicitly: connect timeout, request timeout (longer than the
+//! longest long poll), message size limits and HTTP/2 keepalive. This module never interprets a
+//! status itself: `error.rs` maps it, `retry.rs` decides what happens next.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Response, Status};
+use tracing::debug;
+use trireme_proto::v1 as pb;
+use trireme_proto::v1::queue_service_client::QueueServiceClient;
+
+use crate::error::{Error, Subject};
+use crate::limits;
+use crate::retry::{Failure, Idempotence, RetryPolicy};
+use crate::types::{
+    BatchOutcome, CreatedQueue, DeleteEntry, Message, QueueAttributeChanges, QueueAttributes,
+    QueueInfo, QueueName, QueuePage, QueueStats, ReceiptHandle, ReceiveOptions, RedriveTask,
+    SendMessage, SentBatchEntry, SentMessage, StartRedrive, TaskHandle, VisibilityChange,
+    queue_from_wire, send_entry_to_wire, send_to_wire,
+};
+
+/// The address used when none is given.
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7100";
+
+/// How to reach the nodes and how patiently.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Node addresses, `http://host:port` (a bare `host:port` gets `http://`). At least one.
+    pub endpoints: Vec<String>,
+    /// How long opening a connection to one node may take.
+    pub connect_timeout: Duration,
+    /// How long one call may take on one node, beyond its long-poll wait.
+    pub request_timeout: Duration,
+    /// Idle connections are pinged this often, so a dead node is noticed without a request.
+    pub keepalive_interval: Duration,
+    /// A ping unanswered this long drops the connection.
+    pub keepalive_timeout: Duration,
+    /// Retries of calls that may be repeated.
+    pub retry: RetryPolicy,
+}
+
+impl ClientConfig {
+    /// The defaults of `limits.rs` for these endpoints.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            connect_timeout: limits::CONNECT_TIMEOUT_DEFAULT,
+            request_timeout: limits::REQUEST_TIMEOUT_DEFAULT,
+            keepalive_interval: limits::KEEPALIVE_INTERVAL_DEFAULT,
+            keepalive_timeout: limits::KEEPALIVE_TIMEOUT_DEFAULT,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// One node: its address and its channel.
+#[derive(Clone, Debug)]
+struct Node {
+    address: String,
+    rpc: QueueServiceClient<Channel>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    nodes: Vec<Node>,
+    /// The node the next call starts at: the last one that answered.
+    preferred: AtomicUsize,
+    request_timeout: Duration,
+    retry: RetryPolicy,
+}
+
+/// A Trireme client. Cheap to clone; clones share connections.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+/// One kind of call: its name for traces and whether it may be repeated.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    name: &'static str,
+    idempotence: Idempotence,
+}
+
+const fn idempotent(name: &'static str) -> Op {
+    Op {
+        name,
+        idempotence: Idempotence::Idempotent,
+    }
+}
+
+const fn once(name: &'static str) -> Op {
+    Op {
+        name,
+        idempotence: Idempotence::NotIdempotent,
+    }
+}
+
+fn normalize(address: &str) -> String {
+    if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    }
+}
+
+impl Client {
+    /// A client of the nodes in `config`. Connections open on first use, so this succeeds with
+    /// nodes that are not up yet. Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::InvalidEndpoint`] when the list is empty or an address is not a valid URI.
+    pub fn new(config: ClientConfig) -> Result<Self, Error> {
+        if config.endpoints.is_empty() {
+            return Err(Error::InvalidEndpoint {
+                address: String::new(),
+                message: "at least one endpoint is needed".to_owned(),
+            });
+        }
+        assert!(
+            config.retry.attempts_max >= 1,
+            "a retry policy must allow one attempt"
+        );
+        // The longest attempt is a full long poll plus the request timeout; the channel's own
+        // timeout is only a backstop above that.
+        let channel_timeout =
+            config.request_timeout + Duration::from_secs(u64::from(limits::WAIT_SECONDS_MAX));
+        let mut nodes = Vec::with_capacity(config.endpoints.len());
+        for address in &config.endpoints {
+            let address = normalize(address);
+            let endpoint = Endpoint::from_shared(address.clone())
+                .map_err(|e| Error::InvalidEndpoint {
+                    address: address.clone(),
+                    message: e.to_string(),
+                })?
+                .connect_timeout(config.connect_timeout)
+                .timeout(channel_timeout)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(config.keepalive_interval)
+                .keep_alive_timeout(config.keepalive_timeout)
+                .keep_alive_while_idle(true);
+            let rpc = QueueServiceClient::new(endpoint.connect_lazy())
+                .max_decoding_message_size(limits::DECODE_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(limits::ENCODE_MESSAGE_BYTES_MAX);
+            nodes.push(Node { address, rpc });
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                nodes,
+                preferred: AtomicUsize::new(0),
+                request_timeout: config.request_timeout,
+                retry: config.retry,
+            }),
+        })
+    }
+
+    /// A client of these endpoints with default settings.
+    ///
+    /// # Errors
+    /// As [`Client::new`].
+    pub fn connect(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Result<Self, Error> {
+        Self::new(ClientConfig::new(endpoints))
+    }
+
+    /// The node addresses, normalized, in the order given.
+    pub fn endpoints(&self) -> impl Iterator<Item = &str> {
+        self.inner.nodes.iter().map(|n| n.address.as_str())
+    }
+
+    /// Runs one call with retries. `attempt` sends `request` to one node; `timeout` bounds each
+    /// attempt.
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        op: Op,
+        subject: &Subject,
+        request: Req,
+        timeout: Duration,
+        attempt: F,
+    ) -> Result<Resp, Error>
+    where
+        Req: Clone,
+        F: Fn(QueueServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let inner = &*self.inner;
+        let policy = inner.retry;
+        let count = inner.nodes.len();
+        let first = inner.preferred.load(Ordering::Relaxed) % count;
+        // One full attempt always fits, whatever the policy's budget.
+        let deadline = Instant::now() + policy.deadline.max(timeout);
+        let mut tries: u32 = 0;
+        loop {
+            let index = (first + tries as usize) % count;
+            let node = &inner.nodes[index];
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let attempt_timeout = timeout.min(remaining);
+            let mut grpc_request = tonic::Request::new(request.clone());
+            // The node learns the deadline too (grpc-timeout), so it stops work nobody awaits.
+            grpc_request.set_timeout(attempt_timeout);
+            let outcome =
+                tokio::time::timeout(attempt_timeout, attempt(node.rpc.clone(), grpc_request))
+                    .await;
+            tries += 1;
+            let (error, failure) = match outcome {
+                Ok(Ok(response)) => {
+                    inner.preferred.store(index, Ordering::Relaxed);
+                    return Ok(response.into_inner());
+                }
+                Ok(Err(status)) => (
+                    Error::from_status(&status, &node.address, subject),
+                    Failure::of_status(&status),
+                ),
+                Err(_elapsed) => (
+                    Error::Timeout {
+                        address: node.address.clone(),
+                        after: attempt_timeout,
+                    },
+                    Failure::Transient,
+                ),
+            };
+            let now = Instant::now();
+            if !failure.retryable(op.idempotence) || tries >= policy.attempts_max || now >= deadline
+            {
+                return Err(error);
+            }
+            // Later calls start at the next node rather than the one that just failed.
+            inner
+                .preferred
+                .store((index + 1) % count, Ordering::Relaxed);
+            let delay = policy
+                .backoff
+                .delay(tries - 1, &mut rand::rng())
+                .min(deadline.saturating_duration_since(now));
+            debug!(op = op.name, node = %node.address, error = %error, retry_in_ms = delay.as_millis() as u64, "retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
+    // ---- Queues. ----
+
+    /// Creates a queue; succeeds without change when it exists with the same attributes.
+    /// Retried, since a second create with identical attributes is a no-op.
+    ///
+    /// # Errors
+    /// [`Error::QueueExists`] with different attributes, [`Error::QueueDeletedRecently`],
+    /// [`Error::InvalidArgument`] for an attribute out of range or a redrive policy naming a
+    /// missing queue, and the transport errors.
+    pub async fn create_queue(
+        &self,
+        name: &QueueName,
+        attributes: &QueueAttributes,
+    ) -> Result<CreatedQueue, Error> {
+        self.create_queue_with_tags(name, attributes, &BTreeMap::new())
+            .await
+    }
+
+    /// [`Client::create_queue`] with tags set at creation.
+    ///
+    /// # Errors
+    /// As [`Client::create_queue`].
+    pub async fn create_queue_with_tags(
+        &self,
+        name: &QueueName,
+        attributes: &QueueAttributes,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<CreatedQueue, Error> {
+        let request = pb::CreateQueueRequest {
+            name: name.as_str().to_owned(),
+            attributes: Some(attributes.into()),
+            tags: tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        };
+        let reply = self
+            .call(
+                idempotent("create_queue"),
+                &Subject::queue(name),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.create_queue(r).await },
+            )
+            .await?;
+        Ok(CreatedQueue {
+            queue: queue_from_wire(reply.queue)?,
+            created: reply.created,
+        })
+    }
+
+    /// The queue's settings, tags and counts.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], and the transport errors.
+    pub async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, Error> {
+        let request = pb::GetQueueRequest {
+            name: name.as_str().to_owned(),
+        };
+        let reply = self
+            .call(
+                idempotent("get_queue"),
+                &Subject::queue(name),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.get_queue(r).await },
+            )
+            .await?;
+        queue_from_wire(reply.queue)
+    }
+
+    /// The queue's approximate ready, in-flight and delayed counts.
+    ///
+    /// # Errors
+    /// As [`Client::get_queue`].
+    pub async fn queue_stats(&self, name: &QueueName) -> Result<QueueStats, Error> {
+        Ok(self.get_queue(name).await?.stats)
+    }
+
+    /// The queue's tags.
+    ///
+    /// # Errors
+    /// As [`Client::get_queue`].
+    pub async fn queue_tags(&self, name: &QueueName) -> Result<BTreeMap<String, String>, Error> {
+        Ok(self.get_queue(name).await?.tags)
+    }
+
+    /// One page of queue names starting with `prefix`. `max_results` is 1-1000 (`None`: 1000);
+    /// `page_token` is the previous page's `next_page_token`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad page size or token, and the transport errors.
+    pub async fn list_queues(
+        &self,
+        prefix: &str,
+        max_results: Option<u32>,
+        page_token: Option<&str>,
+    ) -> Result<QueuePage, Error> {
+        let request = pb::ListQueuesRequest {
+            prefix: prefix.to_owned(),
+            max_results: max_results.unwrap_or(0),
+            page_token: page_token.unwrap_or_default().to_owned(),
+        };
+        let reply = self
+            .call(
+                idempotent("list_queues"),
+                &Subject::default(),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.list_queues(r).await },
+            )
+            .await?;
+        Ok(page(reply.names, reply.next_page_token))
+    }
+
+    /// Every queue name starting with `prefix`, following pages.
+    ///
+    /// # Errors
+    /// As [`Client::list_queues`]; [`Error::Protocol`] if the node keeps returning pages past
+    /// `limits::LIST_PAGES_MAX`.
+    pub async fn list_all_queues(&self, prefix: &str) -> Result<Vec<QueueName>, Error> {
+        let mut names = Vec::new();
+        let mut token: Option<String> = None;
+        for _ in 0..limits::LIST_PAGES_MAX {
+            let page = self.list_queues(prefix, None, token.as_deref()).await?;
+            names.extend(page.names);
+            match page.next_page_token {
+                Some(next) => token = Some(next),
+                None => return Ok(names),
+            }
+        }
+        Err(Error::Protocol {
+            message: format!(
+                "queue listing did not end after {} pages",
+                limits::LIST_PAGES_MAX
+            ),
+        })
+    }
+
+    /// Changes the queue's attributes and returns the result.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], [`Error::InvalidArgument`], and the transport errors.
+    pub async fn set_queue_attributes(
+        &self,
+        name: &QueueName,
+        changes: &QueueAttributeChanges,
+    ) -> Result<QueueInfo, Error> {
+        let request = pb::SetQueueAttributesRequest {
+            name: name.as_str().to_owned(),
+            attributes: Some(changes.into()),
+        };
+        let reply = self
+            .call(
+                idempotent("set_queue_attributes"),
+                &Subject::queue(name),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.set_queue_attributes(r).await },
+            )
+            .await?;
+        queue_from_wire(reply.queue)
+    }
+
+    /// Deletes the queue and every message in it. Not retried once sent: a repeat would answer
+    /// [`Error::QueueNotFound`] for a delete that worked.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], and the transport errors.
+    pub async fn delete_queue(&self, name: &QueueName) -> Result<(), Error> {
+        let request = pb::DeleteQueueRequest {
+            name: name.as_str().to_owned(),
+        };
+        self.call(
+            once("delete_queue"),
+            &Subject::queue(name),
+            request,
+            self.timeout(),
+            |mut c, r| async move { c.delete_queue(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Removes every message of the queue. Not retried once sent.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], [`Error::PurgeInProgress`] within 60 s of the last purge, and
+    /// the transport errors.
+    pub async fn purge_queue(&self, name: &QueueName) -> Result<(), Error> {
+        let request = pb::PurgeQueueRequest {
+            name: name.as_str().to_owned(),
+        };
+        self.call(
+            once("purge_queue"),
+            &Subject::queue(name),
+            request,
+            self.timeout(),
+            |mut c, r| async move { c.purge_queue(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Adds or replaces tags.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], [`Error::InvalidArgument`], and the transport errors.
+    pub async fn tag_queue(
+        &self,
+        name: &QueueName,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), Error> {
+        let request = pb::TagQueueRequest {
+            name: name.as_str().to_owned(),
+            tags: tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        };
+        self.call(
+            idempotent("tag_queue"),
+            &Subject::queue(name),
+            request,
+            self.timeout(),
+            |mut c, r| async move { c.tag_queue(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Removes tags by key; absent keys are ignored.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], and the transport errors.
+    pub async fn untag_queue(&self, name: &QueueName, keys: &[String]) -> Result<(), Error> {
+        let request = pb::UntagQueueRequest {
+            name: name.as_str().to_owned(),
+            keys: keys.to_vec(),
+        };
+        self.call(
+            idempotent("untag_queue"),
+            &Subject::queue(name),
+            request,
+            self.timeout(),
+            |mut c, r| async move { c.untag_queue(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One page of the queues whose redrive policy names `name` as their dead-letter queue.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], and the transport errors.
+    pub async fn list_dead_letter_source_queues(
+        &self,
+        name: &QueueName,
+        max_results: Option<u32>,
+        page_token: Option<&str>,
+    ) -> Result<QueuePage, Error> {
+        let request = pb::ListDeadLetterSourceQueuesRequest {
+            name: name.as_str().to_owned(),
+            max_results: max_results.unwrap_or(0),
+            page_token: page_token.unwrap_or_default().to_owned(),
+        };
+        let reply = self
+            .call(
+                idempotent("list_dead_letter_source_queues"),
+                &Subject::queue(name),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.list_dead_letter_source_queues(r).await },
+            )
+            .await?;
+        Ok(page(reply.names, reply.next_page_token))
+    }
+
+    // ---- Messages. ----
+
+    /// Sends one message. Retried only when it carries a deduplication id (the node then stores
+    /// it once however often it arrives) or when no node was reached.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], [`Error::InvalidArgument`] (empty or oversized body, bad
+    /// attributes, delay out of range), and the transport errors.
+    pub async fn send_message(
+        &self,
+        queue: &QueueName,
+        message: &SendMessage,
+    ) -> Result<SentMessage, Error> {
+        let op = if message.deduplication_id.is_some() {
+            idempotent("send_message")
+        } else {
+            once("send_message")
+        };
+        let request = send_to_wire(queue, message);
+        let reply = self
+            .call(
+                op,
+                &Subject::queue(queue),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.send_message(r).await },
+            )
+            .await?;
+        Ok(SentMessage {
+            message_id: crate::types::MessageId::new(reply.message_id),
+            duplicate: reply.duplicate,
+            md5_of_body: reply.md5_of_body,
+        })
+    }
+
+    /// Sends up to 10 messages; each entry succeeds or fails on its own. Retried only when every
+    /// entry carries a deduplication id, or when no node was reached.
+    ///
+    /// # Errors
+    /// The call as a whole fails with [`Error::QueueNotFound`], [`Error::InvalidArgument`] (too
+    /// many, no or duplicate entry ids), and the transport errors; refused entries are in the
+    /// outcome's `failed`.
+    pub async fn send_message_batch(
+        &self,
+        queue: &QueueName,
+        entries: &[SendBatchEntry],
+    ) -> Result<BatchOutcome<SentBatchEntry>, Error> {
+        let all_deduplicated = entries.iter().all(|e| e.message.deduplication_id.is_some());
+        let op = if all_deduplicated {
+            idempotent("send_message_batch")
+        } else {
+            once("send_message_batch")
+        };
+        let request = pb::SendMessageBatchRequest {
+            queue: queue.as_str().to_owned(),
+            entries: entries
+                .iter()
+                .map(|e| send_entry_to_wire(&e.id, &e.message))
+                .collect(),
+        };
+        let reply = self
+            .call(
+                op,
+                &Subject::queue(queue),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.send_message_batch(r).await },
+            )
+            .await?;
+        Ok(BatchOutcome {
+            successful: reply
+                .successful
+                .into_iter()
+                .map(|s| SentBatchEntry {
+                    id: s.id,
+                    sent: SentMessage {
+                        message_id: crate::types::MessageId::new(s.message_id),
+                        duplicate: s.duplicate,
+                        md5_of_body: s.md5_of_body,
+                    },
+                })
+                .collect(),
+            failed: reply.failed.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// Receives up to `options.max_messages` messages, waiting up to the long-poll time for the
+    /// first. An empty vector means none arrived in time. Never retried once sent: a reply lost
+    /// on the way has already made its messages invisible for their timeout.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], [`Error::InvalidArgument`] (max, visibility or wait out of
+    /// range), [`Error::ResourceExhausted`] (in-flight or long-poll limit), and the transport
+    /// errors.
+    pub async fn receive_messages(
+        &self,
+        queue: &QueueName,
+        options: &ReceiveOptions,
+    ) -> Result<Vec<Message>, Error> {
+        let request = pb::ReceiveMessagesRequest {
+            queue: queue.as_str().to_owned(),
+            max_messages: options.max_messages,
+            visibility_timeout_seconds: options.visibility_timeout_seconds,
+            wait_seconds: options.wait_seconds,
+        };
+        // The queue's default wait is unknown here; assume the longest allowed.
+        let wait = options
+            .wait_seconds
+            .unwrap_or(limits::WAIT_SECONDS_MAX)
+            .min(limits::WAIT_SECONDS_MAX);
+        let timeout = self.timeout() + Duration::from_secs(u64::from(wait));
+        let reply = self
+            .call(
+                once("receive_messages"),
+                &Subject::queue(queue),
+                request,
+                timeout,
+                |mut c, r| async move { c.receive_messages(r).await },
+            )
+            .await?;
+        reply.messages.into_iter().map(Message::try_from).collect()
+    }
+
+    /// Deletes the message received with `receipt_handle`. Succeeds also when the message is
+    /// already gone, so it is retried.
+    ///
+    /// # Errors
+    /// [`Error::StaleReceiptHandle`] when a later receive superseded the handle,
+    /// [`Error::ReceiptHandleInvalid`], [`Error::QueueNotFound`], and the transport errors.
+    pub async fn delete_message(
+        &self,
+        queue: &QueueName,
+        receipt_handle: &ReceiptHandle,
+    ) -> Result<(), Error> {
+        let request = pb::DeleteMessageRequest {
+            queue: queue.as_str().to_owned(),
+            receipt_handle: receipt_handle.as_str().to_owned(),
+        };
+        self.call(
+            idempotent("delete_message"),
+            &Subject::queue(queue),
+            request,
+            self.timeout(),
+            |mut c, r| async move { c.delete_message(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes up to 10 messages; the outcome lists the entry ids deleted and those refused.
+    ///
+    /// # Errors
+    /// As [`Client::send_message_batch`] for the call as a whole.
+    pub async fn delete_message_batch(
+        &self,
+        queue: &QueueName,
+        entries: &[DeleteEntry],
+    ) -> Result<BatchOutcome<String>, Error> {
+        let request = pb::DeleteMessageBatchRequest {
+            queue: queue.as_str().to_owned(),
+            entries: entries
+                .iter()
+                .map(|e| pb::DeleteMessageBatchEntry {
+                    id: e.id.clone(),
+                    receipt_handle: e.receipt_handle.as_str().to_owned(),
+                })
+                .collect(),
+        };
+        let reply = self
+            .call(
+                idempotent("delete_message_batch"),
+                &Subject::queue(queue),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.delete_message_batch(r).await },
+            )
+            .await?;
+        Ok(BatchOutcome {
+            successful: reply.successful,
+            failed: reply.failed.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    /// Makes the message received with `receipt_handle` invisible for `timeout_seconds` from
+    /// now (0: visible at once). Setting the same timeout twice has the same effect, so it is
+    /// retried.
+    ///
+    /// # Errors
+    /// [`Error::StaleReceiptHandle`], [`Error::ReceiptHandleInvalid`],
+    /// [`Error::MessageNotInFlight`] when the message is gone, [`Error::VisibilityCapExceeded`]
+    /// past 12 h from the receive, [`Error::InvalidArgument`], and the transport errors.
+    pub async fn change_visibility(
+        &self,
+        queue: &QueueName,
+        receipt_handle: &ReceiptHandle,
+        timeout_seconds: u32,
+    ) -> Result<(), Error> {
+        let request = pb::ChangeVisibilityRequest {
+            queue: queue.as_str().to_owned(),
+            receipt_handle: receipt_handle.as_str().to_owned(),
+            visibility_timeout_seconds: timeout_seconds,
+        };
+        self.call(
+            idempotent("change_visibility"),
+            &Subject::queue(queue),
+            request,
+            self.timeout(),
+            |mut c, r| async move { c.change_visibility(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Changes the visibility of up to 10 messages.
+    ///
+    /// # Errors
+    /// As [`Client::send_message_batch`] for the call as a whole.
+    pub async fn change_visibility_batch(
+        &self,
+        queue: &QueueName,
+        entries: &[VisibilityChange],
+    ) -> Result<BatchOutcome<String>, Error> {
+        let request = pb::ChangeVisibilityBatchRequest {
+            queue: queue.as_str().to_owned(),
+            entries: entries
+                .iter()
+                .map(|e| pb::ChangeVisibilityBatchEntry {
+                    id: e.id.clone(),
+                    receipt_handle: e.receipt_handle.as_str().to_owned(),
+                    visibility_timeout_seconds: e.visibility_timeout_seconds,
+                })
+                .collect(),
+        };
+        let reply = self
+            .call(
+                idempotent("change_visibility_batch"),
+                &Subject::queue(queue),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.change_visibility_batch(r).await },
+            )
+            .await?;
+        Ok(BatchOutcome {
+            successful: reply.successful,
+            failed: reply.failed.into_iter().map(Into::into).collect(),
+        })
+    }
+
+    // ---- Redrive. ----
+
+    /// Starts moving the ready messages of a dead-letter queue back to their source queues (or
+    /// to `destination_queue`). Not retried once sent: a second task could start.
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], [`Error::InvalidArgument`] (rate out of range, a task already
+    /// running), and the transport errors.
+    pub async fn start_redrive(&self, redrive: &StartRedrive) -> Result<TaskHandle, Error> {
+        let request = pb::StartRedriveRequest {
+            source_queue: redrive.source_queue.as_str().to_owned(),
+            destination_queue: redrive
+                .destination_queue
+                .as_ref()
+                .map(|q| q.as_str().to_owned()),
+            max_messages_per_second: redrive.max_messages_per_second.unwrap_or(0),
+        };
+        let reply = self
+            .call(
+                once("start_redrive"),
+                &Subject::queue(&redrive.source_queue),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.start_redrive(r).await },
+            )
+            .await?;
+        Ok(TaskHandle::new(reply.task_handle))
+    }
+
+    /// The most recent redrive tasks of a dead-letter queue, newest first; `max_results` 1-10
+    /// (`None`: 1).
+    ///
+    /// # Errors
+    /// [`Error::QueueNotFound`], and the transport errors.
+    pub async fn list_redrives(
+        &self,
+        source_queue: &QueueName,
+        max_results: Option<u32>,
+    ) -> Result<Vec<RedriveTask>, Error> {
+        let request = pb::ListRedrivesRequest {
+            source_queue: source_queue.as_str().to_owned(),
+            max_results: max_results.unwrap_or(0),
+        };
+        let reply = self
+            .call(
+                idempotent("list_redrives"),
+                &Subject::queue(source_queue),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.list_redrives(r).await },
+            )
+            .await?;
+        reply.tasks.into_iter().map(RedriveTask::try_from).collect()
+    }
+
+    /// Cancels a running redrive task; returns how many messages it had moved.
+    ///
+    /// # Errors
+    /// [`Error::RedriveTaskNotFound`], [`Error::InvalidArgument`] when it is no longer running,
+    /// and the transport errors.
+    pub async fn cancel_redrive(&self, task_handle: &TaskHandle) -> Result<u64, Error> {
+        let request = pb::CancelRedriveRequest {
+            task_handle: task_handle.as_str().to_owned(),
+        };
+        let reply = self
+            .call(
+                once("cancel_redrive"),
+                &Subject::task(task_handle),
+                request,
+                self.timeout(),
+                |mut c, r| async move { c.cancel_redrive(r).await },
+            )
+            .await?;
+        Ok(reply.moved)
+    }
+}
+
+/// One entry of a send batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendBatchEntry {
+    /// The caller's entry id, distinct within the batch: 1-80 of `[A-Za-z0-9_-]`.
+    pub id: String,
+    /// The message.
+    pub message: SendMessage,
+}
+
+fn page(names: Vec<String>, next_page_token: String) -> QueuePage {
+    QueuePage {
+        names: names.into_iter().map(QueueName::from_server).collect(),
+        next_page_token: (!next_page_token.is_empty()).then_some(next_page_token),
+    }
+}

@@ -1,0 +1,415 @@
+//! `Error`: every way a call can fail, and the one place a `tonic::Status` becomes one.
+//!
+//! Refusals the caller can act on (a missing queue, a stale receipt handle, an argument out of
+//! range) are their own variants; failures of the path to a node (unreachable, timed out) are
+//! separate so retry logic and callers can tell "the node said no" from "no node answered".
+//! This module never decides whether to retry; `retry.rs` does, from the variant.
+
+use std::time::Duration;
+
+use thiserror::Error;
+use tonic::{Code, Status};
+
+use crate::types::{QueueName, TaskHandle};
+
+/// A failed call.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The queue does not exist.
+    #[error("queue {} does not exist: {message}", display_queue(.queue))]
+    QueueNotFound {
+        /// The queue the call named, when it named one.
+        queue: Option<QueueName>,
+        /// The node's explanation.
+        message: String,
+    },
+    /// A queue of this name exists with different attributes.
+    #[error("queue {} already exists: {message}", display_queue(.queue))]
+    QueueExists {
+        /// The queue the call named.
+        queue: Option<QueueName>,
+        /// The node's explanation.
+        message: String,
+    },
+    /// A queue of this name was deleted less than 60 s ago and cannot be created yet.
+    #[error("queue {} was deleted recently: {message}", display_queue(.queue))]
+    QueueDeletedRecently {
+        /// The queue the call named.
+        queue: Option<QueueName>,
+        /// The node's explanation.
+        message: String,
+    },
+    /// The redrive task does not exist.
+    #[error("redrive task not found: {message}")]
+    RedriveTaskNotFound {
+        /// The task the call named, when it named one.
+        task_handle: Option<TaskHandle>,
+        /// The node's explanation.
+        message: String,
+    },
+    /// An argument is out of range or malformed; sending it again fails again.
+    #[error("invalid argument{}: {message}", .field.as_ref().map(|f| format!(" {f}")).unwrap_or_default())]
+    InvalidArgument {
+        /// The field at fault, when the node (or the client's own check) named it.
+        field: Option<String>,
+        /// What is wrong and what the limit is.
+        message: String,
+    },
+    /// The receipt handle does not belong to this queue or was never issued.
+    #[error("receipt handle is invalid: {message}")]
+    ReceiptHandleInvalid {
+        /// The node's explanation.
+        message: String,
+    },
+    /// A later receive superseded the receipt handle: someone else holds the message now.
+    #[error("receipt handle is stale: {message}")]
+    StaleReceiptHandle {
+        /// The node's explanation.
+        message: String,
+    },
+    /// A visibility change named a message that is no longer in the queue.
+    #[error("message is not in flight: {message}")]
+    MessageNotInFlight {
+        /// The node's explanation.
+        message: String,
+    },
+    /// The visibility change would end more than 12 hours after the receive.
+    #[error("visibility cap exceeded: {message}")]
+    VisibilityCapExceeded {
+        /// The node's explanation.
+        message: String,
+    },
+    /// The queue was purged less than 60 s ago.
+    #[error("purge of queue {} in progress: {message}", display_queue(.queue))]
+    PurgeInProgress {
+        /// The queue the call named.
+        queue: Option<QueueName>,
+        /// The node's explanation.
+        message: String,
+    },
+    /// A limit of the node or the queue is reached (in-flight messages, long polls, queues).
+    #[error("resource exhausted: {message}")]
+    ResourceExhausted {
+        /// Which limit, as the node says.
+        message: String,
+    },
+    /// No node could be reached, or the one reached is shutting down.
+    #[error("node {address} unavailable: {message}")]
+    Unavailable {
+        /// The node's address.
+        address: String,
+        /// The cause.
+        message: String,
+    },
+    /// A node took longer than the call allowed.
+    #[error("node {address} did not answer within {} ms", .after.as_millis())]
+    Timeout {
+        /// The node's address.
+        address: String,
+        /// How long the client waited.
+        after: Duration,
+    },
+    /// An endpoint address could not be used.
+    #[error("endpoint {address} is not usable: {message}")]
+    InvalidEndpoint {
+        /// The address as given.
+        address: String,
+        /// Why.
+        message: String,
+    },
+    /// The node answered something the API does not allow (a missing field, an unknown enum).
+    #[error("protocol error: {message}")]
+    Protocol {
+        /// What was wrong.
+        message: String,
+    },
+    /// Any other status: a bug on the node or a status this client does not know.
+    #[error("node {address} failed with {code:?}: {message}")]
+    Server {
+        /// The node's address.
+        address: String,
+        /// The gRPC status code.
+        code: Code,
+        /// The node's explanation.
+        message: String,
+    },
+}
+
+fn display_queue(queue: &Option<QueueName>) -> String {
+    queue
+        .as_ref()
+        .map_or_else(|| "(unnamed)".to_owned(), ToString::to_string)
+}
+
+/// What a call was about, so a refusal can name it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Subject {
+    pub(crate) queue: Option<QueueName>,
+    pub(crate) task_handle: Option<TaskHandle>,
+}
+
+impl Subject {
+    pub(crate) fn queue(queue: &QueueName) -> Self {
+        Self {
+            queue: Some(queue.clone()),
+            task_handle: None,
+        }
+    }
+
+    pub(crate) fn task(task_handle: &crate::types::TaskHandle) -> Self {
+        Self {
+            queue: None,
+            task_handle: Some(task_handle.clone()),
+        }
+    }
+}
+
+/// The metadata key under which a node may name the refusal precisely (an SQS-style code such as
+/// `StaleReceiptHandle`); without it the status code and message decide.
+const REASON_KEY: &str = "trireme-reason";
+/// The metadata key under which a node may name the field an INVALID_ARGUMENT is about.
+const FIELD_KEY: &str = "trireme-field";
+
+impl Error {
+    /// Turns a status from the node at `address` into an error about `subject`.
+    pub(crate) fn from_status(status: &Status, address: &str, subject: &Subject) -> Self {
+        let message = status.message().to_owned();
+        let reason = status
+            .metadata()
+            .get(REASON_KEY)
+            .and_then(|v| v.to_str().ok());
+        let text = message.to_ascii_lowercase();
+        let says = |code: &str, words: &[&str]| {
+            reason == Some(code) || words.iter().any(|w| text.contains(w))
+        };
+        let queue = subject.queue.clone();
+        match status.code() {
+            Code::NotFound
+                if subject.task_handle.is_some() || says("RedriveTaskNotFound", &["task"]) =>
+            {
+                Self::RedriveTaskNotFound {
+                    task_handle: subject.task_handle.clone(),
+                    message,
+                }
+            }
+            Code::NotFound => Self::QueueNotFound { queue, message },
+            Code::AlreadyExists => Self::QueueExists { queue, message },
+            Code::InvalidArgument
+                if says(
+                    "MessageNotInFlight",
+                    &["not available for a visibility change"],
+                ) =>
+            {
+                Self::MessageNotInFlight { message }
+            }
+            Code::InvalidArgument if says("VisibilityCapExceeded", &["12 h cap"]) => {
+                Self::VisibilityCapExceeded { message }
+            }
+            Code::InvalidArgument => {
+                let field = status
+                    .metadata()
+                    .get(FIELD_KEY)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+                    .or_else(|| field_named_in(&message));
+                Self::InvalidArgument { field, message }
+            }
+            Code::FailedPrecondition if says("StaleReceiptHandle", &["superseded", "stale"]) => {
+                Self::StaleReceiptHandle { message }
+            }
+            Code::FailedPrecondition
+                if says(
+                    "MessageNotInFlight",
+                    &["not available for a visibility change"],
+                ) =>
+            {
+                Self::MessageNotInFlight { message }
+            }
+            Code::FailedPrecondition if says("VisibilityCapExceeded", &["12 h cap"]) => {
+                Self::VisibilityCapExceeded { message }
+            }
+            Code::FailedPrecondition
+                if says(
+                    "QueueDeletedRecently",
+                    &["deleted recently", "deleted less than"],
+                ) =>
+            {
+                Self::QueueDeletedRecently { queue, message }
+            }
+            Code::FailedPrecondition => Self::ReceiptHandleInvalid { message },
+            Code::ResourceExhausted if says("PurgeInProgress", &["purge"]) => {
+                Self::PurgeInProgress { queue, message }
+            }
+            Code::ResourceExhausted => Self::ResourceExhausted { message },
+            Code::Unavailable => Self::Unavailable {
+                address: address.to_owned(),
+                message,
+            },
+            // tonic reports its own request timeout as CANCELLED ("Timeout expired").
+            Code::DeadlineExceeded => Self::Timeout {
+                address: address.to_owned(),
+                after: Duration::ZERO,
+            },
+            code => Self::Server {
+                address: address.to_owned(),
+                code,
+                message,
+            },
+        }
+    }
+}
+
+/// The field an INVALID_ARGUMENT message names, when it follows the node's form
+/// "attribute <name>: ..." or "parameter <name>: ..." (or "<name>: ...").
+fn field_named_in(message: &str) -> Option<String> {
+    let (head, _) = message.split_once(':')?;
+    let name = head
+        .strip_prefix("attribute ")
+        .or_else(|| head.strip_prefix("parameter "))
+        .or_else(|| head.strip_prefix("field "))
+        .unwrap_or(head)
+        .trim();
+    let identifier = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.';
+    (!name.is_empty() && name.chars().all(identifier)).then(|| name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::metadata::MetadataValue;
+
+    use super::*;
+
+    fn map(code: Code, message: &str) -> Error {
+        let subject = Subject::queue(&QueueName::new("orders").unwrap());
+        Error::from_status(&Status::new(code, message), "http://n1:7100", &subject)
+    }
+
+    #[test]
+    fn not_found_names_the_queue_of_the_call() {
+        match map(Code::NotFound, "queue orders does not exist") {
+            Error::QueueNotFound { queue: Some(q), .. } => assert_eq!(q.as_str(), "orders"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn not_found_on_a_task_call_is_a_missing_task() {
+        let subject = Subject::task(&TaskHandle::new("t1"));
+        let err = Error::from_status(&Status::not_found("no such task"), "a", &subject);
+        assert!(
+            matches!(err, Error::RedriveTaskNotFound { task_handle: Some(t), .. } if t.as_str() == "t1")
+        );
+    }
+
+    #[test]
+    fn already_exists_is_queue_exists() {
+        assert!(matches!(
+            map(Code::AlreadyExists, "x"),
+            Error::QueueExists { .. }
+        ));
+    }
+
+    #[test]
+    fn invalid_argument_names_its_field() {
+        match map(
+            Code::InvalidArgument,
+            "parameter wait_seconds: must be 0-20, got 21",
+        ) {
+            Error::InvalidArgument { field, message } => {
+                assert_eq!(field.as_deref(), Some("wait_seconds"));
+                assert!(message.contains("0-20"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match map(
+            Code::InvalidArgument,
+            "attribute VisibilityTimeout: must be 0-43200",
+        ) {
+            Error::InvalidArgument { field, .. } => {
+                assert_eq!(field.as_deref(), Some("VisibilityTimeout"))
+            }
+            other => panic!("{other:?}"),
+        }
+        match map(Code::InvalidArgument, "body is empty") {
+            Error::InvalidArgument { field, .. } => assert_eq!(field, None),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn metadata_field_wins_over_the_message() {
+        let mut status = Status::invalid_argument("something: odd");
+        status
+            .metadata_mut()
+            .insert(FIELD_KEY, MetadataValue::from_static("max_messages"));
+        match Error::from_status(&status, "a", &Subject::default()) {
+            Error::InvalidArgument { field, .. } => {
+                assert_eq!(field.as_deref(), Some("max_messages"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn failed_precondition_tells_stale_from_invalid_handles() {
+        assert!(matches!(
+            map(
+                Code::FailedPrecondition,
+                "receipt handle of message m1 was superseded by a later receive"
+            ),
+            Error::StaleReceiptHandle { .. }
+        ));
+        assert!(matches!(
+            map(
+                Code::FailedPrecondition,
+                "receipt handle is invalid: NeverIssued"
+            ),
+            Error::ReceiptHandleInvalid { .. }
+        ));
+        let mut status = Status::failed_precondition("opaque");
+        status
+            .metadata_mut()
+            .insert(REASON_KEY, MetadataValue::from_static("StaleReceiptHandle"));
+        assert!(matches!(
+            Error::from_status(&status, "a", &Subject::default()),
+            Error::StaleReceiptHandle { .. }
+        ));
+    }
+
+    #[test]
+    fn resource_exhausted_tells_purge_from_limits() {
+        assert!(matches!(
+            map(
+                Code::ResourceExhausted,
+                "queue orders was purged recently; retry in 100 ms"
+            ),
+            Error::PurgeInProgress { .. }
+        ));
+        assert!(matches!(
+            map(
+                Code::ResourceExhausted,
+                "queue orders has 120000 messages in flight"
+            ),
+            Error::ResourceExhausted { .. }
+        ));
+    }
+
+    #[test]
+    fn transport_codes_keep_the_address() {
+        match map(Code::Unavailable, "tcp connect error") {
+            Error::Unavailable { address, .. } => assert_eq!(address, "http://n1:7100"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            map(Code::DeadlineExceeded, ""),
+            Error::Timeout { .. }
+        ));
+        assert!(matches!(
+            map(Code::Internal, "boom"),
+            Error::Server {
+                code: Code::Internal,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,69 @@
+//! Every cap and default the client applies, in one place.
+//!
+//! The API's own limits (batch size, wait and visibility ranges) are the server's to enforce; the
+//! client repeats only those it needs to size its own buffers and timeouts. Nothing here may be
+//! looser than what a node accepts, or a request the client allows would be refused anyway.
+
+use std::time::Duration;
+
+/// Entries in one batch call (send, delete, change visibility), as in SQS.
+pub const BATCH_ENTRIES_MAX: usize = 10;
+
+/// Messages one receive may return.
+pub const RECEIVE_MESSAGES_MAX: u32 = 10;
+
+/// The longest long poll a receive may ask for.
+pub const WAIT_SECONDS_MAX: u32 = 20;
+
+/// The longest visibility timeout, and the cap on the total extension from a receive (12 h).
+pub const VISIBILITY_SECONDS_MAX: u32 = 43_200;
+
+/// A message's body and attributes together, at most (1 MiB).
+pub const MESSAGE_BYTES_MAX: usize = 1_048_576;
+
+/// Room for field tags, attribute names and receipt handles around the payloads of a call.
+const ENVELOPE_BYTES_MAX: usize = 256 * 1024;
+
+/// The largest gRPC message the client decodes: a full receive of ten maximal messages.
+pub const DECODE_MESSAGE_BYTES_MAX: usize =
+    RECEIVE_MESSAGES_MAX as usize * MESSAGE_BYTES_MAX + ENVELOPE_BYTES_MAX;
+
+/// The largest gRPC message the client encodes: a full send batch of maximal messages.
+pub const ENCODE_MESSAGE_BYTES_MAX: usize =
+    BATCH_ENTRIES_MAX * MESSAGE_BYTES_MAX + ENVELOPE_BYTES_MAX;
+
+/// How long a TCP (and HTTP/2) connection to one node may take to open.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3);
+
+/// How long one non-polling call may take on one node before it is abandoned.
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// How often an idle connection is pinged, so a dead peer is noticed without a request.
+pub const KEEPALIVE_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
+
+/// How long a keepalive ping may go unanswered before the connection is dropped.
+pub const KEEPALIVE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+
+/// Attempts of one idempotent call, across all nodes, the first included.
+pub const ATTEMPTS_DEFAULT: u32 = 4;
+
+/// The wall-clock budget of one call, all its attempts and backoff included.
+pub const CALL_DEADLINE_DEFAULT: Duration = Duration::from_secs(30);
+
+/// First backoff ceiling between attempts of a call; it doubles each retry.
+pub const RETRY_BACKOFF_BASE_DEFAULT: Duration = Duration::from_millis(50);
+
+/// Largest backoff ceiling between attempts of a call.
+pub const RETRY_BACKOFF_CAP_DEFAULT: Duration = Duration::from_secs(2);
+
+/// Pages `list_all_queues` follows before giving up on a listing that never ends.
+pub const LIST_PAGES_MAX: usize = 10_000;
+
+const _: () = assert!(DECODE_MESSAGE_BYTES_MAX <= u32::MAX as usize);
+const _: () = assert!(ENCODE_MESSAGE_BYTES_MAX <= DECODE_MESSAGE_BYTES_MAX + ENVELOPE_BYTES_MAX);
+// One attempt must fit in a call's budget, or an idempotent call could never be retried.
+const _: () = assert!(REQUEST_TIMEOUT_DEFAULT.as_millis() < CALL_DEADLINE_DEFAULT.as_millis());
+const _: () = assert!(KEEPALIVE_TIMEOUT_DEFAULT.as_secs() < KEEPALIVE_INTERVAL_DEFAULT.as_secs());
+const _: () =
+    assert!(RETRY_BACKOFF_BASE_DEFAULT.as_millis() <= RETRY_BACKOFF_CAP_DEFAULT.as_millis());
+const _: () = assert!(ATTEMPTS_DEFAULT >= 1);
