@@ -216,10 +216,16 @@ impl Client {
                     inner.preferred.store(index, Ordering::Relaxed);
                     return Ok(response.into_inner());
                 }
-                Ok(Err(status)) => (
-                    Error::from_status(&status, &node.address, subject),
-                    Failure::of_status(&status),
-                ),
+                Ok(Err(status)) => {
+                    let error = match Error::from_status(&status, &node.address, subject) {
+                        Error::Timeout { address, .. } => Error::Timeout {
+                            address,
+                            after: attempt_timeout,
+                        },
+                        other => other,
+                    };
+                    (error, Failure::of_status(&status))
+                }
                 Err(_elapsed) => (
                     Error::Timeout {
                         address: node.address.clone(),

@@ -245,8 +245,14 @@ impl Error {
                 address: address.to_owned(),
                 message,
             },
-            // tonic reports its own request timeout as CANCELLED ("Timeout expired").
+            // tonic reports its own request timeout as CANCELLED ("Timeout expired"), made up
+            // locally and so without the response headers a node's status carries. The caller
+            // knows how long it waited and fills in `after`.
             Code::DeadlineExceeded => Self::Timeout {
+                address: address.to_owned(),
+                after: Duration::ZERO,
+            },
+            Code::Cancelled if status.metadata().is_empty() => Self::Timeout {
                 address: address.to_owned(),
                 after: Duration::ZERO,
             },
