@@ -1,0 +1,28 @@
+//! The SQS endpoint's own caps, in one place; the queue limits themselves are the core's
+//! (`trireme_core::limits`). Names are noun first, unit last.
+#![allow(non_upper_case_globals)] // The style names caps like fields (`request_bytes_max`).
+
+use trireme_core::limits as core_limits;
+
+/// Largest request body read. A batch may carry 1 MiB of payload; JSON escaping and base64
+/// binary attributes can make its text several times larger, so the cap leaves room for that.
+pub const request_bytes_max: usize = 8 * 1024 * 1024;
+/// Total payload (bodies and attributes) of one `SendMessageBatch`, as SQS allows.
+pub const batch_payload_bytes_max: u64 = 1_048_576;
+/// How far a request's `X-Amz-Date` may be from the server's clock, as AWS allows.
+pub const clock_skew_ms_max: u64 = 15 * 60 * 1_000;
+/// Longest batch entry id.
+pub const batch_entry_id_chars_max: usize = 80;
+/// Largest `MaxResults` of `ListQueues` and `ListDeadLetterSourceQueues`.
+pub const list_results_max: u32 = 1_000;
+/// Largest `MaxResults` of `ListMessageMoveTasks`.
+pub const move_tasks_results_max: u32 = 10;
+/// Largest `MaxNumberOfMessagesPerSecond` of a move task.
+pub const move_task_rate_per_s_max: u32 = 500;
+/// Longest `NextToken` accepted (it holds a queue name).
+pub const next_token_chars_max: usize = 512;
+
+// A batch may carry at least one message of the largest size.
+const _: () = assert!(batch_payload_bytes_max >= core_limits::message_bytes_max as u64);
+// The body limit leaves room for a full batch, escaped.
+const _: () = assert!(request_bytes_max as u64 >= 4 * batch_payload_bytes_max);

@@ -1,0 +1,276 @@
+//! The SQS-compatible HTTP endpoint: AWS JSON 1.0 (`POST` with `X-Amz-Target:
+//! AmazonSQS.<Action>`), on `/` and on any queue path, so that code written against the AWS SDKs
+//! and CLI runs against Trireme with only the endpoint URL changed.
+//!
+//! This module owns the wire: request parsing, SigV4 verification, queue URLs and ARNs, MD5
+//! digests, attribute names, and the translation of every refusal into SQS's error shapes
+//! (`error.rs`, the only place that does it). It never holds queue state: every action becomes
+//! `Command`s and queries on the node's `Engine`, whose answers are final once durable.
+
+mod actions;
+pub mod address;
+pub mod attributes;
+pub mod digest;
+pub mod error;
+pub mod limits;
+mod messages;
+pub mod move_task;
+pub mod redrive_policy;
+pub mod sigv4;
+pub mod wire;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{Instrument, debug, debug_span, info, warn};
+use trireme_core::QueueName;
+
+use crate::engine::Engine;
+use address::{AddressError, Addresses};
+use error::{JSON_CONTENT_TYPE, SqsError};
+pub use sigv4::AccessKey;
+
+/// The SQS endpoint's settings, from the node configuration.
+#[derive(Clone, Debug)]
+pub struct SqsSettings {
+    /// The host name clients use to reach this node; it goes into every queue URL.
+    pub advertised_host: String,
+    /// The port clients use to reach this node's SQS listener.
+    pub advertised_port: u16,
+    /// The region in queue ARNs.
+    pub region: String,
+    /// The account id in queue URLs and ARNs.
+    pub account_id: String,
+    /// Access keys whose SigV4 signatures are accepted. Empty: requests are not authenticated
+    /// (signed or not), as local SQS emulators do.
+    pub access_keys: Vec<AccessKey>,
+}
+
+impl Default for SqsSettings {
+    fn default() -> Self {
+        SqsSettings {
+            advertised_host: "localhost".to_owned(),
+            advertised_port: 9324,
+            region: "us-east-1".to_owned(),
+            account_id: "000000000000".to_owned(),
+            access_keys: Vec::new(),
+        }
+    }
+}
+
+/// Shared by every request of one endpoint.
+struct Sqs {
+    engine: Engine,
+    addresses: Addresses,
+    access_keys: Vec<AccessKey>,
+}
+
+/// The SQS endpoint as an axum router. Every path accepts `POST`; the action comes from
+/// `X-Amz-Target`. Logs at startup whether requests are authenticated.
+pub fn router(engine: Engine, settings: SqsSettings) -> Router {
+    if settings.access_keys.is_empty() {
+        warn!(
+            "SQS endpoint accepts unsigned and any-signed requests: no access keys are configured"
+        );
+    } else {
+        info!(
+            keys = settings.access_keys.len(),
+            "SQS endpoint verifies SigV4 signatures"
+        );
+    }
+    let sqs = Arc::new(Sqs {
+        engine,
+        addresses: Addresses::new(
+            &settings.advertised_host,
+            settings.advertised_port,
+            &settings.account_id,
+            &settings.region,
+        ),
+        access_keys: settings.access_keys,
+    });
+    Router::new()
+        .fallback(serve)
+        .with_state(sqs)
+        // Set explicitly: axum's default (2 MiB) is below what a full escaped batch can need.
+        .layer(DefaultBodyLimit::max(limits::request_bytes_max))
+}
+
+async fn serve(State(sqs): State<Arc<Sqs>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let request_id = sqs.engine.new_message_id().to_string();
+    let action = headers
+        .get("x-amz-target")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let span = debug_span!("sqs", request_id = %request_id, action = %action);
+    let mut response = async {
+        let result = sqs.answer(&method, &uri, &headers, &body, &action).await;
+        match result {
+            Ok(json) => {
+                debug!("answered");
+                let mut response = (StatusCode::OK, json).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
+                response
+            }
+            Err(error) => {
+                let wire = error.wire();
+                if wire.status.is_server_error() {
+                    warn!(%error, "request failed");
+                } else {
+                    debug!(code = %wire.query_code, "refused");
+                }
+                error.into_response()
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+    response.headers_mut().insert(
+        "x-amzn-requestid",
+        HeaderValue::from_str(&request_id).expect("a uuid-shaped id is a valid header value"),
+    );
+    response
+}
+
+impl Sqs {
+    async fn answer(&self, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8], target: &str) -> Result<Vec<u8>, SqsError> {
+        if !self.access_keys.is_empty() {
+            let request = sigv4::SignedRequest {
+                method,
+                path: uri.path(),
+                query: uri.query().unwrap_or_default(),
+                headers,
+                body,
+            };
+            sigv4::verify(&request, &self.access_keys, self.engine.now().0)?;
+        }
+        if method != Method::POST {
+            return Err(SqsError::UnknownOperation {
+                target: format!("{method} {}", uri.path()),
+            });
+        }
+        let Some(action) = target.strip_prefix("AmazonSQS.") else {
+            let form = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
+            if form {
+                return Err(SqsError::Serialization {
+                    reason: "this endpoint speaks the AWS JSON 1.0 protocol only; use an SDK release from late 2023 or newer".to_owned(),
+                });
+            }
+            return Err(SqsError::UnknownOperation {
+                target: if target.is_empty() { "(no X-Amz-Target header)".to_owned() } else { target.to_owned() },
+            });
+        };
+        self.dispatch(action, body).await
+    }
+
+    async fn dispatch(&self, action: &str, body: &[u8]) -> Result<Vec<u8>, SqsError> {
+        match action {
+            "CreateQueue" => json(self.create_queue(parse(body)?).await),
+            "GetQueueUrl" => json(self.get_queue_url(parse(body)?).await),
+            "ListQueues" => json(self.list_queues(parse(body)?).await),
+            "DeleteQueue" => json(self.delete_queue(parse(body)?).await),
+            "GetQueueAttributes" => json(self.get_queue_attributes(parse(body)?).await),
+            "SetQueueAttributes" => json(self.set_queue_attributes(parse(body)?).await),
+            "PurgeQueue" => json(self.purge_queue(parse(body)?).await),
+            "SendMessage" => json(self.send_message(parse(body)?).await),
+            "SendMessageBatch" => json(self.send_message_batch(parse(body)?).await),
+            "ReceiveMessage" => json(self.receive_message(parse(body)?).await),
+            "DeleteMessage" => json(self.delete_message(parse(body)?).await),
+            "DeleteMessageBatch" => json(self.delete_message_batch(parse(body)?).await),
+            "ChangeMessageVisibility" => json(self.change_message_visibility(parse(body)?).await),
+            "ChangeMessageVisibilityBatch" => {
+                json(self.change_message_visibility_batch(parse(body)?).await)
+            }
+            "ListDeadLetterSourceQueues" => {
+                json(self.list_dead_letter_source_queues(parse(body)?).await)
+            }
+            "StartMessageMoveTask" => json(self.start_message_move_task(parse(body)?).await),
+            "ListMessageMoveTasks" => json(self.list_message_move_tasks(parse(body)?).await),
+            "CancelMessageMoveTask" => json(self.cancel_message_move_task(parse(body)?).await),
+            "TagQueue" => json(self.tag_queue(parse(body)?).await),
+            "UntagQueue" => json(self.untag_queue(parse(body)?).await),
+            "ListQueueTags" => json(self.list_queue_tags(parse(body)?).await),
+            "AddPermission" | "RemovePermission" => Err(SqsError::UnsupportedOperation {
+                message: format!(
+                    "{action} is not supported: Trireme has no per-queue permissions; access is controlled by the endpoint's access keys."
+                ),
+            }),
+            other => Err(SqsError::UnknownOperation {
+                target: format!("AmazonSQS.{other}"),
+            }),
+        }
+    }
+
+    /// The queue named by a `QueueUrl` member.
+    fn queue_from_url(&self, url: Option<&str>) -> Result<QueueName, SqsError> {
+        let url = url.ok_or(SqsError::MissingParameter {
+            parameter: "QueueUrl",
+        })?;
+        let name = self.addresses.name_from_url(url).map_err(|error| match error {
+            AddressError::Malformed { text } => SqsError::InvalidAddress { url: text },
+            AddressError::Foreign { .. } => SqsError::QueueDoesNotExist,
+        })?;
+        existing_queue_name(name)
+    }
+
+    /// The queue named by an ARN member (`parameter` names it in the refusal).
+    fn queue_from_arn(&self, arn: &str, parameter: &str) -> Result<QueueName, SqsError> {
+        let name = self.addresses.name_from_arn(arn).map_err(|error| match error {
+            AddressError::Malformed { .. } => SqsError::invalid(parameter, arn, "It is not an SQS queue ARN."),
+            AddressError::Foreign { .. } => SqsError::invalid(
+                parameter,
+                arn,
+                "It names a queue of another region or account than this endpoint's.",
+            ),
+        })?;
+        existing_queue_name(name)
+    }
+}
+
+/// A queue name taken from a URL or ARN: a FIFO name is refused clearly; any other illegal name
+/// cannot name an existing queue.
+fn existing_queue_name(name: &str) -> Result<QueueName, SqsError> {
+    if name.ends_with(".fifo") {
+        return Err(SqsError::fifo_unsupported(name));
+    }
+    QueueName::try_from(name).map_err(|_| SqsError::QueueDoesNotExist)
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, SqsError> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) { b"{}".as_slice() } else { body };
+    serde_json::from_slice(body).map_err(|error| SqsError::Serialization {
+        reason: error.to_string(),
+    })
+}
+
+fn json<T: Serialize>(result: Result<T, SqsError>) -> Result<Vec<u8>, SqsError> {
+    result.map(|value| serde_json::to_vec(&value).expect("response shapes always serialize"))
+}
+
+/// A required member, or `MissingParameter` naming it.
+fn required<T>(value: Option<T>, parameter: &'static str) -> Result<T, SqsError> {
+    value.ok_or(SqsError::MissingParameter { parameter })
+}
+
+/// An optional integer member in `min..=max`, refused in SQS's wording otherwise.
+fn in_range(value: Option<i64>, parameter: &str, min: u32, max: u32) -> Result<Option<u32>, SqsError> {
+    match value {
+        None => Ok(None),
+        Some(value) => u32::try_from(value)
+            .ok()
+            .filter(|value| (min..=max).contains(value))
+            .map(Some)
+            .ok_or_else(|| SqsError::out_of_range(parameter, value, u64::from(min), u64::from(max))),
+    }
+}
