@@ -1,1 +1,508 @@
-fn main() {}
+//! `trireme`: the command-line client. Manage queues, send, receive and delete messages,
+//! redrive dead-letter queues, and run a command per message (`trireme worker`).
+//!
+//! Output is for people by default and JSON with `--json` (one document per command, or one
+//! line per message for `worker`). Errors go to stderr with exit status 1. This binary owns
+//! presentation only; every rule about queues lives in the client crate and the node.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+use trireme_client::{
+    Client, ClientConfig, DEFAULT_ENDPOINT, Message, MessageAttribute, QueueAttributeChanges,
+    QueueAttributes, QueueInfo, QueueName, ReceiptHandle, ReceiveOptions, RedriveChange,
+    RedrivePolicy, RedriveTask, SendMessage, StartRedrive, TaskHandle,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "trireme",
+    version,
+    about = "Command-line client for Trireme message queues"
+)]
+struct Cli {
+    /// Node address; repeat for several nodes (calls that may be repeated fail over).
+    #[arg(long = "endpoint", env = "TRIREME_ENDPOINT", value_delimiter = ',', default_value = DEFAULT_ENDPOINT, global = true)]
+    endpoints: Vec<String>,
+
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create, inspect, change and remove queues.
+    #[command(subcommand)]
+    Queue(QueueCommand),
+    /// Send a message (the body is the argument, or stdin when it is absent or `-`).
+    Send(SendArgs),
+    /// Receive messages, optionally deleting them once printed.
+    Receive(ReceiveArgs),
+    /// Delete a received message by its receipt handle.
+    Delete {
+        /// The queue.
+        queue: QueueName,
+        /// The receipt handle from `trireme receive`.
+        receipt_handle: String,
+    },
+    /// Move messages out of a dead-letter queue.
+    #[command(subcommand)]
+    Redrive(RedriveCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum QueueCommand {
+    /// Create a queue (succeeds unchanged if it exists with the same attributes).
+    Create {
+        /// The queue name: 1-80 of [A-Za-z0-9_-].
+        name: QueueName,
+        #[command(flatten)]
+        attributes: AttributeArgs,
+        /// A tag, `key=value`; repeatable.
+        #[arg(long = "tag", value_parser = parse_pair)]
+        tags: Vec<(String, String)>,
+    },
+    /// List queue names.
+    List {
+        /// Only names starting with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// Show a queue's attributes, tags and message counts.
+    Get {
+        /// The queue.
+        name: QueueName,
+    },
+    /// Change a queue's attributes.
+    Set {
+        /// The queue.
+        name: QueueName,
+        #[command(flatten)]
+        attributes: AttributeArgs,
+        /// Remove the redrive policy.
+        #[arg(long, conflicts_with_all = ["dead_letter_queue", "max_receive_count"])]
+        clear_redrive_policy: bool,
+    },
+    /// Delete a queue and all its messages.
+    Delete {
+        /// The queue.
+        name: QueueName,
+    },
+    /// Remove every message of a queue.
+    Purge {
+        /// The queue.
+        name: QueueName,
+    },
+    /// List the queues that use this queue as their dead-letter queue.
+    Sources {
+        /// The dead-letter queue.
+        name: QueueName,
+    },
+}
+
+#[derive(Args, Debug)]
+struct AttributeArgs {
+    /// Seconds a received message stays invisible (0-43200).
+    #[arg(long)]
+    visibility_timeout: Option<u32>,
+    /// Seconds before a new message can be received (0-900).
+    #[arg(long)]
+    delay: Option<u32>,
+    /// Seconds a message is kept (60-1209600).
+    #[arg(long)]
+    retention: Option<u32>,
+    /// Largest body plus attributes in bytes (1024-1048576).
+    #[arg(long)]
+    max_message_bytes: Option<u32>,
+    /// Default long-poll wait of a receive in seconds (0-20).
+    #[arg(long)]
+    receive_wait: Option<u32>,
+    /// Dead-letter queue of the redrive policy (needs --max-receive-count).
+    #[arg(long, requires = "max_receive_count")]
+    dead_letter_queue: Option<QueueName>,
+    /// Receives after which a message moves to the dead-letter queue (1-1000).
+    #[arg(long, requires = "dead_letter_queue")]
+    max_receive_count: Option<u32>,
+}
+
+impl AttributeArgs {
+    fn redrive_policy(&self) -> Option<RedrivePolicy> {
+        match (&self.dead_letter_queue, self.max_receive_count) {
+            (Some(queue), Some(count)) => Some(RedrivePolicy {
+                dead_letter_queue: queue.clone(),
+                max_receive_count: count,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct SendArgs {
+    /// The queue.
+    queue: QueueName,
+    /// The body; read from stdin when absent or `-`.
+    body: Option<String>,
+    /// A String attribute, `name=value`; repeatable.
+    #[arg(long = "attribute", value_parser = parse_pair)]
+    attributes: Vec<(String, String)>,
+    /// Seconds before the message can be received (0-900).
+    #[arg(long)]
+    delay: Option<u32>,
+    /// Deduplication id: a second send with it within five minutes stores nothing.
+    #[arg(long)]
+    deduplication_id: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct ReceiveArgs {
+    /// The queue.
+    queue: QueueName,
+    /// At most this many messages (1-10).
+    #[arg(long, default_value_t = 1)]
+    max: u32,
+    /// Long-poll up to this many seconds for the first message (0-20; default: the queue's).
+    #[arg(long)]
+    wait: Option<u32>,
+    /// Seconds the messages stay invisible (0-43200; default: the queue's).
+    #[arg(long)]
+    visibility: Option<u32>,
+    /// Delete each message after printing it.
+    #[arg(long)]
+    delete: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum RedriveCommand {
+    /// Start moving a dead-letter queue's messages back to their sources (or to --to).
+    Start {
+        /// The dead-letter queue.
+        queue: QueueName,
+        /// Move everything here instead of to each message's source.
+        #[arg(long)]
+        to: Option<QueueName>,
+        /// Messages per second (1-500; default: as fast as the node allows).
+        #[arg(long)]
+        rate: Option<u32>,
+    },
+    /// List recent redrive tasks of a dead-letter queue.
+    List {
+        /// The dead-letter queue.
+        queue: QueueName,
+        /// At most this many tasks (1-10).
+        #[arg(long, default_value_t = 10)]
+        max: u32,
+    },
+    /// Cancel a running redrive task.
+    Cancel {
+        /// The task handle from `trireme redrive start` or `list`.
+        task_handle: String,
+    },
+}
+
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))?;
+    if key.is_empty() {
+        return Err(format!("empty key in {s:?}"));
+    }
+    Ok((key.to_owned(), value.to_owned()))
+}
+
+/// Prints `value` as JSON, or the text `human` makes of it.
+fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce(&T) -> String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        let text = human(value);
+        if !text.is_empty() {
+            println!("{text}");
+        }
+    }
+    Ok(())
+}
+
+fn describe_queue(q: &QueueInfo) -> String {
+    let s = &q.settings;
+    let mut out = format!(
+        "queue {}\n  ready {}  in flight {}  delayed {}\n  visibility timeout {} s, delay {} s, retention {} s, max message {} bytes, receive wait {} s\n  created at {} ms, modified at {} ms",
+        q.name,
+        q.stats.ready,
+        q.stats.in_flight,
+        q.stats.delayed,
+        s.visibility_timeout_seconds,
+        s.delay_seconds,
+        s.retention_seconds,
+        s.max_message_bytes,
+        s.receive_wait_seconds,
+        q.created_at_ms,
+        q.modified_at_ms,
+    );
+    if let Some(p) = &s.redrive_policy {
+        out.push_str(&format!(
+            "\n  dead-letter queue {} after {} receives",
+            p.dead_letter_queue, p.max_receive_count
+        ));
+    }
+    for (k, v) in &q.tags {
+        out.push_str(&format!("\n  tag {k}={v}"));
+    }
+    out
+}
+
+fn describe_message(m: &Message) -> String {
+    let mut out = format!(
+        "message {} (receive {}, sent at {} ms)\n  receipt handle {}",
+        m.message_id, m.receive_count, m.sent_at_ms, m.receipt_handle
+    );
+    if let Some(source) = &m.dead_letter_source {
+        out.push_str(&format!("\n  dead-lettered from {source}"));
+    }
+    for (name, attribute) in &m.attributes {
+        let value = match &attribute.value {
+            trireme_client::AttributeValue::String(s) => s.clone(),
+            trireme_client::AttributeValue::Binary(b) => format!("{} bytes", b.len()),
+        };
+        out.push_str(&format!(
+            "\n  attribute {name} ({}) = {value}",
+            attribute.data_type
+        ));
+    }
+    out.push_str(&format!("\n  body {}", m.body));
+    out
+}
+
+fn describe_task(t: &RedriveTask) -> String {
+    let mut out = format!(
+        "task {} {}: moved {} of {}, failed {}",
+        t.task_handle, t.status, t.moved, t.to_move, t.failed
+    );
+    if let Some(reason) = &t.failure_reason {
+        out.push_str(&format!(" ({reason})"));
+    }
+    out
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let client = Client::new(ClientConfig::new(cli.endpoints.clone()))?;
+    let json = cli.json;
+    match cli.command {
+        Command::Queue(command) => queue(&client, json, command).await,
+        Command::Send(args) => {
+            let body = match args.body.as_deref() {
+                Some(body) if body != "-" => body.to_owned(),
+                _ => {
+                    let mut body = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut body)
+                        .context("reading the body from stdin")?;
+                    body
+                }
+            };
+            let mut message = SendMessage::new(body);
+            for (name, value) in args.attributes {
+                message = message.attribute(name, MessageAttribute::string(value));
+            }
+            message.delay_seconds = args.delay;
+            message.deduplication_id = args.deduplication_id;
+            let sent = client.send_message(&args.queue, &message).await?;
+            emit(json, &sent, |s| {
+                if s.duplicate {
+                    format!("{} (duplicate of an earlier send)", s.message_id)
+                } else {
+                    s.message_id.to_string()
+                }
+            })
+        }
+        Command::Receive(args) => {
+            let options = ReceiveOptions {
+                max_messages: args.max,
+                visibility_timeout_seconds: args.visibility,
+                wait_seconds: args.wait,
+            };
+            let messages = client.receive_messages(&args.queue, &options).await?;
+            if args.delete {
+                for m in &messages {
+                    client
+                        .delete_message(&args.queue, &m.receipt_handle)
+                        .await
+                        .with_context(|| format!("deleting message {}", m.message_id))?;
+                }
+            }
+            emit(json, &messages, |ms| {
+                if ms.is_empty() {
+                    "no messages".to_owned()
+                } else {
+                    ms.iter()
+                        .map(describe_message)
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                }
+            })
+        }
+        Command::Delete {
+            queue,
+            receipt_handle,
+        } => {
+            client
+                .delete_message(&queue, &ReceiptHandle::new(receipt_handle))
+                .await?;
+            emit(json, &serde_json::json!({ "deleted": true }), |_| {
+                "deleted".to_owned()
+            })
+        }
+        Command::Redrive(command) => redrive(&client, json, command).await,
+    }
+}
+
+async fn queue(client: &Client, json: bool, command: QueueCommand) -> Result<()> {
+    match command {
+        QueueCommand::Create {
+            name,
+            attributes,
+            tags,
+        } => {
+            let wanted = QueueAttributes {
+                visibility_timeout_seconds: attributes.visibility_timeout,
+                delay_seconds: attributes.delay,
+                retention_seconds: attributes.retention,
+                max_message_bytes: attributes.max_message_bytes,
+                receive_wait_seconds: attributes.receive_wait,
+                redrive_policy: attributes.redrive_policy(),
+                redrive_allow_policy: None,
+            };
+            let tags: BTreeMap<String, String> = tags.into_iter().collect();
+            let created = client.create_queue_with_tags(&name, &wanted, &tags).await?;
+            emit(json, &created, |c| {
+                let verb = if c.created {
+                    "created"
+                } else {
+                    "exists already:"
+                };
+                format!("{verb} {}", describe_queue(&c.queue))
+            })
+        }
+        QueueCommand::List { prefix } => {
+            let names = client.list_all_queues(&prefix).await?;
+            emit(json, &names, |ns| {
+                ns.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        }
+        QueueCommand::Get { name } => {
+            let info = client.get_queue(&name).await?;
+            emit(json, &info, describe_queue)
+        }
+        QueueCommand::Set {
+            name,
+            attributes,
+            clear_redrive_policy,
+        } => {
+            let changes = QueueAttributeChanges {
+                visibility_timeout_seconds: attributes.visibility_timeout,
+                delay_seconds: attributes.delay,
+                retention_seconds: attributes.retention,
+                max_message_bytes: attributes.max_message_bytes,
+                receive_wait_seconds: attributes.receive_wait,
+                redrive_policy: match (clear_redrive_policy, attributes.redrive_policy()) {
+                    (true, _) => RedriveChange::Clear,
+                    (false, Some(policy)) => RedriveChange::Set(policy),
+                    (false, None) => RedriveChange::Keep,
+                },
+                redrive_allow_policy: None,
+            };
+            if changes == QueueAttributeChanges::default() {
+                bail!("nothing to change: give at least one attribute");
+            }
+            let info = client.set_queue_attributes(&name, &changes).await?;
+            emit(json, &info, describe_queue)
+        }
+        QueueCommand::Delete { name } => {
+            client.delete_queue(&name).await?;
+            emit(json, &serde_json::json!({ "deleted": name }), |_| {
+                format!("deleted queue {name}")
+            })
+        }
+        QueueCommand::Purge { name } => {
+            client.purge_queue(&name).await?;
+            emit(json, &serde_json::json!({ "purged": name }), |_| {
+                format!("purged queue {name}")
+            })
+        }
+        QueueCommand::Sources { name } => {
+            let mut names = Vec::new();
+            let mut token: Option<String> = None;
+            for _ in 0..trireme_client::limits::LIST_PAGES_MAX {
+                let page = client
+                    .list_dead_letter_source_queues(&name, None, token.as_deref())
+                    .await?;
+                names.extend(page.names);
+                token = page.next_page_token;
+                if token.is_none() {
+                    break;
+                }
+            }
+            emit(json, &names, |ns| {
+                ns.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        }
+    }
+}
+
+async fn redrive(client: &Client, json: bool, command: RedriveCommand) -> Result<()> {
+    match command {
+        RedriveCommand::Start { queue, to, rate } => {
+            let handle = client
+                .start_redrive(&StartRedrive {
+                    source_queue: queue,
+                    destination_queue: to,
+                    max_messages_per_second: rate,
+                })
+                .await?;
+            emit(json, &serde_json::json!({ "task_handle": handle }), |_| {
+                handle.to_string()
+            })
+        }
+        RedriveCommand::List { queue, max } => {
+            let tasks = client.list_redrives(&queue, Some(max)).await?;
+            emit(json, &tasks, |ts| {
+                if ts.is_empty() {
+                    "no redrive tasks".to_owned()
+                } else {
+                    ts.iter().map(describe_task).collect::<Vec<_>>().join("\n")
+                }
+            })
+        }
+        RedriveCommand::Cancel { task_handle } => {
+            let moved = client.cancel_redrive(&TaskHandle::new(task_handle)).await?;
+            emit(json, &serde_json::json!({ "moved": moved }), |_| {
+                format!("cancelled after moving {moved} messages")
+            })
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
