@@ -231,10 +231,13 @@ mod tests {
         assert_eq!(refused_attribute(&defaults), None);
     }
 
+    /// Sets one attribute of a `QueueAttributes`.
+    type Setter = fn(&mut QueueAttributes, u32);
+
     #[test]
     fn every_range_end_is_accepted_and_one_past_it_refused() {
         let base = QueueAttributes::default();
-        let cases: [(&str, fn(&mut QueueAttributes, u32), u32, u32); 5] = [
+        let cases: [(&str, Setter, u32, u32); 5] = [
             (
                 "VisibilityTimeout",
                 |a, v| a.visibility_timeout_s = v,

@@ -18,17 +18,29 @@ impl Queues {
             for &(since, id) in &queue.ready {
                 let message = &self.messages[&id];
                 assert_eq!(&message.queue, name, "ready index of {name} holds {id}");
-                assert_eq!(message.state, MessageState::Ready { since });
+                assert_eq!(
+                    message.state,
+                    MessageState::Ready { since },
+                    "ready index of {name} holds {id} in another state"
+                );
             }
             for &(until, id) in &queue.delayed {
                 let message = &self.messages[&id];
                 assert_eq!(&message.queue, name, "delay index of {name} holds {id}");
-                assert_eq!(message.state, MessageState::Delayed { until });
+                assert_eq!(
+                    message.state,
+                    MessageState::Delayed { until },
+                    "delay index of {name} holds {id} in another state"
+                );
             }
             for &(until, id) in &queue.in_flight {
                 let message = &self.messages[&id];
                 assert_eq!(&message.queue, name, "in-flight index of {name} holds {id}");
-                assert_eq!(message.state, MessageState::InFlight { until });
+                assert_eq!(
+                    message.state,
+                    MessageState::InFlight { until },
+                    "in-flight index of {name} holds {id} in another state"
+                );
             }
             for &(sent_at, id) in &queue.retained {
                 let message = self.messages.get(&id);
@@ -44,7 +56,8 @@ impl Queues {
             let counts = queue.counts();
             assert_eq!(
                 counts.ready + counts.in_flight + counts.delayed,
-                queue.retained.len() as u64
+                queue.retained.len() as u64,
+                "state indexes of {name} do not count every stored message"
             );
             stored += queue.retained.len();
 
@@ -153,5 +166,195 @@ impl Queues {
             assert!(self.name_releases.contains(&(release_at, name.clone())));
             assert!(release_at > now, "{name} should have been released");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each invariant broken on purpose: the check must catch it. The state is built through
+    //! `apply`, then one field is corrupted behind the state machine's back.
+
+    use std::collections::BTreeMap;
+
+    use crate::command::Command;
+    use crate::ids::{MessageId, Millis, QueueName, WaiterId};
+    use crate::message::MessageState;
+    use crate::queue::Waiter;
+    use crate::queues::Queues;
+    use crate::{QueueAttributes, limits};
+
+    const T0: Millis = Millis(1_000_000);
+
+    fn jobs() -> QueueName {
+        QueueName::try_from("jobs").unwrap()
+    }
+
+    /// One queue `jobs` with message 1 in flight (received at T0) and message 2 ready.
+    fn busy() -> Queues {
+        let mut queues = Queues::new();
+        let commands = [
+            Command::CreateQueue {
+                name: jobs(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            },
+            send(1),
+            Command::Receive {
+                queue: jobs(),
+                max: 1,
+                visibility_s: None,
+                wait_s: None,
+                waiter: WaiterId(0),
+            },
+            send(2),
+        ];
+        for command in commands {
+            queues.apply(T0, command).result.unwrap();
+        }
+        queues.check_invariants();
+        queues
+    }
+
+    fn send(id: u128) -> Command {
+        Command::Send {
+            queue: jobs(),
+            id: MessageId(id),
+            body: "m".to_owned(),
+            attributes: BTreeMap::new(),
+            delay_s: None,
+            dedup: None,
+        }
+    }
+
+    #[test]
+    fn the_untouched_state_passes() {
+        busy().check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "has a waiter and a ready message")]
+    fn idle_waiter_beside_a_ready_message_is_caught() {
+        let mut queues = busy();
+        let waiter = Waiter {
+            id: WaiterId(9),
+            max: 1,
+            visibility_s: 30,
+            deadline: T0.plus_s(20),
+        };
+        queues
+            .queues
+            .get_mut(&jobs())
+            .unwrap()
+            .push_waiter(99, waiter);
+        queues.waiter_index.insert(WaiterId(9), (jobs(), 99));
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "first_receive_at against receive_count")]
+    fn received_message_without_first_receive_time_is_caught() {
+        let mut queues = busy();
+        queues
+            .messages
+            .get_mut(&MessageId(1))
+            .unwrap()
+            .first_receive_at = None;
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "first_receive_at <= received_at")]
+    fn first_receive_after_latest_receive_is_caught() {
+        let mut queues = busy();
+        queues
+            .messages
+            .get_mut(&MessageId(1))
+            .unwrap()
+            .first_receive_at = Some(T0.plus_ms(1));
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "message.handle == Some(message.last_seq)")]
+    fn handle_older_than_the_newest_receive_is_caught() {
+        let mut queues = busy();
+        queues.messages.get_mut(&MessageId(1)).unwrap().last_seq = 2;
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "visibility_total_ms_max")]
+    fn in_flight_deadline_past_the_12_h_cap_is_caught() {
+        let mut queues = busy();
+        let until = T0.plus_ms(limits::visibility_total_ms_max + 1);
+        move_state(&mut queues, 1, MessageState::InFlight { until });
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "delayed until")]
+    fn overdue_delay_is_caught() {
+        let mut queues = busy();
+        move_state(&mut queues, 2, MessageState::Delayed { until: T0 });
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "in flight until")]
+    fn overdue_visibility_is_caught() {
+        let mut queues = busy();
+        queues.now = T0.plus_s(31);
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "past retention")]
+    fn message_past_retention_is_caught() {
+        let mut queues = busy();
+        queues
+            .queues
+            .get_mut(&jobs())
+            .unwrap()
+            .attributes
+            .retention_s = 0;
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "ready index of jobs holds")]
+    fn index_entry_for_a_message_of_another_state_is_caught() {
+        let mut queues = busy();
+        let queue = queues.queues.get_mut(&jobs()).unwrap();
+        queue.ready.insert((T0, MessageId(1)));
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "do not count every stored message")]
+    fn message_missing_from_its_state_index_is_caught() {
+        let mut queues = busy();
+        let queue = queues.queues.get_mut(&jobs()).unwrap();
+        queue.ready.clear();
+        queues.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "messages outside every queue index")]
+    fn message_outside_every_index_is_caught() {
+        let mut queues = busy();
+        let mut stray = queues.messages[&MessageId(2)].clone();
+        stray.sent_at = T0;
+        queues.messages.insert(MessageId(3), stray);
+        queues.check_invariants();
+    }
+
+    /// Changes a message's state and its index entry together, bypassing the transitions.
+    fn move_state(queues: &mut Queues, id: u128, state: MessageState) {
+        let id = MessageId(id);
+        let message = queues.messages.get_mut(&id).unwrap();
+        let queue = queues.queues.get_mut(&message.queue).unwrap();
+        queue.unindex_state(id, message.state);
+        queue.index_state(id, state);
+        message.state = state;
     }
 }

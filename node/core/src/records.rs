@@ -144,7 +144,7 @@ impl Queues {
     }
 
     /// Rebuilds a node's queues from stored records (in any order) and advances time to `now`
-    /// (or to the latest time the records mention, if later: time never goes back). Every
+    /// (or stays at the latest time the records mention, if later: time never goes back). Every
     /// index is rebuilt; events that came due while the node was down fire now, and the records
     /// they change are reported by the next `take_changes`.
     ///
@@ -157,7 +157,9 @@ impl Queues {
         let mut queues = Queues::new();
         let mut messages = Vec::new();
         let mut dedups = Vec::new();
-        let mut latest = now;
+        // The latest time the records mention: the clock resumes there, so every event still
+        // due fires at its own time during the advance to `now` below.
+        let mut latest = Millis(0);
         for record in records {
             match record {
                 Record::Queue(record) => {
@@ -218,7 +220,7 @@ impl Queues {
         // Rebuilding is not a change: storage already holds exactly these records.
         queues.dirty.clear();
         queues.now = latest;
-        let wakeups = queues.advance(latest);
+        let wakeups = queues.advance(now);
         assert!(
             wakeups.is_empty(),
             "restored queues have no waiters to wake"
