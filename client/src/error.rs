@@ -67,6 +67,16 @@ pub enum Error {
         /// The node's explanation.
         message: String,
     },
+    /// A redrive setting or call does not fit the queues' state: the dead-letter queue does not
+    /// allow the source queue, the queue is not a dead-letter queue, a redrive task is already
+    /// running (or, for a cancel, no longer running).
+    #[error("redrive refused: {message}")]
+    RedriveRefused {
+        /// The queue the call named.
+        queue: Option<QueueName>,
+        /// The node's explanation.
+        message: String,
+    },
     /// A visibility change named a message that is no longer in the queue.
     #[error("message is not in flight: {message}")]
     MessageNotInFlight {
@@ -164,29 +174,20 @@ impl Subject {
     }
 }
 
-/// The metadata key under which a node may name the refusal precisely (an SQS-style code such as
-/// `StaleReceiptHandle`); without it the status code and message decide.
-const REASON_KEY: &str = "trireme-reason";
-/// The metadata key under which a node may name the field an INVALID_ARGUMENT is about.
-const FIELD_KEY: &str = "trireme-field";
-
 impl Error {
     /// Turns a status from the node at `address` into an error about `subject`.
+    ///
+    /// The node's statuses carry no machine-readable reason beyond the code, so refusals that
+    /// share a code are told apart by the wording `node/src/status.rs` gives them (the core's
+    /// `Reject` messages and the edge's `field: reason` form). A wording this does not know
+    /// falls to the most general variant of its code, never to a wrong specific one.
     pub(crate) fn from_status(status: &Status, address: &str, subject: &Subject) -> Self {
         let message = status.message().to_owned();
-        let reason = status
-            .metadata()
-            .get(REASON_KEY)
-            .and_then(|v| v.to_str().ok());
         let text = message.to_ascii_lowercase();
-        let says = |code: &str, words: &[&str]| {
-            reason == Some(code) || words.iter().any(|w| text.contains(w))
-        };
+        let says = |words: &[&str]| words.iter().any(|w| text.contains(w));
         let queue = subject.queue.clone();
         match status.code() {
-            Code::NotFound
-                if subject.task_handle.is_some() || says("RedriveTaskNotFound", &["task"]) =>
-            {
+            Code::NotFound if subject.task_handle.is_some() || says(&["redrive task"]) => {
                 Self::RedriveTaskNotFound {
                     task_handle: subject.task_handle.clone(),
                     message,
@@ -194,50 +195,29 @@ impl Error {
             }
             Code::NotFound => Self::QueueNotFound { queue, message },
             Code::AlreadyExists => Self::QueueExists { queue, message },
-            Code::InvalidArgument
-                if says(
-                    "MessageNotInFlight",
-                    &["not available for a visibility change"],
-                ) =>
-            {
-                Self::MessageNotInFlight { message }
-            }
-            Code::InvalidArgument if says("VisibilityCapExceeded", &["12 h cap"]) => {
-                Self::VisibilityCapExceeded { message }
-            }
-            Code::InvalidArgument => {
-                let field = status
-                    .metadata()
-                    .get(FIELD_KEY)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-                    .or_else(|| field_named_in(&message));
-                Self::InvalidArgument { field, message }
-            }
-            Code::FailedPrecondition if says("StaleReceiptHandle", &["superseded", "stale"]) => {
+            Code::InvalidArgument if says(&["12 h cap"]) => Self::VisibilityCapExceeded { message },
+            Code::InvalidArgument => Self::InvalidArgument {
+                field: field_named_in(&message),
+                message,
+            },
+            Code::FailedPrecondition if says(&["superseded"]) => {
                 Self::StaleReceiptHandle { message }
             }
-            Code::FailedPrecondition
-                if says(
-                    "MessageNotInFlight",
-                    &["not available for a visibility change"],
-                ) =>
-            {
+            Code::FailedPrecondition if says(&["not available for a visibility change"]) => {
                 Self::MessageNotInFlight { message }
             }
-            Code::FailedPrecondition if says("VisibilityCapExceeded", &["12 h cap"]) => {
-                Self::VisibilityCapExceeded { message }
-            }
-            Code::FailedPrecondition
-                if says(
-                    "QueueDeletedRecently",
-                    &["deleted recently", "deleted less than"],
-                ) =>
-            {
+            Code::FailedPrecondition if says(&["deleted less than", "deleted recently"]) => {
                 Self::QueueDeletedRecently { queue, message }
             }
-            Code::FailedPrecondition => Self::ReceiptHandleInvalid { message },
-            Code::ResourceExhausted if says("PurgeInProgress", &["purge"]) => {
+            Code::FailedPrecondition
+                if says(&["receipthandleisinvalid", "receipt_handle", "receipt handle"]) =>
+            {
+                Self::ReceiptHandleInvalid { message }
+            }
+            // What is left of FAILED_PRECONDITION is about redrive: the dead-letter queue does not
+            // allow the source, the queue is no dead-letter queue, a task is (not) running.
+            Code::FailedPrecondition => Self::RedriveRefused { queue, message },
+            Code::ResourceExhausted if says(&["purged recently"]) => {
                 Self::PurgeInProgress { queue, message }
             }
             Code::ResourceExhausted => Self::ResourceExhausted { message },
@@ -275,14 +255,13 @@ fn field_named_in(message: &str) -> Option<String> {
         .or_else(|| head.strip_prefix("field "))
         .unwrap_or(head)
         .trim();
-    let identifier = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.';
+    // Field paths such as `entries[3].id` are names too.
+    let identifier = |c: char| c.is_ascii_alphanumeric() || "_.[]".contains(c);
     (!name.is_empty() && name.chars().all(identifier)).then(|| name.to_owned())
 }
 
 #[cfg(test)]
 mod tests {
-    use tonic::metadata::MetadataValue;
-
     use super::*;
 
     fn map(code: Code, message: &str) -> Error {
@@ -336,22 +315,17 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        match map(Code::InvalidArgument, "body is empty") {
-            Error::InvalidArgument { field, .. } => assert_eq!(field, None),
+        match map(
+            Code::InvalidArgument,
+            "entries[3].id: must be 1-80 of [A-Za-z0-9_-]",
+        ) {
+            Error::InvalidArgument { field, .. } => {
+                assert_eq!(field.as_deref(), Some("entries[3].id"))
+            }
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn metadata_field_wins_over_the_message() {
-        let mut status = Status::invalid_argument("something: odd");
-        status
-            .metadata_mut()
-            .insert(FIELD_KEY, MetadataValue::from_static("max_messages"));
-        match Error::from_status(&status, "a", &Subject::default()) {
-            Error::InvalidArgument { field, .. } => {
-                assert_eq!(field.as_deref(), Some("max_messages"))
-            }
+        match map(Code::InvalidArgument, "message body: is empty") {
+            Error::InvalidArgument { field, .. } => assert_eq!(field, None),
             other => panic!("{other:?}"),
         }
     }
@@ -368,17 +342,16 @@ mod tests {
         assert!(matches!(
             map(
                 Code::FailedPrecondition,
-                "receipt handle is invalid: NeverIssued"
+                "receipt_handle: ReceiptHandleIsInvalid: no receive issued this handle"
             ),
             Error::ReceiptHandleInvalid { .. }
         ));
-        let mut status = Status::failed_precondition("opaque");
-        status
-            .metadata_mut()
-            .insert(REASON_KEY, MetadataValue::from_static("StaleReceiptHandle"));
         assert!(matches!(
-            Error::from_status(&status, "a", &Subject::default()),
-            Error::StaleReceiptHandle { .. }
+            map(
+                Code::FailedPrecondition,
+                "queue dlq does not allow orders as a dead-letter source"
+            ),
+            Error::RedriveRefused { .. }
         ));
     }
 
