@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use trireme_core::{Command, Outcome, QueueAttributes, QueueName, QueueView, RedriveAllow};
+use trireme_core::{Command, QueueAttributes, QueueName, QueueView, RedriveAllow};
 
 use super::attributes::{parse_queue_attributes, requested_queue_attributes};
 use super::error::SqsError;

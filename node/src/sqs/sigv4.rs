@@ -122,7 +122,7 @@ pub fn verify(request: &SignedRequest<'_>, keys: &[AccessKey], now_ms: u64) -> R
         authorization.date, authorization.region, authorization.service
     );
     let signing_key = signing_key(&key.secret, authorization.date, authorization.region, authorization.service);
-    let expected = from_hex(authorization.signature).ok_or_else(|_| SqsError::IncompleteSignature {
+    let expected = from_hex(authorization.signature).ok_or_else(|| SqsError::IncompleteSignature {
         reason: "the signature is not hexadecimal".to_owned(),
     })?;
 
