@@ -1167,3 +1167,336 @@ fn check_tags(tags: &BTreeMap<String, String>) -> Result<(), Reject> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! Caps too large to reach one command at a time (the state is filled behind the state
+    //! machine's back, then one command meets the cap), and the fine print of time advance.
+
+    use super::*;
+
+    const T0: Millis = Millis(1_000_000);
+
+    fn jobs() -> QueueName {
+        QueueName::try_from("jobs").unwrap()
+    }
+
+    fn create(queues: &mut Queues, name: &QueueName, attributes: QueueAttributes) {
+        let step = queues.apply(
+            T0,
+            Command::CreateQueue {
+                name: name.clone(),
+                attributes,
+                tags: BTreeMap::new(),
+            },
+        );
+        assert_eq!(step.result, Ok(Outcome::QueueCreated { created: true }));
+    }
+
+    fn send(id: u128) -> Command {
+        Command::Send {
+            queue: jobs(),
+            id: MessageId(id),
+            body: "m".to_owned(),
+            attributes: BTreeMap::new(),
+            delay_s: None,
+            dedup: None,
+        }
+    }
+
+    fn receive(max: u32, visibility_s: u32, wait_s: u32, waiter: u64) -> Command {
+        Command::Receive {
+            queue: jobs(),
+            max,
+            visibility_s: Some(visibility_s),
+            wait_s: Some(wait_s),
+            waiter: WaiterId(waiter),
+        }
+    }
+
+    /// Stores `count` in-flight messages in `jobs` directly (ids from 1_000_000 up).
+    fn fill_in_flight(queues: &mut Queues, count: u64) {
+        for n in 0..u128::from(count) {
+            queues.insert_message(
+                MessageId(1_000_000 + n),
+                Message {
+                    queue: jobs(),
+                    state: MessageState::InFlight {
+                        until: T0.plus_s(600),
+                    },
+                    receive_count: 1,
+                    last_seq: 1,
+                    first_receive_at: Some(T0),
+                    received_at: Some(T0),
+                    handle: Some(1),
+                    sent_at: T0,
+                    source: None,
+                    body: "m".to_owned(),
+                    attributes: BTreeMap::new(),
+                },
+            );
+        }
+    }
+
+    #[test]
+    fn queue_limit_refuses_one_more_queue() {
+        let mut queues = Queues::new();
+        for n in 0..limits::queues_max {
+            let name = QueueName::try_from(format!("q{n}")).unwrap();
+            queues.queues.insert(
+                name,
+                Queue::new(QueueAttributes::default(), T0, BTreeMap::new()),
+            );
+        }
+        let step = queues.apply(
+            T0,
+            Command::CreateQueue {
+                name: jobs(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            },
+        );
+        assert_eq!(
+            step.result,
+            Err(Reject::QueueLimit {
+                max: limits::queues_max
+            })
+        );
+    }
+
+    #[test]
+    fn inflight_limit_refuses_a_receive_and_ends_waiters_empty() {
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        // A waiter opened before the queue filled up.
+        let step = queues.apply(T0, receive(1, 30, 20, 7));
+        assert_eq!(
+            step.result,
+            Ok(Outcome::Waiting {
+                waiter: WaiterId(7)
+            })
+        );
+        fill_in_flight(&mut queues, limits::inflight_per_queue_max);
+        // A send makes a message ready; the waiter cannot take it and is answered empty
+        // rather than left waiting beside a ready message.
+        let step = queues.apply(T0, send(1));
+        assert_eq!(
+            step.wakeups,
+            vec![Wakeup::Empty {
+                waiter: WaiterId(7)
+            }]
+        );
+        let step = queues.apply(T0, receive(1, 30, 0, 8));
+        assert_eq!(
+            step.result,
+            Err(Reject::InflightLimit {
+                name: jobs(),
+                max: limits::inflight_per_queue_max
+            })
+        );
+        assert_eq!(queues.queue(&jobs()).unwrap().counts.ready, 1);
+    }
+
+    #[test]
+    fn receive_near_the_inflight_limit_delivers_only_up_to_it() {
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        fill_in_flight(&mut queues, limits::inflight_per_queue_max - 2);
+        for id in 1..=5 {
+            queues.apply(T0, send(id)).result.unwrap();
+        }
+        let step = queues.apply(T0, receive(10, 30, 0, 1));
+        let Ok(Outcome::Received(deliveries)) = step.result else {
+            panic!("{:?}", step.result);
+        };
+        assert_eq!(deliveries.len(), 2);
+        assert_eq!(queues.queue(&jobs()).unwrap().counts.ready, 3);
+    }
+
+    #[test]
+    fn waiter_limit_refuses_one_more_long_poll() {
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        let queue = queues.queues.get_mut(&jobs()).unwrap();
+        for n in 0..limits::waiters_per_queue_max as u64 {
+            queue.push_waiter(
+                n,
+                Waiter {
+                    id: WaiterId(n),
+                    max: 1,
+                    visibility_s: 30,
+                    deadline: T0.plus_s(20),
+                },
+            );
+            queues.waiter_index.insert(WaiterId(n), (jobs(), n));
+        }
+        queues.next_arrival = limits::waiters_per_queue_max as u64;
+        let step = queues.apply(T0, receive(1, 30, 20, u64::MAX));
+        assert_eq!(
+            step.result,
+            Err(Reject::WaiterLimit {
+                name: jobs(),
+                max: limits::waiters_per_queue_max
+            })
+        );
+        // A short poll is not a waiter and is not refused.
+        let step = queues.apply(T0, receive(1, 30, 0, u64::MAX));
+        assert_eq!(step.result, Ok(Outcome::Received(vec![])));
+    }
+
+    #[test]
+    fn visibility_change_of_a_restored_message_respects_the_inflight_limit() {
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        queues.apply(T0, send(1)).result.unwrap();
+        let step = queues.apply(T0, receive(1, 0, 0, 1));
+        let Ok(Outcome::Received(deliveries)) = step.result else {
+            panic!("{:?}", step.result);
+        };
+        // Restored by the next action; then the queue fills up.
+        queues.advance(T0);
+        fill_in_flight(&mut queues, limits::inflight_per_queue_max);
+        let step = queues.apply(
+            T0,
+            Command::ChangeVisibility {
+                queue: jobs(),
+                handle: deliveries[0].handle.clone(),
+                timeout_s: 10,
+            },
+        );
+        assert_eq!(
+            step.result,
+            Err(Reject::InflightLimit {
+                name: jobs(),
+                max: limits::inflight_per_queue_max
+            })
+        );
+    }
+
+    #[test]
+    fn simultaneous_restore_serves_before_retention_expires() {
+        // The page's order for one instant: delay ends, restores (and the serving they cause),
+        // then retention. A message restored at the instant its retention ends is delivered to
+        // an open waiter and is gone right after.
+        let mut queues = Queues::new();
+        let attributes = QueueAttributes {
+            retention_s: 60,
+            ..QueueAttributes::default()
+        };
+        create(&mut queues, &jobs(), attributes);
+        queues.apply(T0, send(1)).result.unwrap();
+        queues
+            .apply(T0.plus_s(30), receive(1, 30, 0, 1))
+            .result
+            .unwrap();
+        let step = queues.apply(T0.plus_s(40), receive(1, 30, 20, 2));
+        assert_eq!(
+            step.result,
+            Ok(Outcome::Waiting {
+                waiter: WaiterId(2)
+            })
+        );
+        let wakeups = queues.advance(T0.plus_s(60));
+        assert!(matches!(
+            &wakeups[..],
+            [Wakeup::Served { waiter: WaiterId(2), deliveries }] if deliveries.len() == 1
+        ));
+        assert_eq!(queues.message(&jobs(), MessageId(1)), None);
+    }
+
+    #[test]
+    fn message_ready_at_a_waiters_deadline_serves_it() {
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        let delayed = Command::Send {
+            queue: jobs(),
+            id: MessageId(1),
+            body: "m".to_owned(),
+            attributes: BTreeMap::new(),
+            delay_s: Some(20),
+            dedup: None,
+        };
+        queues.apply(T0, delayed).result.unwrap();
+        queues.apply(T0, receive(1, 30, 20, 1)).result.unwrap();
+        let wakeups = queues.advance(T0.plus_s(20));
+        assert!(matches!(
+            &wakeups[..],
+            [Wakeup::Served {
+                waiter: WaiterId(1),
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn visibility_0_waiters_served_before_the_advance_target_pass_the_message_on() {
+        // A restore at 10 s with three waiters of visibility 0, and time jumping to 15 s: each
+        // waiter receives the message at 10 s, it is immediately visible again, and the next
+        // waiter receives it; after the last it is ready.
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        queues.apply(T0, send(1)).result.unwrap();
+        queues.apply(T0, receive(1, 10, 0, 1)).result.unwrap();
+        for waiter in 2..=4 {
+            let step = queues.apply(T0, receive(1, 0, 20, waiter));
+            assert_eq!(
+                step.result,
+                Ok(Outcome::Waiting {
+                    waiter: WaiterId(waiter)
+                })
+            );
+        }
+        let wakeups = queues.advance(T0.plus_s(15));
+        let served: Vec<u64> = wakeups.iter().map(|wakeup| wakeup.waiter().0).collect();
+        assert_eq!(served, vec![2, 3, 4]);
+        let view = queues.message(&jobs(), MessageId(1)).unwrap();
+        assert_eq!(view.receive_count, 4);
+        assert_eq!(
+            view.state,
+            MessageState::Ready {
+                since: T0.plus_s(10)
+            }
+        );
+    }
+
+    #[test]
+    fn visibility_0_waiter_served_at_the_advance_target_holds_the_message_until_the_next_action() {
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        queues.apply(T0, send(1)).result.unwrap();
+        queues.apply(T0, receive(1, 10, 0, 1)).result.unwrap();
+        for waiter in 2..=3 {
+            queues.apply(T0, receive(1, 0, 20, waiter)).result.unwrap();
+        }
+        let wakeups = queues.advance(T0.plus_s(10));
+        assert_eq!(wakeups.len(), 1);
+        assert_eq!(wakeups[0].waiter(), WaiterId(2));
+        let view = queues.message(&jobs(), MessageId(1)).unwrap();
+        assert_eq!(
+            view.state,
+            MessageState::InFlight {
+                until: T0.plus_s(10)
+            }
+        );
+        assert_eq!(queues.waiters(&jobs()), vec![WaiterId(3)]);
+        // The next action, at the same time, restores it and serves the second waiter.
+        let wakeups = queues.advance(T0.plus_s(10));
+        assert_eq!(wakeups.len(), 1);
+        assert_eq!(wakeups[0].waiter(), WaiterId(3));
+    }
+
+    #[test]
+    fn receive_is_deterministic_for_equal_ready_times() {
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        for id in [5, 3, 9, 1] {
+            queues.apply(T0, send(id)).result.unwrap();
+        }
+        let step = queues.apply(T0, receive(10, 30, 0, 1));
+        let Ok(Outcome::Received(deliveries)) = step.result else {
+            panic!("{:?}", step.result);
+        };
+        let ids: Vec<u128> = deliveries.iter().map(|d| d.message.0).collect();
+        assert_eq!(ids, vec![1, 3, 5, 9], "ties are broken by message id");
+    }
+}

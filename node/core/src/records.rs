@@ -294,3 +294,148 @@ fn queue_record(name: &QueueName, queue: &Queue) -> QueueRecord {
         last_purge_at: queue.last_purge_at,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::attributes::RedrivePolicy;
+    use crate::command::{Command, Outcome};
+    use crate::ids::{DedupId, WaiterId};
+
+    const T0: Millis = Millis(1_000_000);
+
+    fn name(text: &str) -> QueueName {
+        QueueName::try_from(text).unwrap()
+    }
+
+    fn send(queue: &str, id: u128, delay_s: Option<u32>, dedup: Option<&str>) -> Command {
+        Command::Send {
+            queue: name(queue),
+            id: MessageId(id),
+            body: format!("body {id}"),
+            attributes: BTreeMap::from([(
+                "n".to_owned(),
+                AttributeValue::String {
+                    data_type: "Number".to_owned(),
+                    value: id.to_string(),
+                },
+            )]),
+            delay_s,
+            dedup: dedup.map(|d| DedupId::try_from(d).unwrap()),
+        }
+    }
+
+    fn receive(queue: &str, visibility_s: u32) -> Command {
+        Command::Receive {
+            queue: name(queue),
+            max: 10,
+            visibility_s: Some(visibility_s),
+            wait_s: Some(0),
+            waiter: WaiterId(0),
+        }
+    }
+
+    /// Every observable query of `queues`, gathered in one comparable value.
+    fn observable(queues: &Queues) -> String {
+        let mut out = format!(
+            "now {:?}\nnext {:?}\n",
+            queues.now(),
+            queues.next_deadline()
+        );
+        for name in queues.list_queues("", None, usize::MAX) {
+            out += &format!("{:?}\n", queues.queue(&name));
+            out += &format!("{:?}\n", queues.dead_letter_sources(&name));
+            for message in queues.messages(&name) {
+                out += &format!("{message:?}\n");
+            }
+        }
+        out += &format!("{:?}\n", queues.records().collect::<Vec<_>>());
+        out
+    }
+
+    #[test]
+    fn restore_of_every_change_equals_the_original() {
+        let mut queues = Queues::new();
+        let steps = [
+            Command::CreateQueue {
+                name: name("dlq"),
+                attributes: Default::default(),
+                tags: BTreeMap::new(),
+            },
+            Command::CreateQueue {
+                name: name("jobs"),
+                attributes: crate::QueueAttributes {
+                    redrive: Some(RedrivePolicy {
+                        dead_letter_queue: name("dlq"),
+                        max_receive_count: 1,
+                    }),
+                    ..Default::default()
+                },
+                tags: BTreeMap::from([("team".to_owned(), "core".to_owned())]),
+            },
+            Command::CreateQueue {
+                name: name("old"),
+                attributes: Default::default(),
+                tags: BTreeMap::new(),
+            },
+            Command::PurgeQueue { name: name("dlq") },
+            send("jobs", 1, None, Some("a")),
+            send("jobs", 2, None, None),
+            send("jobs", 3, Some(600), Some("b")),
+            receive("jobs", 0),
+            send("jobs", 4, None, None),
+            receive("jobs", 100),
+            send("jobs", 5, None, None),
+            Command::DeleteQueue { name: name("old") },
+        ];
+        for (n, command) in steps.into_iter().enumerate() {
+            let step = queues.apply(T0.plus_s(n as u32), command);
+            assert!(step.result.is_ok(), "step {n}: {:?}", step.result);
+        }
+        // The receive with visibility 0 left messages for the dead-letter queue.
+        assert!(queues.messages(&name("dlq")).count() > 0);
+        let records: Vec<Record> = queues
+            .take_changes()
+            .into_iter()
+            .filter_map(|change| match change {
+                Change::Put(record) => Some(record),
+                Change::Remove(_) => None,
+            })
+            .collect();
+        let restored = Queues::restore(records, queues.now());
+        assert_eq!(observable(&restored), observable(&queues));
+        // And both answer the next command alike.
+        let mut original = queues;
+        let mut copy = restored;
+        let next = send("jobs", 3, None, Some("b"));
+        let a = original.apply(T0.plus_s(20), next.clone());
+        let b = copy.apply(T0.plus_s(20), next);
+        assert_eq!(
+            a.result,
+            Ok(Outcome::Sent {
+                id: MessageId(3),
+                duplicate: true
+            })
+        );
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn take_changes_is_empty_when_nothing_changed() {
+        let mut queues = Queues::new();
+        assert_eq!(queues.take_changes(), vec![]);
+        queues.apply(
+            T0,
+            Command::CreateQueue {
+                name: name("jobs"),
+                attributes: Default::default(),
+                tags: BTreeMap::new(),
+            },
+        );
+        assert_eq!(queues.take_changes().len(), 1);
+        queues.advance(T0.plus_s(5));
+        assert_eq!(queues.take_changes(), vec![]);
+    }
+}

@@ -6,6 +6,7 @@ mod admin;
 mod dead_letter;
 mod persistence;
 mod races;
+mod random;
 mod rejects;
 mod support;
 mod timing;
