@@ -28,6 +28,7 @@ mod error;
 pub mod limits;
 mod retry;
 mod types;
+pub mod worker;
 
 pub use backoff::Backoff;
 pub use client::{Client, ClientConfig, DEFAULT_ENDPOINT, SendBatchEntry};
@@ -39,4 +40,8 @@ pub use types::{
     QueuePage, QueueSettings, QueueStats, ReceiptHandle, ReceiveOptions, RedriveAllowPolicy,
     RedriveChange, RedrivePolicy, RedriveStatus, RedriveTask, SendMessage, SentBatchEntry,
     SentMessage, StartRedrive, TaskHandle, VisibilityChange,
+};
+pub use worker::{
+    HandlerError, HandlerOutcome, Job, Worker, WorkerConfig, WorkerCounters, WorkerCounts,
+    WorkerMetrics,
 };

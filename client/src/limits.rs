@@ -59,6 +59,31 @@ pub const RETRY_BACKOFF_CAP_DEFAULT: Duration = Duration::from_secs(2);
 /// Pages `list_all_queues` follows before giving up on a listing that never ends.
 pub const LIST_PAGES_MAX: usize = 10_000;
 
+/// Message attributes per message, as in SQS.
+pub const MESSAGE_ATTRIBUTES_MAX: usize = 10;
+
+/// Handlers one worker runs at once, at most.
+pub const WORKER_CONCURRENCY_MAX: usize = 1_000;
+
+/// Handlers one worker runs at once unless configured.
+pub const WORKER_CONCURRENCY_DEFAULT: usize = 10;
+
+/// The visibility timeout a worker receives with and extends by, unless configured.
+pub const WORKER_VISIBILITY_SECONDS_DEFAULT: u32 = 30;
+
+/// First ceiling of a worker's retry delay; doubles with each receive of the message.
+pub const WORKER_RETRY_BACKOFF_BASE_DEFAULT: Duration = Duration::from_secs(1);
+
+/// Largest worker retry delay: a dependency down for minutes does not burn every attempt.
+pub const WORKER_RETRY_BACKOFF_CAP_DEFAULT: Duration = Duration::from_secs(900);
+
+/// How long running handlers may finish after a worker's shutdown begins.
+pub const WORKER_SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
+
+const _: () = assert!(WORKER_CONCURRENCY_DEFAULT <= WORKER_CONCURRENCY_MAX);
+const _: () = assert!(WORKER_VISIBILITY_SECONDS_DEFAULT <= VISIBILITY_SECONDS_MAX);
+// A retry delay is a visibility timeout, so it must fit one.
+const _: () = assert!(WORKER_RETRY_BACKOFF_CAP_DEFAULT.as_secs() <= VISIBILITY_SECONDS_MAX as u64);
 const _: () = assert!(DECODE_MESSAGE_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(ENCODE_MESSAGE_BYTES_MAX <= DECODE_MESSAGE_BYTES_MAX + ENVELOPE_BYTES_MAX);
 // One attempt must fit in a call's budget, or an idempotent call could never be retried.
