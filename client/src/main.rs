@@ -55,6 +55,36 @@ enum Command {
     /// Move messages out of a dead-letter queue.
     #[command(subcommand)]
     Redrive(RedriveCommand),
+    /// Run a command per message until SIGINT or SIGTERM: the body on its stdin, exit status 0
+    /// deletes the message, 75 (EX_TEMPFAIL) retries it later, anything else moves it to the
+    /// queue's dead-letter queue.
+    Worker(WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+struct WorkerArgs {
+    /// The queue.
+    queue: QueueName,
+    /// The command, run by `sh -c` with the body on stdin and TRIREME_QUEUE,
+    /// TRIREME_MESSAGE_ID, TRIREME_IDEMPOTENCY_KEY and TRIREME_RECEIVE_COUNT set; its stdout
+    /// goes to stderr so that this command's own output stays parseable.
+    #[arg(long)]
+    exec: String,
+    /// Commands running at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Seconds a received message stays invisible; extended while the command runs.
+    #[arg(long, default_value_t = trireme_client::limits::WORKER_VISIBILITY_SECONDS_DEFAULT)]
+    visibility: u32,
+    /// Long-poll wait of each receive in seconds (0-20).
+    #[arg(long, default_value_t = trireme_client::limits::WAIT_SECONDS_MAX)]
+    wait: u32,
+    /// Seconds running commands may finish after a signal before their messages are released.
+    #[arg(long, default_value_t = trireme_client::limits::WORKER_SHUTDOWN_GRACE_DEFAULT.as_secs())]
+    grace: u64,
+    /// Largest retry delay in seconds (the first is up to 1 s, doubling per receive).
+    #[arg(long, default_value_t = trireme_client::limits::WORKER_RETRY_BACKOFF_CAP_DEFAULT.as_secs())]
+    retry_cap: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -360,6 +390,7 @@ async fn run(cli: Cli) -> Result<()> {
             })
         }
         Command::Redrive(command) => redrive(&client, json, command).await,
+        Command::Worker(args) => worker::run(client, json, args).await,
     }
 }
 
@@ -492,6 +523,170 @@ async fn redrive(client: &Client, json: bool, command: RedriveCommand) -> Result
                 format!("cancelled after moving {moved} messages")
             })
         }
+    }
+}
+
+mod worker {
+    //! `trireme worker --exec`: the client crate's `Worker` with a shell command as handler.
+
+    use std::os::fd::AsFd;
+    use std::process::Stdio;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use anyhow::{Context, Result};
+    use tokio::io::AsyncWriteExt;
+    use tokio::signal::unix::{SignalKind, signal};
+    use trireme_client::{
+        Backoff, Client, HandlerError, HandlerOutcome, Job, Message, Worker, WorkerConfig,
+        WorkerCounters, WorkerMetrics,
+    };
+
+    use super::WorkerArgs;
+
+    /// The exit status that asks for a retry: `EX_TEMPFAIL` from sysexits.h.
+    const EXIT_RETRY: i32 = 75;
+
+    /// Prints one line per settled message and keeps the totals.
+    struct Report {
+        json: bool,
+        counters: WorkerCounters,
+    }
+
+    impl Report {
+        fn line(&self, event: &str, message: &Message, detail: Option<String>) {
+            if self.json {
+                let mut value = serde_json::json!({
+                    "event": event,
+                    "message_id": message.message_id,
+                    "receive_count": message.receive_count,
+                });
+                if let Some(detail) = detail {
+                    value["detail"] = serde_json::Value::String(detail);
+                }
+                println!("{value}");
+            } else {
+                match detail {
+                    Some(detail) => println!("{event} {} ({detail})", message.message_id),
+                    None => println!("{event} {}", message.message_id),
+                }
+            }
+        }
+    }
+
+    impl WorkerMetrics for Report {
+        fn processed(&self, message: &Message) {
+            self.counters.processed(message);
+            self.line("processed", message, None);
+        }
+        fn retried(&self, message: &Message, delay: Duration) {
+            self.counters.retried(message, delay);
+            self.line(
+                "retried",
+                message,
+                Some(format!("visible again in {} s", delay.as_secs())),
+            );
+        }
+        fn dead_lettered(&self, message: &Message) {
+            self.counters.dead_lettered(message);
+            self.line("dead_lettered", message, None);
+        }
+        fn extended(&self, message: &Message) {
+            self.counters.extended(message);
+        }
+        fn released(&self, message: &Message) {
+            self.counters.released(message);
+            self.line("released", message, None);
+        }
+        fn handler_latency(&self, message: &Message, latency: Duration, outcome: HandlerOutcome) {
+            self.counters.handler_latency(message, latency, outcome);
+        }
+    }
+
+    /// Runs the command for one job and maps its exit status to an outcome.
+    async fn run_command(command: Arc<String>, job: Job) -> Result<(), HandlerError> {
+        let stdout = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(HandlerError::retryable)?;
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(command.as_str())
+            .env("TRIREME_QUEUE", job.queue.as_str())
+            .env("TRIREME_MESSAGE_ID", job.message.message_id.as_str())
+            .env("TRIREME_IDEMPOTENCY_KEY", job.idempotency_key())
+            .env(
+                "TRIREME_RECEIVE_COUNT",
+                job.message.receive_count.to_string(),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(stdout))
+            // A released message's command is killed with it.
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| HandlerError::retryable(format!("cannot start sh: {e}")))?;
+        let mut stdin = child.stdin.take().expect("stdin was piped");
+        // A command that exits without reading its input is not an error of the worker's.
+        let _ = stdin.write_all(job.message.body.as_bytes()).await;
+        drop(stdin);
+        let status = child.wait().await.map_err(HandlerError::retryable)?;
+        match status.code() {
+            Some(0) => Ok(()),
+            Some(EXIT_RETRY) => Err(HandlerError::retryable(format!("exit status {EXIT_RETRY}"))),
+            Some(code) => Err(HandlerError::terminal(format!("exit status {code}"))),
+            None => Err(HandlerError::terminal("killed by a signal")),
+        }
+    }
+
+    pub(super) async fn run(client: Client, json: bool, args: WorkerArgs) -> Result<()> {
+        let config = WorkerConfig {
+            concurrency: args.concurrency,
+            wait_seconds: args.wait,
+            visibility_timeout_seconds: args.visibility,
+            shutdown_grace: Duration::from_secs(args.grace),
+            retry_backoff: Backoff::new(
+                trireme_client::limits::WORKER_RETRY_BACKOFF_BASE_DEFAULT,
+                Duration::from_secs(args.retry_cap)
+                    .max(trireme_client::limits::WORKER_RETRY_BACKOFF_BASE_DEFAULT),
+            ),
+            ..WorkerConfig::default()
+        };
+        let report = Arc::new(Report {
+            json,
+            counters: WorkerCounters::default(),
+        });
+        let command = Arc::new(args.exec);
+        let worker = Worker::new(client, args.queue, move |job| {
+            run_command(command.clone(), job)
+        })
+        .with_config(config)
+        .with_metrics(report.clone());
+        let mut terminate =
+            signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        };
+        let result = worker.run(shutdown).await;
+        let totals = report.counters.snapshot();
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({ "event": "stopped", "totals": totals })
+            );
+        } else {
+            eprintln!(
+                "stopped: {} processed, {} retried, {} dead-lettered, {} released, {} extensions",
+                totals.processed,
+                totals.retried,
+                totals.dead_lettered,
+                totals.released,
+                totals.extended
+            );
+        }
+        Ok(result?)
     }
 }
 
