@@ -55,6 +55,10 @@ pub const max_receive_count_min: u32 = 1;
 pub const max_receive_count_max: u32 = 1_000;
 /// Source queues a `RedriveAllowPolicy` of kind `byQueue` may name.
 pub const redrive_allow_sources_max: usize = 10;
+/// Queues in one chain of redrive policies (a source, its dead-letter queue, that queue's
+/// dead-letter queue, ...). A receive that moves a message serves the dead-letter queue at once,
+/// and that serve may move it on, so the chain bounds the depth of that recursion.
+pub const redrive_chain_queues_max: usize = 8;
 /// Messages one redrive command may move (the shell drives a move task in steps of at most
 /// this many, which bounds the work of one action).
 pub const redrive_messages_max: u32 = 10_000;
@@ -98,6 +102,8 @@ const _: () = assert!(max_receive_count_min <= max_receive_count_max);
 // A purge and a resend within the deduplication window are still deduplicated: the window
 // outlasts the purge interval, so a client that retries across a purge cannot double-send.
 const _: () = assert!(dedup_window_ms >= purge_interval_ms);
+// A source and its dead-letter queue form the shortest chain.
+const _: () = assert!(redrive_chain_queues_max >= 2);
 // A redrive command must be able to move at least a batch.
 const _: () = assert!(redrive_messages_max >= batch_entries_max);
 // The in-flight cap must allow at least one full receive.

@@ -16,32 +16,6 @@ use crate::message::{AttributeValue, Message, MessageState, MessageView, check_m
 use crate::queue::{Queue, QueueView, Waiter};
 use crate::records::RecordKey;
 
-/// Something that happens when time reaches it, in the order the page fires simultaneous
-/// events (spec/queue-core.md#actions): delay ends, visibility restores, retention,
-/// deduplication expiry, waiter deadlines; then the end of a deleted name's reuse window.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Event {
-    DelayEnd(QueueName, MessageId),
-    Restore(QueueName, MessageId),
-    Retention(QueueName, MessageId),
-    DedupExpiry(QueueName, DedupId),
-    WaiterDeadline(QueueName, u64),
-    NameRelease(QueueName),
-}
-
-impl Event {
-    fn rank(&self) -> u8 {
-        match self {
-            Event::DelayEnd(..) => 0,
-            Event::Restore(..) => 1,
-            Event::Retention(..) => 2,
-            Event::DedupExpiry(..) => 3,
-            Event::WaiterDeadline(..) => 4,
-            Event::NameRelease(..) => 5,
-        }
-    }
-}
-
 /// One node's queues, messages, waiters and deduplication windows.
 #[derive(Clone, Debug, Default)]
 pub struct Queues {
@@ -64,12 +38,6 @@ pub struct Queues {
     to_serve: VecDeque<QueueName>,
     /// Waiters answered during the current step.
     wakeups: Vec<Wakeup>,
-    /// While an advance runs: its target time. A delivery made during the advance at exactly
-    /// the target with visibility 0 is `InFlight{now}`; the page leaves such a message in flight
-    /// until the next action, so the advance must not restore it again at once.
-    advance_target: Option<Millis>,
-    /// Messages delivered with visibility 0 at the target of the running advance.
-    fresh_in_flight: BTreeSet<MessageId>,
 }
 
 impl Queues {
@@ -113,7 +81,7 @@ impl Queues {
     /// message received with visibility 0 is restored by the next action). O(queues · log n).
     #[must_use]
     pub fn next_deadline(&self) -> Option<Millis> {
-        self.earliest_event(None).map(|(at, _)| at)
+        self.earliest_event(None)
     }
 
     /// A queue's settings, counts and tags.
@@ -198,158 +166,163 @@ impl Queues {
 
     // ----- time -----
 
-    /// Fires every event due at or before `now`, in time order, then sets the clock to `now`.
+    /// Advances time to `now` (spec/queue-core.md#actions): fires, instant by instant in time
+    /// order, everything due at or before it, then sets the clock to `now`.
+    ///
+    /// Within one instant the page's order holds: delay ends, visibility restores, serving the
+    /// queues that got a ready message (in name order), retention, deduplication expiry, waiter
+    /// deadlines, then the end of deleted names' reuse windows. A message delivered with
+    /// visibility 0 while serving at an instant is `InFlight{instant}`: it is restored at the
+    /// next instant this advance fires, or at `now` if none is left, or (when the instant is
+    /// `now` itself) by the next action, as the page says of a visibility of 0.
     fn fire_due(&mut self, now: Millis) {
         let target = now.max(self.now);
-        self.advance_target = Some(target);
-        while let Some((at, event)) = self.earliest_event(Some(target)) {
-            assert!(at <= target);
+        let mut last: Option<Millis> = None;
+        loop {
+            let instant = match self.earliest_event(last) {
+                Some(at) if at <= target => at,
+                _ => {
+                    // Only deliveries with visibility 0 made at `last` can still be due.
+                    let left_in_flight = last.is_some_and(|last| last < target)
+                        && self.earliest_event(None).is_some_and(|at| at <= target);
+                    if !left_in_flight {
+                        break;
+                    }
+                    target
+                }
+            };
             // I11 held after the previous step, so nothing was overdue then.
-            assert!(at >= self.now);
-            self.fire(at, event);
-            self.serve_pending(at);
+            assert!(instant >= self.now);
+            assert!(last.is_none_or(|last| instant > last));
+            self.fire_instant(instant);
+            last = Some(instant);
         }
         self.now = target;
-        self.advance_target = None;
-        self.fresh_in_flight.clear();
     }
 
-    /// The earliest event, with ties broken by the page's order and then by queue. With a
-    /// `limit`, only events due at or before it, skipping messages delivered with visibility 0
-    /// at the limit during the running advance.
-    fn earliest_event(&self, limit: Option<Millis>) -> Option<(Millis, Event)> {
-        let mut candidates: Vec<(Millis, u8, &QueueName)> = Vec::new();
-        for (name, queue) in &self.queues {
-            if let Some(&(until, _)) = queue.delayed.first() {
-                candidates.push((until, 0, name));
+    /// The earliest time anything is due. With `after`, in-flight deadlines at or before it
+    /// are skipped: after an instant is fired, those are only deliveries with visibility 0
+    /// made at that instant. O(queues · log n).
+    fn earliest_event(&self, after: Option<Millis>) -> Option<Millis> {
+        let mut earliest: Option<Millis> = None;
+        let mut consider = |at: Option<Millis>| {
+            if let Some(at) = at {
+                earliest = Some(earliest.map_or(at, |earliest| earliest.min(at)));
             }
-            if let Some((until, _)) = self.restorable(queue, limit) {
-                candidates.push((until, 1, name));
-            }
-            if let Some((expires_at, _)) = queue.next_expiry() {
-                candidates.push((expires_at, 2, name));
-            }
-            if let Some((expires_at, _)) = queue.dedup_expiry.first() {
-                candidates.push((*expires_at, 3, name));
-            }
-            if let Some(&(deadline, _)) = queue.waiter_deadlines.first() {
-                candidates.push((deadline, 4, name));
-            }
-        }
-        if let Some((release_at, name)) = self.name_releases.first() {
-            candidates.push((*release_at, 5, name));
-        }
-        let best = candidates
-            .into_iter()
-            .filter(|(at, _, _)| limit.is_none_or(|limit| *at <= limit))
-            .min();
-        let (at, rank, name) = best?;
-        let queue = self.queues.get(name);
-        let event = match rank {
-            0 => {
-                let queue = queue.expect("a delay end belongs to a queue");
-                Event::DelayEnd(name.clone(), queue.delayed.first().expect("seen above").1)
-            }
-            1 => {
-                let queue = queue.expect("a restore belongs to a queue");
-                Event::Restore(
-                    name.clone(),
-                    self.restorable(queue, limit).expect("seen above").1,
-                )
-            }
-            2 => {
-                let queue = queue.expect("a retention belongs to a queue");
-                Event::Retention(name.clone(), queue.next_expiry().expect("seen above").1)
-            }
-            3 => {
-                let queue = queue.expect("a deduplication entry belongs to a queue");
-                Event::DedupExpiry(
-                    name.clone(),
-                    queue.dedup_expiry.first().expect("seen above").1.clone(),
-                )
-            }
-            4 => {
-                let queue = queue.expect("a waiter belongs to a queue");
-                Event::WaiterDeadline(
-                    name.clone(),
-                    queue.waiter_deadlines.first().expect("seen above").1,
-                )
-            }
-            _ => Event::NameRelease(name.clone()),
         };
-        debug_assert_eq!(event.rank(), rank);
-        Some((at, event))
-    }
-
-    /// The first in-flight message of `queue` whose restore is due (all of them without a
-    /// limit), skipping those delivered with visibility 0 at the running advance's target.
-    fn restorable(&self, queue: &Queue, limit: Option<Millis>) -> Option<(Millis, MessageId)> {
-        match limit {
-            None => queue.in_flight.first().copied(),
-            Some(limit) => queue
-                .in_flight
-                .iter()
-                .take_while(|(until, _)| *until <= limit)
-                .find(|(until, id)| !(*until == limit && self.fresh_in_flight.contains(id)))
-                .copied(),
+        for queue in self.queues.values() {
+            consider(queue.delayed.first().map(|&(until, _)| until));
+            let in_flight = match after {
+                None => queue.in_flight.first(),
+                Some(after) => queue
+                    .in_flight
+                    .range((after.plus_ms(1), MessageId(0))..)
+                    .next(),
+            };
+            consider(in_flight.map(|&(until, _)| until));
+            consider(queue.next_expiry().map(|(expires_at, _)| expires_at));
+            consider(
+                queue
+                    .dedup_expiry
+                    .first()
+                    .map(|(expires_at, _)| *expires_at),
+            );
+            consider(
+                queue
+                    .waiter_deadlines
+                    .first()
+                    .map(|&(deadline, _)| deadline),
+            );
         }
+        consider(
+            self.name_releases
+                .first()
+                .map(|(release_at, _)| *release_at),
+        );
+        earliest
     }
 
-    fn fire(&mut self, at: Millis, event: Event) {
-        match event {
-            Event::DelayEnd(queue, id) => {
-                assert!(matches!(
-                    self.messages[&id].state,
-                    MessageState::Delayed { until } if until <= at
-                ));
-                self.set_state(id, MessageState::Ready { since: at });
-                self.to_serve.push_back(queue);
+    /// Fires everything due at or before `at`, in the page's order for one instant.
+    fn fire_instant(&mut self, at: Millis) {
+        self.now = at;
+        let mut became_ready = BTreeSet::new();
+        // Delay ends, then visibility restores: each a batch of what was due when it started.
+        let delay_ends: Vec<MessageId> = self
+            .queues
+            .values()
+            .flat_map(|queue| {
+                queue
+                    .delayed
+                    .iter()
+                    .take_while(move |(until, _)| *until <= at)
+                    .map(|&(_, id)| id)
+            })
+            .collect();
+        for id in delay_ends {
+            assert!(matches!(
+                self.messages[&id].state,
+                MessageState::Delayed { until } if until <= at
+            ));
+            self.set_state(id, MessageState::Ready { since: at });
+            became_ready.insert(self.messages[&id].queue.clone());
+        }
+        let restores: Vec<MessageId> = self
+            .queues
+            .values()
+            .flat_map(|queue| {
+                queue
+                    .in_flight
+                    .iter()
+                    .take_while(move |(until, _)| *until <= at)
+                    .map(|&(_, id)| id)
+            })
+            .collect();
+        for id in restores {
+            assert!(matches!(
+                self.messages[&id].state,
+                MessageState::InFlight { until } if until <= at
+            ));
+            // The handle is kept: clearing it would let `seq` restart and a superseded handle
+            // become valid again (spec/queue-core.md#considerations).
+            self.set_state(id, MessageState::Ready { since: at });
+            became_ready.insert(self.messages[&id].queue.clone());
+        }
+        for name in became_ready {
+            self.serve(at, &name);
+        }
+        // Retention, deduplication expiry, waiter deadlines.
+        let names: Vec<QueueName> = self.queues.keys().cloned().collect();
+        for name in &names {
+            self.expire_retained(name, at);
+            let queue = self.queues.get_mut(name).expect("listed above");
+            while let Some((expires_at, dedup)) = queue.dedup_expiry.first().cloned() {
+                if expires_at > at {
+                    break;
+                }
+                queue.remove_dedup(&dedup);
+                self.dirty.insert(RecordKey::Dedup(name.clone(), dedup));
             }
-            Event::Restore(queue, id) => {
-                assert!(matches!(
-                    self.messages[&id].state,
-                    MessageState::InFlight { until } if until <= at
-                ));
-                // The handle is kept: clearing it would let `seq` restart and a superseded
-                // handle become valid again (spec/queue-core.md#considerations).
-                self.set_state(id, MessageState::Ready { since: at });
-                self.to_serve.push_back(queue);
-            }
-            Event::Retention(queue, id) => {
-                let message = self.remove_message(id);
-                assert_eq!(message.queue, queue);
-            }
-            Event::DedupExpiry(queue, dedup) => {
-                let q = self
-                    .queues
-                    .get_mut(&queue)
-                    .expect("a due deduplication entry's queue exists");
-                assert!(q.dedup[&dedup].expires_at <= at);
-                q.remove_dedup(&dedup);
-                self.dirty.insert(RecordKey::Dedup(queue, dedup));
-            }
-            Event::WaiterDeadline(queue, arrival) => {
-                let waiter = self
-                    .queues
-                    .get_mut(&queue)
-                    .expect("a due waiter's queue exists")
-                    .remove_waiter(arrival);
-                assert!(waiter.deadline <= at);
-                self.waiter_index.remove(&waiter.id);
+            while let Some(&(deadline, arrival)) = queue.waiter_deadlines.first() {
+                if deadline > at {
+                    break;
+                }
+                let waiter = queue.remove_waiter(arrival);
+                let removed = self.waiter_index.remove(&waiter.id);
+                assert!(removed.is_some());
                 self.wakeups.push(Wakeup::Empty { waiter: waiter.id });
             }
-            Event::NameRelease(name) => {
-                let deleted_at = self
-                    .deleted_names
-                    .remove(&name)
-                    .expect("a released name was deleted");
-                let removed = self.name_releases.remove(&(
-                    deleted_at.plus_ms(limits::queue_name_reuse_ms),
-                    name.clone(),
-                ));
-                assert!(removed);
-                self.dirty.insert(RecordKey::DeletedName(name));
+        }
+        while let Some((release_at, name)) = self.name_releases.first().cloned() {
+            if release_at > at {
+                break;
             }
+            self.name_releases.remove(&(release_at, name.clone()));
+            let deleted_at = self
+                .deleted_names
+                .remove(&name)
+                .expect("a released name was deleted");
+            assert_eq!(deleted_at.plus_ms(limits::queue_name_reuse_ms), release_at);
+            self.dirty.insert(RecordKey::DeletedName(name));
         }
     }
 
@@ -504,7 +477,43 @@ impl Queues {
                 .and_then(|queue| queue.attributes.redrive.as_ref())
                 .map(|policy| &policy.dead_letter_queue);
         }
+        let chain_queues = self.queues_leading_into(source) + 1 + seen.len();
+        if chain_queues > limits::redrive_chain_queues_max {
+            return Err(refuse(format!(
+                "the chain of dead-letter queues would hold {chain_queues} queues, at most {} are allowed",
+                limits::redrive_chain_queues_max
+            )));
+        }
         Ok(())
+    }
+
+    /// The length of the longest chain of redrive policies that ends at `name` (0 when no
+    /// queue names it as its dead-letter queue). O(queues · chain length); administrative
+    /// commands only.
+    fn queues_leading_into(&self, name: &QueueName) -> usize {
+        let mut depth = 0;
+        let mut frontier = BTreeSet::from([name.clone()]);
+        loop {
+            let previous: BTreeSet<QueueName> = self
+                .queues
+                .iter()
+                .filter(|(_, queue)| {
+                    queue
+                        .attributes
+                        .redrive
+                        .as_ref()
+                        .is_some_and(|policy| frontier.contains(&policy.dead_letter_queue))
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            if previous.is_empty() {
+                return depth;
+            }
+            depth += 1;
+            // Chains are acyclic and capped, so this is a bound, not a guess.
+            assert!(depth <= limits::redrive_chain_queues_max);
+            frontier = previous;
+        }
     }
 
     fn set_queue_attributes(
@@ -810,9 +819,6 @@ impl Queues {
         let queue = message.queue.clone();
         let seq = message.last_seq;
         self.set_state(id, MessageState::InFlight { until });
-        if visibility_s == 0 && self.advance_target == Some(at) {
-            self.fresh_in_flight.insert(id);
-        }
         let message = &self.messages[&id];
         Delivery {
             queue: queue.clone(),
@@ -834,7 +840,9 @@ impl Queues {
 
     /// *DeadLetterMove*: `id` leaves `from` for `to`, ready, with no handle (handles are per
     /// queue) and `source = from`; receive count, first receive, `sent_at`, body and attributes
-    /// are kept. Not a receive.
+    /// are kept. Not a receive. Then *Serve(to)*, before the receive on `from` goes on. The
+    /// recursion is as deep as the chain of redrive policies, which `check_redrive_target`
+    /// keeps acyclic and at most `redrive_chain_queues_max` long.
     fn dead_letter_move(&mut self, at: Millis, id: MessageId, from: &QueueName, to: &QueueName) {
         assert!(from != to);
         let message = self
@@ -845,17 +853,20 @@ impl Queues {
         assert!(matches!(message.state, MessageState::Ready { .. }));
         message.source = Some(from.clone());
         message.handle = None;
-        self.relocate(at, id, to);
+        if self.relocate(at, id, to) {
+            self.serve(at, to);
+        }
     }
 
-    /// Moves a ready message to `to`, ready since `at`, and queues `to` for serving. If the
-    /// message is already past `to`'s retention (counted from `sent_at`), it is gone instead.
-    fn relocate(&mut self, at: Millis, id: MessageId, to: &QueueName) {
+    /// Moves a ready message to `to`, ready since `at`. If the message is already past `to`'s
+    /// retention (counted from `sent_at`) it is gone instead, so no message is ever stored past
+    /// its retention (I11). Returns whether the message is stored in `to`.
+    fn relocate(&mut self, at: Millis, id: MessageId, to: &QueueName) -> bool {
         let message = self.remove_message(id);
         assert!(matches!(message.state, MessageState::Ready { .. }));
         let retention_ms = self.queues[to].attributes.retention_ms();
         if message.sent_at.plus_ms(retention_ms) <= at {
-            return;
+            return false;
         }
         self.insert_message(
             id,
@@ -865,7 +876,7 @@ impl Queues {
                 ..message
             },
         );
-        self.to_serve.push_back(to.clone());
+        true
     }
 
     /// *Serve* for every queue that got a ready message, until none is left to serve.
@@ -1070,7 +1081,9 @@ impl Queues {
             message.receive_count = 0;
             message.first_receive_at = None;
             message.handle = None;
-            self.relocate(at, id, &target);
+            if self.relocate(at, id, &target) {
+                self.to_serve.push_back(target);
+            }
             moved += 1;
         }
         Ok(Outcome::Redriven { moved, failed })
@@ -1429,10 +1442,11 @@ mod tests {
     }
 
     #[test]
-    fn visibility_0_waiters_served_before_the_advance_target_pass_the_message_on() {
-        // A restore at 10 s with three waiters of visibility 0, and time jumping to 15 s: each
-        // waiter receives the message at 10 s, it is immediately visible again, and the next
-        // waiter receives it; after the last it is ready.
+    fn visibility_0_delivery_during_an_advance_is_restored_at_the_next_instant() {
+        // A restore at 10 s with three waiters of visibility 0, and time jumping to 15 s: the
+        // first waiter receives the message at 10 s; it is `InFlight{10 s}` until the next
+        // instant the advance fires, here its target 15 s, where the second waiter receives it.
+        // The third is served by the next action.
         let mut queues = Queues::new();
         create(&mut queues, &jobs(), QueueAttributes::default());
         queues.apply(T0, send(1)).result.unwrap();
@@ -1448,15 +1462,136 @@ mod tests {
         }
         let wakeups = queues.advance(T0.plus_s(15));
         let served: Vec<u64> = wakeups.iter().map(|wakeup| wakeup.waiter().0).collect();
-        assert_eq!(served, vec![2, 3, 4]);
+        assert_eq!(served, vec![2, 3]);
+        let Wakeup::Served { deliveries, .. } = &wakeups[1] else {
+            panic!("{wakeups:?}");
+        };
+        assert_eq!(deliveries[0].receive_count, 3);
         let view = queues.message(&jobs(), MessageId(1)).unwrap();
-        assert_eq!(view.receive_count, 4);
+        assert_eq!(view.received_at, Some(T0.plus_s(15)));
         assert_eq!(
             view.state,
-            MessageState::Ready {
-                since: T0.plus_s(10)
+            MessageState::InFlight {
+                until: T0.plus_s(15)
             }
         );
+        assert_eq!(queues.waiters(&jobs()), vec![WaiterId(4)]);
+        let wakeups = queues.advance(T0.plus_s(15));
+        assert_eq!(wakeups.len(), 1);
+        assert_eq!(wakeups[0].waiter(), WaiterId(4));
+    }
+
+    #[test]
+    fn messages_ready_at_one_instant_are_served_together() {
+        let mut queues = Queues::new();
+        create(&mut queues, &jobs(), QueueAttributes::default());
+        for id in [1, 2] {
+            let delayed = Command::Send {
+                queue: jobs(),
+                id: MessageId(id),
+                body: "m".to_owned(),
+                attributes: BTreeMap::new(),
+                delay_s: Some(5),
+                dedup: None,
+            };
+            queues.apply(T0, delayed).result.unwrap();
+        }
+        queues.apply(T0, receive(10, 30, 20, 1)).result.unwrap();
+        let wakeups = queues.advance(T0.plus_s(5));
+        let [Wakeup::Served { deliveries, .. }] = &wakeups[..] else {
+            panic!("{wakeups:?}");
+        };
+        assert_eq!(
+            deliveries.len(),
+            2,
+            "one waiter gets both messages of the instant"
+        );
+    }
+
+    #[test]
+    fn dead_letter_queue_is_served_after_each_move() {
+        // Two poison messages taken by one receive: the dead-letter queue's oldest waiter is
+        // served right after the first move, before the second message is looked at.
+        let dlq = QueueName::try_from("dlq").unwrap();
+        let mut queues = Queues::new();
+        create(&mut queues, &dlq, QueueAttributes::default());
+        let attributes = QueueAttributes {
+            redrive: Some(crate::RedrivePolicy {
+                dead_letter_queue: dlq.clone(),
+                max_receive_count: 1,
+            }),
+            ..QueueAttributes::default()
+        };
+        create(&mut queues, &jobs(), attributes);
+        for id in [1, 2] {
+            queues.apply(T0, send(id)).result.unwrap();
+        }
+        queues.apply(T0, receive(2, 0, 0, 1)).result.unwrap();
+        for waiter in [2, 3] {
+            let long_poll = Command::Receive {
+                queue: dlq.clone(),
+                max: 2,
+                visibility_s: Some(30),
+                wait_s: Some(20),
+                waiter: WaiterId(waiter),
+            };
+            queues.apply(T0, long_poll).result.unwrap();
+        }
+        let step = queues.apply(T0, receive(2, 30, 0, 4));
+        assert_eq!(step.result, Ok(Outcome::Received(vec![])));
+        let served: Vec<(u64, Vec<u128>)> = step
+            .wakeups
+            .iter()
+            .map(|wakeup| match wakeup {
+                Wakeup::Served { waiter, deliveries } => (
+                    waiter.0,
+                    deliveries
+                        .iter()
+                        .map(|delivery| delivery.message.0)
+                        .collect(),
+                ),
+                Wakeup::Empty { waiter } => panic!("{waiter} answered empty"),
+            })
+            .collect();
+        assert_eq!(served, vec![(2, vec![1]), (3, vec![2])]);
+    }
+
+    #[test]
+    fn redrive_chains_are_capped() {
+        let mut queues = Queues::new();
+        let names: Vec<QueueName> = (0..=limits::redrive_chain_queues_max)
+            .map(|n| QueueName::try_from(format!("q{n}")).unwrap())
+            .collect();
+        create(&mut queues, &names[0], QueueAttributes::default());
+        for pair in names.windows(2) {
+            let attributes = QueueAttributes {
+                redrive: Some(crate::RedrivePolicy {
+                    dead_letter_queue: pair[0].clone(),
+                    max_receive_count: 1,
+                }),
+                ..QueueAttributes::default()
+            };
+            let step = queues.apply(
+                T0,
+                Command::CreateQueue {
+                    name: pair[1].clone(),
+                    attributes,
+                    tags: BTreeMap::new(),
+                },
+            );
+            let chain = names.iter().position(|name| name == &pair[1]).unwrap() + 1;
+            if chain <= limits::redrive_chain_queues_max {
+                assert!(step.result.is_ok(), "{chain} queues: {:?}", step.result);
+            } else {
+                assert!(matches!(
+                    step.result,
+                    Err(Reject::InvalidAttribute {
+                        attribute: "RedrivePolicy",
+                        ..
+                    })
+                ));
+            }
+        }
     }
 
     #[test]

@@ -272,7 +272,6 @@ fn run(ops: Vec<Op>) {
             }
             Op::CancelWaiter { waiter } => {
                 let waiter = observer.open_waiters[waiter % observer.open_waiters.len()];
-                observer.answered.insert(waiter);
                 Command::CancelWaiter { waiter }
             }
         };
@@ -290,6 +289,10 @@ fn run(ops: Vec<Op>) {
         };
         let step = queues.apply(now, command.clone());
         observer.wakeups(&step.wakeups);
+        if let Command::CancelWaiter { waiter } = &command {
+            // Unless the time advance before the cancel served it, it is gone unanswered now.
+            observer.answered.insert(*waiter);
+        }
         match (&command, &step.result) {
             (_, Ok(Outcome::Received(deliveries))) => observer.delivered(deliveries),
             (_, Ok(Outcome::Waiting { waiter })) => observer.open_waiters.push(*waiter),

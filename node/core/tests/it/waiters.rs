@@ -304,3 +304,20 @@ fn long_poll_with_a_ready_message_returns_at_once() {
     };
     assert_eq!(deliveries[0].message, id);
 }
+
+#[test]
+fn cancel_arriving_after_the_waiter_was_served_finds_nothing_to_cancel() {
+    // Found by the random test: the cancel's own time advance restores a message left
+    // in flight with visibility 0 and serves the waiter before the cancel runs.
+    let mut node = Node::new();
+    let q = node.create("jobs");
+    let first = node.long_poll(&q, 1, Some(0), 3);
+    let second = node.long_poll(&q, 1, Some(0), 3);
+    let send = node.send_command(&q, "m", None, None);
+    let step = node.apply(send);
+    served(&step.wakeups[0], first);
+    let step = node.apply(Command::CancelWaiter { waiter: second });
+    assert_eq!(step.result, Ok(Outcome::Done));
+    assert_eq!(step.wakeups.len(), 1);
+    served(&step.wakeups[0], second);
+}
