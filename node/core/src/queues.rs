@@ -1,11 +1,12 @@
 //! `Queues`: one node's queues as the state machine of spec/queue-core.md. `apply` advances time
 //! to `now` (firing delay ends, visibility restores, retention, deduplication expiry and waiter
-//! deadlines in time order) and then performs one command; every action that makes a message
-//! ready serves that queue's waiters before it returns. It never reads a clock, never blocks,
+//! deadlines, instant by instant in time order) and then performs one command; every action
+//! that makes a message ready serves that queue's waiters before it returns. It never reads a clock, never blocks,
 //! never does I/O, and iterates only ordered collections, so the same inputs give the same
 //! outputs bit for bit.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 
 use crate::attributes::{AttributeChanges, QueueAttributes};
 use crate::command::{Command, Delivery, Outcome, Step, Wakeup};
@@ -107,10 +108,28 @@ impl Queues {
         after: Option<&QueueName>,
         limit: usize,
     ) -> Vec<QueueName> {
+        // Names starting with `prefix` are contiguous in name order and begin at the prefix
+        // itself; a prefix that is no legal name prefix matches nothing.
+        let from_prefix = if prefix.is_empty() {
+            Bound::Unbounded
+        } else {
+            match QueueName::try_from(prefix) {
+                Ok(name) => Bound::Included(name),
+                Err(_) => return Vec::new(),
+            }
+        };
+        let from_after = after.map_or(Bound::Unbounded, |after| Bound::Excluded(after.clone()));
+        let start = match (from_prefix, from_after) {
+            (Bound::Included(prefix), Bound::Excluded(after)) if after >= prefix => {
+                Bound::Excluded(after)
+            }
+            (Bound::Unbounded, from_after) => from_after,
+            (from_prefix, _) => from_prefix,
+        };
         self.queues
-            .keys()
-            .skip_while(|name| after.is_some_and(|after| *name <= after))
-            .filter(|name| name.as_str().starts_with(prefix))
+            .range((start, Bound::Unbounded))
+            .map(|(name, _)| name)
+            .take_while(|name| name.as_str().starts_with(prefix))
             .take(limit)
             .cloned()
             .collect()

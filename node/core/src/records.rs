@@ -16,54 +16,83 @@ use crate::queues::Queues;
 /// A queue's settings and bookkeeping.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueRecord {
+    /// The queue's name (the record's key).
     pub name: QueueName,
+    /// Its settings.
     pub attributes: QueueAttributes,
+    /// Which creation of the name this is; receipt handles carry it.
     pub incarnation: Incarnation,
+    /// When it was created.
     pub created_at: Millis,
+    /// Creation or the latest attribute change.
     pub modified_at: Millis,
+    /// Its tags.
     pub tags: BTreeMap<String, String>,
+    /// When it was last purged (the purge rate limit counts from here).
     pub last_purge_at: Option<Millis>,
 }
 
 /// A stored message with its whole state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageRecord {
+    /// The message's id (with `queue`, the record's key).
     pub id: MessageId,
+    /// The queue that holds it.
     pub queue: QueueName,
+    /// Delayed, ready or in flight, with its time.
     pub state: MessageState,
+    /// Deliveries in its current life (since send or redrive).
     pub receive_count: u32,
+    /// Highest receipt-handle `seq` ever issued for it (never reset).
     pub last_seq: u32,
+    /// First delivery in its current life.
     pub first_receive_at: Option<Millis>,
+    /// Latest delivery (anchor of the 12 h visibility cap).
     pub received_at: Option<Millis>,
+    /// `seq` of the newest handle issued in its current queue.
     pub handle: Option<u32>,
+    /// Original send time; retention counts from it.
     pub sent_at: Millis,
+    /// The queue it was dead-lettered from.
     pub source: Option<QueueName>,
+    /// The body, as sent.
     pub body: String,
+    /// The message attributes, as sent.
     pub attributes: BTreeMap<String, AttributeValue>,
 }
 
 /// An open deduplication window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DedupRecord {
+    /// The queue the deduplication id belongs to.
     pub queue: QueueName,
+    /// The deduplication id.
     pub dedup: DedupId,
+    /// The first message sent with it: the answer to every duplicate in the window.
     pub message: MessageId,
+    /// When the window closes.
     pub expires_at: Millis,
 }
 
 /// A queue name that cannot be created again yet.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeletedNameRecord {
+    /// The deleted queue's name.
     pub name: QueueName,
+    /// When it was deleted; the name is free again `queue_name_reuse_ms` later.
     pub deleted_at: Millis,
 }
 
 /// One unit of stored state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
+    /// A queue.
     Queue(QueueRecord),
+    /// A stored message.
     Message(MessageRecord),
+    /// An open deduplication window.
     Dedup(DedupRecord),
+    /// A name within its reuse window.
     DeletedName(DeletedNameRecord),
 }
 
@@ -84,9 +113,13 @@ impl Record {
 /// `Remove` of the old key and a `Put` under the new one.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum RecordKey {
+    /// Key of a `QueueRecord`.
     Queue(QueueName),
+    /// Key of a `MessageRecord`.
     Message(QueueName, MessageId),
+    /// Key of a `DedupRecord`.
     Dedup(QueueName, DedupId),
+    /// Key of a `DeletedNameRecord`.
     DeletedName(QueueName),
 }
 

@@ -375,6 +375,21 @@ fn list_queues_filters_by_prefix_and_pages_by_name() {
         vec![name("orders-us")]
     );
     assert_eq!(node.queues.list_queues("", None, 10).len(), 4);
+    assert_eq!(
+        node.queues.list_queues("orders", Some(&name("billing")), 1),
+        vec![name("orders-ap")],
+        "a cursor before the prefix starts at the prefix"
+    );
+    assert_eq!(
+        node.queues.list_queues("", Some(&name("orders-eu")), 10),
+        vec![name("orders-us")]
+    );
+    assert_eq!(
+        node.queues.list_queues("orders-eu", None, 10),
+        vec![name("orders-eu")]
+    );
+    assert_eq!(node.queues.list_queues("orders.", None, 10), vec![]);
+    assert_eq!(node.queues.list_queues("zzz", None, 10), vec![]);
 }
 
 #[test]
