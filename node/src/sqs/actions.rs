@@ -12,19 +12,26 @@ use trireme_core::{Command, QueueAttributes, QueueName, QueueView, RedriveAllow}
 use super::attributes::{parse_queue_attributes, requested_queue_attributes};
 use super::error::SqsError;
 use super::move_task::MoveTaskHandle;
-use super::redrive_policy::{RedriveAllowJson, RedrivePolicyJson, render_redrive_allow_policy, render_redrive_policy};
+use super::redrive_policy::{
+    RedriveAllowJson, RedrivePolicyJson, render_redrive_allow_policy, render_redrive_policy,
+};
 use super::wire::{
-    AttributesResponse, CancelMessageMoveTaskRequest, CancelMessageMoveTaskResponse, CreateQueueRequest, Empty,
-    GetQueueAttributesRequest, GetQueueUrlRequest, ListDeadLetterSourceQueuesRequest,
-    ListDeadLetterSourceQueuesResponse, ListMessageMoveTasksRequest, ListMessageMoveTasksResponse, ListQueueTagsResponse,
-    ListQueuesRequest, ListQueuesResponse, MoveTaskResult, QueueUrlRequest, QueueUrlResponse, SetQueueAttributesRequest,
-    StartMessageMoveTaskRequest, StartMessageMoveTaskResponse, TagQueueRequest, UntagQueueRequest,
+    AttributesResponse, CancelMessageMoveTaskRequest, CancelMessageMoveTaskResponse,
+    CreateQueueRequest, Empty, GetQueueAttributesRequest, GetQueueUrlRequest,
+    ListDeadLetterSourceQueuesRequest, ListDeadLetterSourceQueuesResponse,
+    ListMessageMoveTasksRequest, ListMessageMoveTasksResponse, ListQueueTagsResponse,
+    ListQueuesRequest, ListQueuesResponse, MoveTaskResult, QueueUrlRequest, QueueUrlResponse,
+    SetQueueAttributesRequest, StartMessageMoveTaskRequest, StartMessageMoveTaskResponse,
+    TagQueueRequest, UntagQueueRequest,
 };
 use super::{Sqs, in_range, limits, required};
 use crate::redrive::{RedriveError, RedriveStatus};
 
 impl Sqs {
-    pub(super) async fn create_queue(&self, request: CreateQueueRequest) -> Result<QueueUrlResponse, SqsError> {
+    pub(super) async fn create_queue(
+        &self,
+        request: CreateQueueRequest,
+    ) -> Result<QueueUrlResponse, SqsError> {
         let text = required(request.queue_name, "QueueName")?;
         if text.ends_with(".fifo") {
             return Err(SqsError::fifo_unsupported(&text));
@@ -52,7 +59,10 @@ impl Sqs {
         })
     }
 
-    pub(super) async fn get_queue_url(&self, request: GetQueueUrlRequest) -> Result<QueueUrlResponse, SqsError> {
+    pub(super) async fn get_queue_url(
+        &self,
+        request: GetQueueUrlRequest,
+    ) -> Result<QueueUrlResponse, SqsError> {
         let text = required(request.queue_name, "QueueName")?;
         if request
             .queue_owner_aws_account_id
@@ -67,13 +77,19 @@ impl Sqs {
         })
     }
 
-    pub(super) async fn list_queues(&self, request: ListQueuesRequest) -> Result<ListQueuesResponse, SqsError> {
+    pub(super) async fn list_queues(
+        &self,
+        request: ListQueuesRequest,
+    ) -> Result<ListQueuesResponse, SqsError> {
         let prefix = request.queue_name_prefix.unwrap_or_default();
         let (after, limit) = page(request.next_token.as_deref(), request.max_results)?;
         let mut names = self.engine.list_queues(prefix, after, limit + 1).await?;
         let next_token = more(&mut names, limit, request.max_results.is_some());
         Ok(ListQueuesResponse {
-            queue_urls: names.iter().map(|name| self.addresses.queue_url(name.as_str())).collect(),
+            queue_urls: names
+                .iter()
+                .map(|name| self.addresses.queue_url(name.as_str()))
+                .collect(),
             next_token,
         })
     }
@@ -104,10 +120,14 @@ impl Sqs {
         })
     }
 
-    pub(super) async fn set_queue_attributes(&self, request: SetQueueAttributesRequest) -> Result<Empty, SqsError> {
+    pub(super) async fn set_queue_attributes(
+        &self,
+        request: SetQueueAttributesRequest,
+    ) -> Result<Empty, SqsError> {
         let name = self.queue_from_url(request.queue_url.as_deref())?;
         let attributes = required(request.attributes, "Attributes")?;
-        let changes = parse_queue_attributes(&attributes, |arn| self.queue_from_arn(arn, "RedrivePolicy"))?;
+        let changes =
+            parse_queue_attributes(&attributes, |arn| self.queue_from_arn(arn, "RedrivePolicy"))?;
         self.engine
             .execute(Command::SetQueueAttributes { name, changes })
             .await?;
@@ -117,18 +137,25 @@ impl Sqs {
     pub(super) async fn tag_queue(&self, request: TagQueueRequest) -> Result<Empty, SqsError> {
         let name = self.queue_from_url(request.queue_url.as_deref())?;
         let tags = required(request.tags, "Tags")?;
-        self.engine.execute(Command::TagQueue { name, tags }).await?;
+        self.engine
+            .execute(Command::TagQueue { name, tags })
+            .await?;
         Ok(Empty {})
     }
 
     pub(super) async fn untag_queue(&self, request: UntagQueueRequest) -> Result<Empty, SqsError> {
         let name = self.queue_from_url(request.queue_url.as_deref())?;
         let keys: BTreeSet<String> = required(request.tag_keys, "TagKeys")?.into_iter().collect();
-        self.engine.execute(Command::UntagQueue { name, keys }).await?;
+        self.engine
+            .execute(Command::UntagQueue { name, keys })
+            .await?;
         Ok(Empty {})
     }
 
-    pub(super) async fn list_queue_tags(&self, request: QueueUrlRequest) -> Result<ListQueueTagsResponse, SqsError> {
+    pub(super) async fn list_queue_tags(
+        &self,
+        request: QueueUrlRequest,
+    ) -> Result<ListQueueTagsResponse, SqsError> {
         let name = self.queue_from_url(request.queue_url.as_deref())?;
         Ok(ListQueueTagsResponse {
             tags: self.view(&name).await?.tags,
@@ -152,7 +179,10 @@ impl Sqs {
             .collect();
         let next_token = more(&mut sources, limit, request.max_results.is_some());
         Ok(ListDeadLetterSourceQueuesResponse {
-            queue_urls: sources.iter().map(|name| self.addresses.queue_url(name.as_str())).collect(),
+            queue_urls: sources
+                .iter()
+                .map(|name| self.addresses.queue_url(name.as_str()))
+                .collect(),
             next_token,
         })
     }
@@ -181,7 +211,11 @@ impl Sqs {
             .await
             .map_err(|error| move_task_error(error, &source_arn))?;
         Ok(StartMessageMoveTaskResponse {
-            task_handle: MoveTaskHandle { task_id, source_arn }.encode(),
+            task_handle: MoveTaskHandle {
+                task_id,
+                source_arn,
+            }
+            .encode(),
         })
     }
 
@@ -191,7 +225,13 @@ impl Sqs {
     ) -> Result<ListMessageMoveTasksResponse, SqsError> {
         let source_arn = required(request.source_arn, "SourceArn")?;
         let from = self.queue_from_arn(&source_arn, "SourceArn")?;
-        let limit = in_range(request.max_results, "MaxResults", 1, limits::move_tasks_results_max)?.unwrap_or(1);
+        let limit = in_range(
+            request.max_results,
+            "MaxResults",
+            1,
+            limits::move_tasks_results_max,
+        )?
+        .unwrap_or(1);
         if self.engine.queue(&from).await?.is_none() {
             return Err(SqsError::ResourceNotFound {
                 message: format!("The source queue {source_arn} does not exist."),
@@ -218,7 +258,10 @@ impl Sqs {
                     }),
                     status,
                     source_arn: source_arn.clone(),
-                    destination_arn: task.to.as_ref().map(|to| self.addresses.queue_arn(to.as_str())),
+                    destination_arn: task
+                        .to
+                        .as_ref()
+                        .map(|to| self.addresses.queue_arn(to.as_str())),
                     max_number_of_messages_per_second: task.rate_per_s,
                     approximate_number_of_messages_moved: task.moved,
                     approximate_number_of_messages_to_move: task.to_move,
@@ -250,7 +293,10 @@ impl Sqs {
 
     /// The queue's current state, or `QueueDoesNotExist`.
     pub(super) async fn view(&self, name: &QueueName) -> Result<QueueView, SqsError> {
-        self.engine.queue(name).await?.ok_or(SqsError::QueueDoesNotExist)
+        self.engine
+            .queue(name)
+            .await?
+            .ok_or(SqsError::QueueDoesNotExist)
     }
 
     fn render_attributes(
@@ -277,7 +323,9 @@ impl Sqs {
                 "SqsManagedSseEnabled" => "false".to_owned(),
                 "RedrivePolicy" => match &attributes.redrive {
                     Some(policy) => render_redrive_policy(&RedrivePolicyJson {
-                        dead_letter_target_arn: self.addresses.queue_arn(policy.dead_letter_queue.as_str()),
+                        dead_letter_target_arn: self
+                            .addresses
+                            .queue_arn(policy.dead_letter_queue.as_str()),
                         max_receive_count: policy.max_receive_count,
                     }),
                     None => continue,
@@ -292,7 +340,10 @@ impl Sqs {
                         RedriveAllow::AllowAll => RedriveAllowJson::AllowAll,
                         RedriveAllow::DenyAll => RedriveAllowJson::DenyAll,
                         RedriveAllow::ByQueue(sources) => RedriveAllowJson::ByQueue(
-                            sources.iter().map(|source| self.addresses.queue_arn(source.as_str())).collect(),
+                            sources
+                                .iter()
+                                .map(|source| self.addresses.queue_arn(source.as_str()))
+                                .collect(),
                         ),
                     })
                 }
@@ -306,12 +357,22 @@ impl Sqs {
 }
 
 /// Reads `NextToken` and `MaxResults` of a list action: where to start after, and how many.
-fn page(next_token: Option<&str>, max_results: Option<i64>) -> Result<(Option<QueueName>, usize), SqsError> {
-    let limit = in_range(max_results, "MaxResults", 1, limits::list_results_max)?.unwrap_or(limits::list_results_max);
+fn page(
+    next_token: Option<&str>,
+    max_results: Option<i64>,
+) -> Result<(Option<QueueName>, usize), SqsError> {
+    let limit = in_range(max_results, "MaxResults", 1, limits::list_results_max)?
+        .unwrap_or(limits::list_results_max);
     let after = match next_token {
         None | Some("") => None,
         Some(token) => {
-            let invalid = || SqsError::invalid("NextToken", token, "It is not a token this endpoint issued.");
+            let invalid = || {
+                SqsError::invalid(
+                    "NextToken",
+                    token,
+                    "It is not a token this endpoint issued.",
+                )
+            };
             if token.len() > limits::next_token_chars_max {
                 return Err(invalid());
             }
@@ -363,7 +424,8 @@ fn move_task_error(error: RedriveError, source_arn: &str) -> SqsError {
             message: "The task handle does not name a message move task.".to_owned(),
         },
         RedriveError::NotRunning { .. } => SqsError::ResourceNotFound {
-            message: "The message move task is not running; only a running task can be cancelled.".to_owned(),
+            message: "The message move task is not running; only a running task can be cancelled."
+                .to_owned(),
         },
         RedriveError::Engine(error) => error.into(),
     }
@@ -375,7 +437,10 @@ mod tests {
 
     #[test]
     fn paging_round_trips_through_the_token() {
-        let names: Vec<QueueName> = ["a", "b", "c"].iter().map(|n| QueueName::try_from(*n).unwrap()).collect();
+        let names: Vec<QueueName> = ["a", "b", "c"]
+            .iter()
+            .map(|n| QueueName::try_from(*n).unwrap())
+            .collect();
         let mut page_one = names.clone();
         let token = more(&mut page_one, 2, true).unwrap();
         assert_eq!(page_one.len(), 2);
@@ -389,9 +454,18 @@ mod tests {
 
     #[test]
     fn max_results_and_tokens_are_validated() {
-        assert!(matches!(page(None, Some(0)), Err(SqsError::InvalidParameterValue { .. })));
-        assert!(matches!(page(None, Some(1_001)), Err(SqsError::InvalidParameterValue { .. })));
-        assert!(matches!(page(Some("!!"), None), Err(SqsError::InvalidParameterValue { .. })));
+        assert!(matches!(
+            page(None, Some(0)),
+            Err(SqsError::InvalidParameterValue { .. })
+        ));
+        assert!(matches!(
+            page(None, Some(1_001)),
+            Err(SqsError::InvalidParameterValue { .. })
+        ));
+        assert!(matches!(
+            page(Some("!!"), None),
+            Err(SqsError::InvalidParameterValue { .. })
+        ));
         assert_eq!(page(None, None).unwrap().1, 1_000);
     }
 }

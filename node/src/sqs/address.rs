@@ -134,8 +134,14 @@ mod tests {
     #[test]
     fn url_and_arn_carry_host_port_account_region() {
         let a = addresses();
-        assert_eq!(a.queue_url("jobs"), "http://sqs.local:9324/000000000000/jobs");
-        assert_eq!(a.queue_arn("jobs"), "arn:aws:sqs:us-east-1:000000000000:jobs");
+        assert_eq!(
+            a.queue_url("jobs"),
+            "http://sqs.local:9324/000000000000/jobs"
+        );
+        assert_eq!(
+            a.queue_arn("jobs"),
+            "arn:aws:sqs:us-east-1:000000000000:jobs"
+        );
         let v6 = Addresses::new("::1", 9324, "1", "r");
         assert_eq!(v6.queue_url("q"), "http://[::1]:9324/1/q");
     }
@@ -158,7 +164,13 @@ mod tests {
             a.name_from_url("http://h/123456789012/jobs"),
             Err(AddressError::Foreign { .. })
         ));
-        for junk in ["jobs", "http://h", "http://h/", "http://h/000000000000", "http://h/a/b/c"] {
+        for junk in [
+            "jobs",
+            "http://h",
+            "http://h/",
+            "http://h/000000000000",
+            "http://h/a/b/c",
+        ] {
             assert!(
                 matches!(a.name_from_url(junk), Err(AddressError::Malformed { .. })),
                 "{junk}"
@@ -178,7 +190,11 @@ mod tests {
             a.name_from_arn("arn:aws:sqs:us-east-1:111111111111:dlq"),
             Err(AddressError::Foreign { .. })
         ));
-        for junk in ["dlq", "arn:aws:sns:us-east-1:000000000000:dlq", "arn:aws:sqs:us-east-1:000000000000:"] {
+        for junk in [
+            "dlq",
+            "arn:aws:sns:us-east-1:000000000000:dlq",
+            "arn:aws:sqs:us-east-1:000000000000:",
+        ] {
             assert!(
                 matches!(a.name_from_arn(junk), Err(AddressError::Malformed { .. })),
                 "{junk}"

@@ -41,7 +41,11 @@ pub const QUEUE_ATTRIBUTE_NAMES: [&str; 21] = [
 ];
 
 /// Attributes that only FIFO queues have.
-const FIFO_ONLY: [&str; 3] = ["ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"];
+const FIFO_ONLY: [&str; 3] = [
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+];
 
 /// The system attributes `ReceiveMessage` can return, in SQS's order.
 pub const SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
@@ -83,12 +87,18 @@ pub fn requested_queue_attributes(names: &[String]) -> Result<BTreeSet<&'static 
 ///
 /// # Errors
 /// `InvalidAttributeName` for a name that is neither.
-pub fn requested_system_attributes(system_names: &[String], legacy_names: &[String]) -> Result<BTreeSet<&'static str>, SqsError> {
+pub fn requested_system_attributes(
+    system_names: &[String],
+    legacy_names: &[String],
+) -> Result<BTreeSet<&'static str>, SqsError> {
     let mut selected = BTreeSet::new();
     for name in system_names.iter().chain(legacy_names) {
         if name == "All" {
             selected.extend(SYSTEM_ATTRIBUTE_NAMES.iter().filter(|n| **n != "All"));
-        } else if let Some(known) = SYSTEM_ATTRIBUTE_NAMES.iter().find(|known| **known == name.as_str()) {
+        } else if let Some(known) = SYSTEM_ATTRIBUTE_NAMES
+            .iter()
+            .find(|known| **known == name.as_str())
+        {
             selected.insert(*known);
         } else if !QUEUE_ATTRIBUTE_NAMES.contains(&name.as_str()) || system_names.contains(name) {
             return Err(SqsError::InvalidAttributeName { name: name.clone() });
@@ -126,7 +136,12 @@ impl MessageAttributeFilter {
     /// Whether the attribute `name` is selected.
     #[must_use]
     pub fn selects(&self, name: &str) -> bool {
-        self.all || self.names.contains(name) || self.prefixes.iter().any(|prefix| name.starts_with(prefix.as_str()))
+        self.all
+            || self.names.contains(name)
+            || self
+                .prefixes
+                .iter()
+                .any(|prefix| name.starts_with(prefix.as_str()))
     }
 }
 
@@ -145,14 +160,25 @@ pub fn parse_queue_attributes(
     for (name, value) in attributes {
         match name.as_str() {
             "VisibilityTimeout" => {
-                changes.visibility_timeout_s = Some(seconds(name, value, 0, limits::visibility_timeout_s_max)?);
+                changes.visibility_timeout_s =
+                    Some(seconds(name, value, 0, limits::visibility_timeout_s_max)?);
             }
             "DelaySeconds" => changes.delay_s = Some(seconds(name, value, 0, limits::delay_s_max)?),
             "MessageRetentionPeriod" => {
-                changes.retention_s = Some(seconds(name, value, limits::retention_s_min, limits::retention_s_max)?);
+                changes.retention_s = Some(seconds(
+                    name,
+                    value,
+                    limits::retention_s_min,
+                    limits::retention_s_max,
+                )?);
             }
             "MaximumMessageSize" => {
-                changes.message_bytes_max = Some(seconds(name, value, limits::message_bytes_min, limits::message_bytes_max)?);
+                changes.message_bytes_max = Some(seconds(
+                    name,
+                    value,
+                    limits::message_bytes_min,
+                    limits::message_bytes_max,
+                )?);
             }
             "ReceiveMessageWaitTimeSeconds" => {
                 changes.receive_wait_s = Some(seconds(name, value, 0, limits::wait_s_max)?);
@@ -168,13 +194,16 @@ pub fn parse_queue_attributes(
                 });
             }
             "RedriveAllowPolicy" => {
-                let parsed = redrive_policy::parse_redrive_allow_policy(value).map_err(policy_error)?;
+                let parsed =
+                    redrive_policy::parse_redrive_allow_policy(value).map_err(policy_error)?;
                 changes.redrive_allow = Some(match parsed {
                     RedriveAllowJson::AllowAll => RedriveAllow::AllowAll,
                     RedriveAllowJson::DenyAll => RedriveAllow::DenyAll,
-                    RedriveAllowJson::ByQueue(arns) => {
-                        RedriveAllow::ByQueue(arns.iter().map(|arn| resolve(arn)).collect::<Result<_, _>>()?)
-                    }
+                    RedriveAllowJson::ByQueue(arns) => RedriveAllow::ByQueue(
+                        arns.iter()
+                            .map(|arn| resolve(arn))
+                            .collect::<Result<_, _>>()?,
+                    ),
                 });
             }
             "FifoQueue" => match value.as_str() {
@@ -184,7 +213,9 @@ pub fn parse_queue_attributes(
             },
             fifo if FIFO_ONLY.contains(&fifo) => {
                 return Err(SqsError::UnsupportedOperation {
-                    message: format!("The attribute {fifo} applies to FIFO queues only; Trireme supports standard queues only."),
+                    message: format!(
+                        "The attribute {fifo} applies to FIFO queues only; Trireme supports standard queues only."
+                    ),
                 });
             }
             // Accepted so that tools which always send them work; nothing is stored (see the
@@ -217,7 +248,9 @@ fn seconds(name: &str, value: &str, min: u32, max: u32) -> Result<u32, SqsError>
 
 fn boolean_error(name: &str, value: &str) -> SqsError {
     SqsError::InvalidAttributeValue {
-        message: format!("Invalid value for the parameter {name}. Reason: {value} must be true or false."),
+        message: format!(
+            "Invalid value for the parameter {name}. Reason: {value} must be true or false."
+        ),
     }
 }
 
@@ -249,20 +282,30 @@ mod tests {
         assert_eq!(some.len(), 2);
         assert_eq!(
             requested_queue_attributes(&strings(&["QueueArn", "Colour"])),
-            Err(SqsError::InvalidAttributeName { name: "Colour".into() })
+            Err(SqsError::InvalidAttributeName {
+                name: "Colour".into()
+            })
         );
         assert!(requested_queue_attributes(&[]).unwrap().is_empty());
     }
 
     #[test]
     fn system_attributes_come_from_both_parameters() {
-        let selected = requested_system_attributes(&strings(&["SentTimestamp"]), &strings(&["ApproximateReceiveCount"])).unwrap();
+        let selected = requested_system_attributes(
+            &strings(&["SentTimestamp"]),
+            &strings(&["ApproximateReceiveCount"]),
+        )
+        .unwrap();
         assert_eq!(selected.len(), 2);
         let all = requested_system_attributes(&[], &strings(&["All"])).unwrap();
         assert!(all.contains("DeadLetterQueueSourceArn"));
         assert!(!all.contains("All"));
         // A queue attribute name in the legacy list is ignored, as SQS does.
-        assert!(requested_system_attributes(&[], &strings(&["VisibilityTimeout"])).unwrap().is_empty());
+        assert!(
+            requested_system_attributes(&[], &strings(&["VisibilityTimeout"]))
+                .unwrap()
+                .is_empty()
+        );
         assert!(requested_system_attributes(&strings(&["Bogus"]), &[]).is_err());
     }
 
@@ -294,7 +337,10 @@ mod tests {
         assert_eq!(policy.max_receive_count, 2);
         let mut clear = BTreeMap::new();
         clear.insert("RedrivePolicy".to_owned(), String::new());
-        assert_eq!(parse_queue_attributes(&clear, resolve).unwrap().redrive, Some(None));
+        assert_eq!(
+            parse_queue_attributes(&clear, resolve).unwrap().redrive,
+            Some(None)
+        );
     }
 
     #[test]
@@ -309,19 +355,45 @@ mod tests {
             let map = BTreeMap::from([(name.to_owned(), value.to_owned())]);
             let error = parse_queue_attributes(&map, resolve).unwrap_err();
             let message = error.to_string();
-            assert!(matches!(error, SqsError::InvalidAttributeValue { .. }), "{name}");
-            assert!(message.contains(name) && message.contains(range), "{message}");
+            assert!(
+                matches!(error, SqsError::InvalidAttributeValue { .. }),
+                "{name}"
+            );
+            assert!(
+                message.contains(name) && message.contains(range),
+                "{message}"
+            );
         }
     }
 
     #[test]
     fn fifo_read_only_and_unknown_attributes_are_refused() {
-        let refuse = |name: &str, value: &str| parse_queue_attributes(&BTreeMap::from([(name.to_owned(), value.to_owned())]), resolve);
-        assert!(matches!(refuse("FifoQueue", "true"), Err(SqsError::UnsupportedOperation { .. })));
+        let refuse = |name: &str, value: &str| {
+            parse_queue_attributes(
+                &BTreeMap::from([(name.to_owned(), value.to_owned())]),
+                resolve,
+            )
+        };
+        assert!(matches!(
+            refuse("FifoQueue", "true"),
+            Err(SqsError::UnsupportedOperation { .. })
+        ));
         assert!(refuse("FifoQueue", "false").is_ok());
-        assert!(matches!(refuse("ContentBasedDeduplication", "true"), Err(SqsError::UnsupportedOperation { .. })));
-        assert!(matches!(refuse("QueueArn", "x"), Err(SqsError::InvalidAttributeName { .. })));
-        assert!(matches!(refuse("Colour", "x"), Err(SqsError::InvalidAttributeName { .. })));
-        assert!(matches!(refuse("RedrivePolicy", "{}"), Err(SqsError::InvalidParameterValue { .. })));
+        assert!(matches!(
+            refuse("ContentBasedDeduplication", "true"),
+            Err(SqsError::UnsupportedOperation { .. })
+        ));
+        assert!(matches!(
+            refuse("QueueArn", "x"),
+            Err(SqsError::InvalidAttributeName { .. })
+        ));
+        assert!(matches!(
+            refuse("Colour", "x"),
+            Err(SqsError::InvalidAttributeName { .. })
+        ));
+        assert!(matches!(
+            refuse("RedrivePolicy", "{}"),
+            Err(SqsError::InvalidParameterValue { .. })
+        ));
     }
 }

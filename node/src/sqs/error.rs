@@ -71,7 +71,9 @@ pub enum SqsError {
     #[error("There should be at least one {entry} in the request.")]
     EmptyBatchRequest { entry: &'static str },
     /// The entries of a batch add up to more than the queue allows.
-    #[error("Batch requests cannot be longer than {max_bytes} bytes. You have sent {size_bytes} bytes.")]
+    #[error(
+        "Batch requests cannot be longer than {max_bytes} bytes. You have sent {size_bytes} bytes."
+    )]
     BatchRequestTooLong { size_bytes: u64, max_bytes: u64 },
     /// The queue was purged less than 60 seconds ago.
     #[error("Only one PurgeQueue operation on {name} is allowed every 60 seconds.")]
@@ -140,7 +142,12 @@ impl SqsError {
     /// wording: `Value 11 for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1
     /// and 10, if provided.`
     #[must_use]
-    pub fn out_of_range(parameter: &str, value: impl std::fmt::Display, min: u64, max: u64) -> Self {
+    pub fn out_of_range(
+        parameter: &str,
+        value: impl std::fmt::Display,
+        min: u64,
+        max: u64,
+    ) -> Self {
         SqsError::InvalidParameterValue {
             message: format!(
                 "Value {value} for parameter {parameter} is invalid. Reason: Must be between {min} and {max}, if provided."
@@ -152,7 +159,9 @@ impl SqsError {
     #[must_use]
     pub fn invalid(parameter: &str, value: impl std::fmt::Display, reason: &str) -> Self {
         SqsError::InvalidParameterValue {
-            message: format!("Value {value} for parameter {parameter} is invalid. Reason: {reason}"),
+            message: format!(
+                "Value {value} for parameter {parameter} is invalid. Reason: {reason}"
+            ),
         }
     }
 
@@ -170,7 +179,9 @@ impl SqsError {
     #[must_use]
     pub fn wire(&self) -> WireError {
         use SqsError as E;
-        let sender = |status: StatusCode, shape: &'static str, code: &'static str| (status, SQS_NAMESPACE, shape, code);
+        let sender = |status: StatusCode, shape: &'static str, code: &'static str| {
+            (status, SQS_NAMESPACE, shape, code)
+        };
         let prefixed = |shape: &'static str| (StatusCode::BAD_REQUEST, SQS_NAMESPACE, shape, "");
         let (status, namespace, shape, code): (StatusCode, &str, &str, &str) = match self {
             E::QueueDoesNotExist => sender(
@@ -178,13 +189,17 @@ impl SqsError {
                 "QueueDoesNotExist",
                 "AWS.SimpleQueueService.NonExistentQueue",
             ),
-            E::QueueNameExists { .. } => {
-                sender(StatusCode::BAD_REQUEST, "QueueNameExists", "QueueAlreadyExists")
-            }
+            E::QueueNameExists { .. } => sender(
+                StatusCode::BAD_REQUEST,
+                "QueueNameExists",
+                "QueueAlreadyExists",
+            ),
             E::QueueDeletedRecently { .. } => prefixed("QueueDeletedRecently"),
-            E::ReceiptHandleIsInvalid { .. } => {
-                sender(StatusCode::NOT_FOUND, "ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid")
-            }
+            E::ReceiptHandleIsInvalid { .. } => sender(
+                StatusCode::NOT_FOUND,
+                "ReceiptHandleIsInvalid",
+                "ReceiptHandleIsInvalid",
+            ),
             E::InvalidParameterValue { .. } => sender(
                 StatusCode::BAD_REQUEST,
                 "InvalidParameterValueException",
@@ -195,15 +210,21 @@ impl SqsError {
                 "MissingRequiredParameterException",
                 "MissingParameter",
             ),
-            E::InvalidAttributeName { .. } => {
-                sender(StatusCode::BAD_REQUEST, "InvalidAttributeName", "InvalidAttributeName")
-            }
-            E::InvalidAttributeValue { .. } => {
-                sender(StatusCode::BAD_REQUEST, "InvalidAttributeValue", "InvalidAttributeValue")
-            }
-            E::InvalidMessageContents { .. } => {
-                sender(StatusCode::BAD_REQUEST, "InvalidMessageContents", "InvalidMessageContents")
-            }
+            E::InvalidAttributeName { .. } => sender(
+                StatusCode::BAD_REQUEST,
+                "InvalidAttributeName",
+                "InvalidAttributeName",
+            ),
+            E::InvalidAttributeValue { .. } => sender(
+                StatusCode::BAD_REQUEST,
+                "InvalidAttributeValue",
+                "InvalidAttributeValue",
+            ),
+            E::InvalidMessageContents { .. } => sender(
+                StatusCode::BAD_REQUEST,
+                "InvalidMessageContents",
+                "InvalidMessageContents",
+            ),
             E::InvalidBatchEntryId { .. } => prefixed("InvalidBatchEntryId"),
             E::TooManyEntriesInBatchRequest { .. } => prefixed("TooManyEntriesInBatchRequest"),
             E::BatchEntryIdsNotDistinct { .. } => prefixed("BatchEntryIdsNotDistinct"),
@@ -221,7 +242,9 @@ impl SqsError {
                 "ResourceNotFoundException",
                 "ResourceNotFoundException",
             ),
-            E::InvalidAddress { .. } => sender(StatusCode::NOT_FOUND, "InvalidAddress", "InvalidAddress"),
+            E::InvalidAddress { .. } => {
+                sender(StatusCode::NOT_FOUND, "InvalidAddress", "InvalidAddress")
+            }
             E::MissingAuthenticationToken => (
                 StatusCode::FORBIDDEN,
                 COMMON_NAMESPACE,
@@ -287,7 +310,11 @@ impl SqsError {
             status,
             shape: format!("{namespace}{shape}"),
             query_code,
-            fault: if status.is_server_error() { "Receiver" } else { "Sender" },
+            fault: if status.is_server_error() {
+                "Receiver"
+            } else {
+                "Sender"
+            },
         }
     }
 
@@ -318,7 +345,10 @@ impl IntoResponse for SqsError {
         .expect("a struct of two strings always serializes");
         let mut response = (wire.status, body).into_response();
         let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(JSON_CONTENT_TYPE),
+        );
         headers.insert(
             "x-amzn-query-error",
             HeaderValue::from_str(&format!("{};{}", wire.query_code, wire.fault))
@@ -353,7 +383,9 @@ impl From<Reject> for SqsError {
                     };
                 }
                 SqsError::InvalidParameterValue {
-                    message: format!("Invalid value for the parameter {parameter}. Reason: {reason}."),
+                    message: format!(
+                        "Invalid value for the parameter {parameter}. Reason: {reason}."
+                    ),
                 }
             }
             Reject::InvalidMessageContents { reason } => {
@@ -589,7 +621,8 @@ mod tests {
         let (status, query, _) = parts(SqsError::ServiceUnavailable).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(query, "ServiceUnavailable;Receiver");
-        let (code, sender_fault) = SqsError::InternalFailure { reason: "x".into() }.batch_entry_code();
+        let (code, sender_fault) =
+            SqsError::InternalFailure { reason: "x".into() }.batch_entry_code();
         assert_eq!(code, "InternalFailure");
         assert!(!sender_fault);
     }

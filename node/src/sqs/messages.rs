@@ -9,16 +9,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use tokio::task::JoinSet;
-use trireme_core::{AttributeValue, Command, DedupId, Delivery, Outcome, QueueName, ReceiptHandle, limits as core_limits};
+use trireme_core::{
+    AttributeValue, Command, DedupId, Delivery, Outcome, QueueName, ReceiptHandle,
+    limits as core_limits,
+};
 
 use super::attributes::{MessageAttributeFilter, requested_system_attributes};
 use super::digest::{DigestAttribute, DigestValue, attributes_md5, body_md5};
 use super::error::SqsError;
 use super::wire::{
     BatchIdEntry, BatchResponse, BatchResultErrorEntry, ChangeMessageVisibilityBatchRequest,
-    ChangeMessageVisibilityRequest, DeleteMessageBatchRequest, DeleteMessageRequest, Empty, MessageAttributeValue,
-    MessageAttributes, ReceiveMessageRequest, ReceiveMessageResponse, ReceivedMessage, SendMessageBatchRequest,
-    SendMessageBatchResultEntry, SendMessageRequest, SendMessageResponse,
+    ChangeMessageVisibilityRequest, DeleteMessageBatchRequest, DeleteMessageRequest, Empty,
+    MessageAttributeValue, MessageAttributes, ReceiveMessageRequest, ReceiveMessageResponse,
+    ReceivedMessage, SendMessageBatchRequest, SendMessageBatchResultEntry, SendMessageRequest,
+    SendMessageResponse,
 };
 use super::{Sqs, in_range, limits, required};
 
@@ -47,7 +51,10 @@ struct SendParts {
 }
 
 impl Sqs {
-    pub(super) async fn send_message(&self, request: SendMessageRequest) -> Result<SendMessageResponse, SqsError> {
+    pub(super) async fn send_message(
+        &self,
+        request: SendMessageRequest,
+    ) -> Result<SendMessageResponse, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let prepared = self.prepare_send(
             &queue,
@@ -75,7 +82,10 @@ impl Sqs {
     ) -> Result<BatchResponse<SendMessageBatchResultEntry>, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let entries = required(request.entries, "Entries")?;
-        let ids = check_batch(entries.iter().map(|entry| entry.id.as_deref()), "SendMessageBatchRequestEntry")?;
+        let ids = check_batch(
+            entries.iter().map(|entry| entry.id.as_deref()),
+            "SendMessageBatchRequestEntry",
+        )?;
         let mut failed = Vec::new();
         let mut prepared = Vec::new();
         for (id, entry) in ids.into_iter().zip(entries) {
@@ -118,22 +128,36 @@ impl Sqs {
         Ok(BatchResponse { successful, failed })
     }
 
-    pub(super) async fn receive_message(&self, request: ReceiveMessageRequest) -> Result<ReceiveMessageResponse, SqsError> {
+    pub(super) async fn receive_message(
+        &self,
+        request: ReceiveMessageRequest,
+    ) -> Result<ReceiveMessageResponse, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
-        let max = in_range(request.max_number_of_messages, "MaxNumberOfMessages", 1, core_limits::batch_entries_max)?
-            .unwrap_or(1);
+        let max = in_range(
+            request.max_number_of_messages,
+            "MaxNumberOfMessages",
+            1,
+            core_limits::batch_entries_max,
+        )?
+        .unwrap_or(1);
         let visibility_s = in_range(
             request.visibility_timeout,
             "VisibilityTimeout",
             0,
             core_limits::visibility_timeout_s_max,
         )?;
-        let wait_s = in_range(request.wait_time_seconds, "WaitTimeSeconds", 0, core_limits::wait_s_max)?;
+        let wait_s = in_range(
+            request.wait_time_seconds,
+            "WaitTimeSeconds",
+            0,
+            core_limits::wait_s_max,
+        )?;
         let system = requested_system_attributes(
             &request.message_system_attribute_names.unwrap_or_default(),
             &request.attribute_names.unwrap_or_default(),
         )?;
-        let filter = MessageAttributeFilter::new(&request.message_attribute_names.unwrap_or_default());
+        let filter =
+            MessageAttributeFilter::new(&request.message_attribute_names.unwrap_or_default());
         let outcome = self
             .engine
             .execute(Command::Receive {
@@ -156,10 +180,15 @@ impl Sqs {
         })
     }
 
-    pub(super) async fn delete_message(&self, request: DeleteMessageRequest) -> Result<Empty, SqsError> {
+    pub(super) async fn delete_message(
+        &self,
+        request: DeleteMessageRequest,
+    ) -> Result<Empty, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let handle = self.decode_handle(request.receipt_handle.as_deref())?;
-        self.engine.execute(Command::Delete { queue, handle }).await?;
+        self.engine
+            .execute(Command::Delete { queue, handle })
+            .await?;
         Ok(Empty {})
     }
 
@@ -169,7 +198,10 @@ impl Sqs {
     ) -> Result<BatchResponse<BatchIdEntry>, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let entries = required(request.entries, "Entries")?;
-        let ids = check_batch(entries.iter().map(|entry| entry.id.as_deref()), "DeleteMessageBatchRequestEntry")?;
+        let ids = check_batch(
+            entries.iter().map(|entry| entry.id.as_deref()),
+            "DeleteMessageBatchRequestEntry",
+        )?;
         let prepared = ids.into_iter().zip(entries).map(|(id, entry)| {
             let command = self
                 .decode_handle(entry.receipt_handle.as_deref())
@@ -182,7 +214,10 @@ impl Sqs {
         Ok(self.run_id_batch(prepared.collect()).await)
     }
 
-    pub(super) async fn change_message_visibility(&self, request: ChangeMessageVisibilityRequest) -> Result<Empty, SqsError> {
+    pub(super) async fn change_message_visibility(
+        &self,
+        request: ChangeMessageVisibilityRequest,
+    ) -> Result<Empty, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let handle = self.decode_handle(request.receipt_handle.as_deref())?;
         let timeout_s = visibility_timeout(request.visibility_timeout)?;
@@ -207,13 +242,15 @@ impl Sqs {
             "ChangeMessageVisibilityBatchRequestEntry",
         )?;
         let prepared = ids.into_iter().zip(entries).map(|(id, entry)| {
-            let command = self.decode_handle(entry.receipt_handle.as_deref()).and_then(|handle| {
-                Ok(Command::ChangeVisibility {
-                    queue: queue.clone(),
-                    handle,
-                    timeout_s: visibility_timeout(entry.visibility_timeout)?,
-                })
-            });
+            let command = self
+                .decode_handle(entry.receipt_handle.as_deref())
+                .and_then(|handle| {
+                    Ok(Command::ChangeVisibility {
+                        queue: queue.clone(),
+                        handle,
+                        timeout_s: visibility_timeout(entry.visibility_timeout)?,
+                    })
+                });
             (id, command)
         });
         Ok(self.run_id_batch(prepared.collect()).await)
@@ -221,7 +258,10 @@ impl Sqs {
 
     /// Runs the commands of a delete or visibility batch; entries already refused at the edge
     /// are reported as they are.
-    async fn run_id_batch(&self, prepared: Vec<(String, Result<Command, SqsError>)>) -> BatchResponse<BatchIdEntry> {
+    async fn run_id_batch(
+        &self,
+        prepared: Vec<(String, Result<Command, SqsError>)>,
+    ) -> BatchResponse<BatchIdEntry> {
         let mut failed = Vec::new();
         let mut ready = Vec::new();
         for (id, command) in prepared {
@@ -248,11 +288,15 @@ impl Sqs {
         let mut tasks = JoinSet::new();
         for (index, command) in commands.into_iter().enumerate() {
             let engine = self.engine.clone();
-            tasks.spawn(async move { (index, engine.execute(command).await.map_err(SqsError::from)) });
+            tasks.spawn(
+                async move { (index, engine.execute(command).await.map_err(SqsError::from)) },
+            );
         }
-        let mut results: Vec<Option<Result<Outcome, SqsError>>> = (0..count).map(|_| None).collect();
+        let mut results: Vec<Option<Result<Outcome, SqsError>>> =
+            (0..count).map(|_| None).collect();
         while let Some(joined) = tasks.join_next().await {
-            let (index, result) = joined.expect("engine calls do not panic and are not aborted while joined");
+            let (index, result) =
+                joined.expect("engine calls do not panic and are not aborted while joined");
             results[index] = Some(result);
         }
         results
@@ -263,9 +307,15 @@ impl Sqs {
 
     fn prepare_send(&self, queue: &QueueName, parts: SendParts) -> Result<PreparedSend, SqsError> {
         let body = required(parts.body, "MessageBody")?;
-        let delay_s = in_range(parts.delay_seconds, "DelaySeconds", 0, core_limits::delay_s_max)?;
+        let delay_s = in_range(
+            parts.delay_seconds,
+            "DelaySeconds",
+            0,
+            core_limits::delay_s_max,
+        )?;
         let attributes = convert_attributes(parts.message_attributes.unwrap_or_default())?;
-        let system_attributes_md5 = system_attributes_md5(&parts.message_system_attributes.unwrap_or_default())?;
+        let system_attributes_md5 =
+            system_attributes_md5(&parts.message_system_attributes.unwrap_or_default())?;
         let dedup = parts
             .message_deduplication_id
             .map(|id| {
@@ -307,7 +357,12 @@ impl Sqs {
             })
     }
 
-    fn render_delivery(&self, delivery: Delivery, system: &BTreeSet<&'static str>, filter: &MessageAttributeFilter) -> ReceivedMessage {
+    fn render_delivery(
+        &self,
+        delivery: Delivery,
+        system: &BTreeSet<&'static str>,
+        filter: &MessageAttributeFilter,
+    ) -> ReceivedMessage {
         let mut attributes = BTreeMap::new();
         for name in system {
             let value = match *name {
@@ -324,8 +379,11 @@ impl Sqs {
             };
             attributes.insert(*name, value);
         }
-        let selected: Vec<(&String, &AttributeValue)> =
-            delivery.attributes.iter().filter(|(name, _)| filter.selects(name)).collect();
+        let selected: Vec<(&String, &AttributeValue)> = delivery
+            .attributes
+            .iter()
+            .filter(|(name, _)| filter.selects(name))
+            .collect();
         let md5_of_message_attributes = core_attributes_md5(selected.iter().copied());
         let message_attributes = selected
             .into_iter()
@@ -366,8 +424,13 @@ fn sent_id(outcome: Outcome) -> String {
 
 fn visibility_timeout(value: Option<i64>) -> Result<u32, SqsError> {
     let value = required(value, "VisibilityTimeout")?;
-    in_range(Some(value), "VisibilityTimeout", 0, core_limits::visibility_timeout_s_max)
-        .map(|timeout| timeout.expect("a present value stays present"))
+    in_range(
+        Some(value),
+        "VisibilityTimeout",
+        0,
+        core_limits::visibility_timeout_s_max,
+    )
+    .map(|timeout| timeout.expect("a present value stays present"))
 }
 
 fn failure(id: String, error: &SqsError) -> BatchResultErrorEntry {
@@ -385,7 +448,10 @@ fn failure(id: String, error: &SqsError) -> BatchResultErrorEntry {
 /// # Errors
 /// `EmptyBatchRequest`, `TooManyEntriesInBatchRequest`, `MissingParameter`,
 /// `InvalidBatchEntryId` or `BatchEntryIdsNotDistinct`: the whole request is refused.
-fn check_batch<'a>(ids: impl ExactSizeIterator<Item = Option<&'a str>>, entry: &'static str) -> Result<Vec<String>, SqsError> {
+fn check_batch<'a>(
+    ids: impl ExactSizeIterator<Item = Option<&'a str>>,
+    entry: &'static str,
+) -> Result<Vec<String>, SqsError> {
     let count = ids.len();
     if count == 0 {
         return Err(SqsError::EmptyBatchRequest { entry });
@@ -399,7 +465,9 @@ fn check_batch<'a>(ids: impl ExactSizeIterator<Item = Option<&'a str>>, entry: &
         let id = required(id, "Id")?;
         let legal = !id.is_empty()
             && id.chars().count() <= limits::batch_entry_id_chars_max
-            && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !legal {
             return Err(SqsError::InvalidBatchEntryId { id: id.to_owned() });
         }
@@ -412,16 +480,26 @@ fn check_batch<'a>(ids: impl ExactSizeIterator<Item = Option<&'a str>>, entry: &
 }
 
 /// Wire message attributes to core values: data types checked, binary values base64-decoded.
-fn convert_attributes(attributes: MessageAttributes) -> Result<BTreeMap<String, AttributeValue>, SqsError> {
+fn convert_attributes(
+    attributes: MessageAttributes,
+) -> Result<BTreeMap<String, AttributeValue>, SqsError> {
     let mut out = BTreeMap::new();
     for (name, value) in attributes {
         let invalid = |reason: String| SqsError::InvalidParameterValue {
             message: format!("Message attribute {name} is invalid. Reason: {reason}"),
         };
-        if value.string_list_values.as_ref().is_some_and(|list| !list.is_empty())
-            || value.binary_list_values.as_ref().is_some_and(|list| !list.is_empty())
+        if value
+            .string_list_values
+            .as_ref()
+            .is_some_and(|list| !list.is_empty())
+            || value
+                .binary_list_values
+                .as_ref()
+                .is_some_and(|list| !list.is_empty())
         {
-            return Err(invalid("Message attribute list values are not supported.".to_owned()));
+            return Err(invalid(
+                "Message attribute list values are not supported.".to_owned(),
+            ));
         }
         let data_type = value
             .data_type
@@ -433,20 +511,30 @@ fn convert_attributes(attributes: MessageAttributes) -> Result<BTreeMap<String, 
                 let text = value
                     .string_value
                     .filter(|text| !text.is_empty())
-                    .ok_or_else(|| invalid(format!("A {data_type} attribute must have a non-empty StringValue.")))?;
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "A {data_type} attribute must have a non-empty StringValue."
+                        ))
+                    })?;
                 if base == "Number" && !text.trim().parse::<f64>().is_ok_and(f64::is_finite) {
                     return Err(invalid(format!("{text} is not a number.")));
                 }
-                AttributeValue::String { data_type, value: text }
+                AttributeValue::String {
+                    data_type,
+                    value: text,
+                }
             }
             "Binary" => {
-                let encoded = value
-                    .binary_value
-                    .ok_or_else(|| invalid("A Binary attribute must have a BinaryValue.".to_owned()))?;
+                let encoded = value.binary_value.ok_or_else(|| {
+                    invalid("A Binary attribute must have a BinaryValue.".to_owned())
+                })?;
                 let bytes = STANDARD
                     .decode(encoded.as_bytes())
                     .map_err(|_| invalid("BinaryValue is not valid base64.".to_owned()))?;
-                AttributeValue::Binary { data_type, value: bytes }
+                AttributeValue::Binary {
+                    data_type,
+                    value: bytes,
+                }
             }
             _ => {
                 return Err(invalid(format!(
@@ -466,10 +554,14 @@ fn system_attributes_md5(attributes: &MessageAttributes) -> Result<Option<String
     for (name, value) in attributes {
         if name != "AWSTraceHeader" {
             return Err(SqsError::InvalidParameterValue {
-                message: format!("Message system attribute {name} is invalid. Reason: Only AWSTraceHeader is supported."),
+                message: format!(
+                    "Message system attribute {name} is invalid. Reason: Only AWSTraceHeader is supported."
+                ),
             });
         }
-        let (Some("String"), Some(text)) = (value.data_type.as_deref(), value.string_value.as_deref()) else {
+        let (Some("String"), Some(text)) =
+            (value.data_type.as_deref(), value.string_value.as_deref())
+        else {
             return Err(SqsError::InvalidParameterValue {
                 message: "Message system attribute AWSTraceHeader is invalid. Reason: It must be a String with a StringValue.".to_owned(),
             });
@@ -483,7 +575,9 @@ fn system_attributes_md5(attributes: &MessageAttributes) -> Result<Option<String
     Ok(attributes_md5(&digest))
 }
 
-fn core_attributes_md5<'a>(attributes: impl Iterator<Item = (&'a String, &'a AttributeValue)>) -> Option<String> {
+fn core_attributes_md5<'a>(
+    attributes: impl Iterator<Item = (&'a String, &'a AttributeValue)>,
+) -> Option<String> {
     let digest: Vec<DigestAttribute<'_>> = attributes
         .map(|(name, value)| DigestAttribute {
             name,
@@ -504,7 +598,10 @@ mod tests {
     #[test]
     fn batch_ids_are_checked_in_sqs_order() {
         let none: Vec<Option<&str>> = vec![];
-        assert!(matches!(check_batch(none.into_iter(), "E"), Err(SqsError::EmptyBatchRequest { .. })));
+        assert!(matches!(
+            check_batch(none.into_iter(), "E"),
+            Err(SqsError::EmptyBatchRequest { .. })
+        ));
         let eleven: Vec<Option<&str>> = (0..11).map(|_| Some("a")).collect();
         assert!(matches!(
             check_batch(eleven.into_iter(), "E"),
@@ -523,7 +620,10 @@ mod tests {
             check_batch(vec![Some("a"), Some("a")].into_iter(), "E"),
             Err(SqsError::BatchEntryIdsNotDistinct { .. })
         ));
-        assert_eq!(check_batch(vec![Some("a-1"), Some("b_2")].into_iter(), "E").unwrap(), vec!["a-1", "b_2"]);
+        assert_eq!(
+            check_batch(vec![Some("a-1"), Some("b_2")].into_iter(), "E").unwrap(),
+            vec!["a-1", "b_2"]
+        );
     }
 
     fn attribute(data_type: &str, string: Option<&str>, binary: Option<&str>) -> MessageAttributes {
@@ -540,7 +640,12 @@ mod tests {
 
     #[test]
     fn attributes_convert_with_custom_labels_and_binary() {
-        let converted = convert_attributes(attribute("Number.java.lang.Long", Some("1493147359900"), None)).unwrap();
+        let converted = convert_attributes(attribute(
+            "Number.java.lang.Long",
+            Some("1493147359900"),
+            None,
+        ))
+        .unwrap();
         assert_eq!(
             converted["attr"],
             AttributeValue::String {
@@ -568,7 +673,13 @@ mod tests {
             attribute("Colour", Some("red"), None),
             attribute("", Some("x"), None),
         ] {
-            assert!(matches!(convert_attributes(bad.clone()), Err(SqsError::InvalidParameterValue { .. })), "{bad:?}");
+            assert!(
+                matches!(
+                    convert_attributes(bad.clone()),
+                    Err(SqsError::InvalidParameterValue { .. })
+                ),
+                "{bad:?}"
+            );
         }
     }
 

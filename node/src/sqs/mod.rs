@@ -101,7 +101,13 @@ pub fn router(engine: Engine, settings: SqsSettings) -> Router {
         .layer(DefaultBodyLimit::max(limits::request_bytes_max))
 }
 
-async fn serve(State(sqs): State<Arc<Sqs>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn serve(
+    State(sqs): State<Arc<Sqs>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let request_id = sqs.engine.new_message_id().to_string();
     let action = headers
         .get("x-amz-target")
@@ -115,9 +121,10 @@ async fn serve(State(sqs): State<Arc<Sqs>>, method: Method, uri: Uri, headers: H
             Ok(json) => {
                 debug!("answered");
                 let mut response = (StatusCode::OK, json).into_response();
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(JSON_CONTENT_TYPE),
+                );
                 response
             }
             Err(error) => {
@@ -141,7 +148,14 @@ async fn serve(State(sqs): State<Arc<Sqs>>, method: Method, uri: Uri, headers: H
 }
 
 impl Sqs {
-    async fn answer(&self, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8], target: &str) -> Result<Vec<u8>, SqsError> {
+    async fn answer(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: &[u8],
+        target: &str,
+    ) -> Result<Vec<u8>, SqsError> {
         if !self.access_keys.is_empty() {
             let request = sigv4::SignedRequest {
                 method,
@@ -168,7 +182,11 @@ impl Sqs {
                 });
             }
             return Err(SqsError::UnknownOperation {
-                target: if target.is_empty() { "(no X-Amz-Target header)".to_owned() } else { target.to_owned() },
+                target: if target.is_empty() {
+                    "(no X-Amz-Target header)".to_owned()
+                } else {
+                    target.to_owned()
+                },
             });
         };
         self.dispatch(action, body).await
@@ -217,23 +235,31 @@ impl Sqs {
         let url = url.ok_or(SqsError::MissingParameter {
             parameter: "QueueUrl",
         })?;
-        let name = self.addresses.name_from_url(url).map_err(|error| match error {
-            AddressError::Malformed { text } => SqsError::InvalidAddress { url: text },
-            AddressError::Foreign { .. } => SqsError::QueueDoesNotExist,
-        })?;
+        let name = self
+            .addresses
+            .name_from_url(url)
+            .map_err(|error| match error {
+                AddressError::Malformed { text } => SqsError::InvalidAddress { url: text },
+                AddressError::Foreign { .. } => SqsError::QueueDoesNotExist,
+            })?;
         existing_queue_name(name)
     }
 
     /// The queue named by an ARN member (`parameter` names it in the refusal).
     fn queue_from_arn(&self, arn: &str, parameter: &str) -> Result<QueueName, SqsError> {
-        let name = self.addresses.name_from_arn(arn).map_err(|error| match error {
-            AddressError::Malformed { .. } => SqsError::invalid(parameter, arn, "It is not an SQS queue ARN."),
-            AddressError::Foreign { .. } => SqsError::invalid(
-                parameter,
-                arn,
-                "It names a queue of another region or account than this endpoint's.",
-            ),
-        })?;
+        let name = self
+            .addresses
+            .name_from_arn(arn)
+            .map_err(|error| match error {
+                AddressError::Malformed { .. } => {
+                    SqsError::invalid(parameter, arn, "It is not an SQS queue ARN.")
+                }
+                AddressError::Foreign { .. } => SqsError::invalid(
+                    parameter,
+                    arn,
+                    "It names a queue of another region or account than this endpoint's.",
+                ),
+            })?;
         existing_queue_name(name)
     }
 }
@@ -248,7 +274,11 @@ fn existing_queue_name(name: &str) -> Result<QueueName, SqsError> {
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, SqsError> {
-    let body = if body.iter().all(u8::is_ascii_whitespace) { b"{}".as_slice() } else { body };
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        body
+    };
     serde_json::from_slice(body).map_err(|error| SqsError::Serialization {
         reason: error.to_string(),
     })
@@ -264,13 +294,20 @@ fn required<T>(value: Option<T>, parameter: &'static str) -> Result<T, SqsError>
 }
 
 /// An optional integer member in `min..=max`, refused in SQS's wording otherwise.
-fn in_range(value: Option<i64>, parameter: &str, min: u32, max: u32) -> Result<Option<u32>, SqsError> {
+fn in_range(
+    value: Option<i64>,
+    parameter: &str,
+    min: u32,
+    max: u32,
+) -> Result<Option<u32>, SqsError> {
     match value {
         None => Ok(None),
         Some(value) => u32::try_from(value)
             .ok()
             .filter(|value| (min..=max).contains(value))
             .map(Some)
-            .ok_or_else(|| SqsError::out_of_range(parameter, value, u64::from(min), u64::from(max))),
+            .ok_or_else(|| {
+                SqsError::out_of_range(parameter, value, u64::from(min), u64::from(max))
+            }),
     }
 }

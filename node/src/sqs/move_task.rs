@@ -50,7 +50,10 @@ mod tests {
             source_arn: "arn:aws:sqs:us-east-1:000000000000:dlq".to_owned(),
         };
         let text = handle.encode();
-        assert!(text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert!(
+            text.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
         let json = URL_SAFE_NO_PAD.decode(&text).unwrap();
         let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(value["taskId"], "redrive-00ff");

@@ -53,18 +53,28 @@ pub fn parse_redrive_policy(text: &str) -> Result<Option<RedrivePolicyJson>, Pol
         value: text.to_owned(),
         reason,
     };
-    let value: Value = serde_json::from_str(text).map_err(|_| refuse("Redrive policy is not a valid JSON map.".to_owned()))?;
+    let value: Value = serde_json::from_str(text)
+        .map_err(|_| refuse("Redrive policy is not a valid JSON map.".to_owned()))?;
     let map = value
         .as_object()
         .ok_or_else(|| refuse("Redrive policy is not a valid JSON map.".to_owned()))?;
     let arn = match map.get("deadLetterTargetArn") {
         Some(Value::String(arn)) if !arn.is_empty() => arn.clone(),
-        _ => return Err(refuse("Redrive policy does not contain mandatory attribute: deadLetterTargetArn.".to_owned())),
+        _ => {
+            return Err(refuse(
+                "Redrive policy does not contain mandatory attribute: deadLetterTargetArn."
+                    .to_owned(),
+            ));
+        }
     };
     let count = match map.get("maxReceiveCount") {
         Some(Value::Number(n)) => n.as_i64(),
         Some(Value::String(s)) => s.trim().parse::<i64>().ok(),
-        None => return Err(refuse("Redrive policy does not contain mandatory attribute: maxReceiveCount.".to_owned())),
+        None => {
+            return Err(refuse(
+                "Redrive policy does not contain mandatory attribute: maxReceiveCount.".to_owned(),
+            ));
+        }
         Some(_) => None,
     };
     let range = i64::from(limits::max_receive_count_min)..=i64::from(limits::max_receive_count_max);
@@ -82,7 +92,9 @@ pub fn parse_redrive_policy(text: &str) -> Result<Option<RedrivePolicyJson>, Pol
         .keys()
         .find(|key| *key != "deadLetterTargetArn" && *key != "maxReceiveCount")
     {
-        return Err(refuse(format!("Redrive policy has an unknown attribute: {unknown}.")));
+        return Err(refuse(format!(
+            "Redrive policy has an unknown attribute: {unknown}."
+        )));
     }
     Ok(Some(RedrivePolicyJson {
         dead_letter_target_arn: arn,
@@ -129,7 +141,10 @@ pub fn parse_redrive_allow_policy(text: &str) -> Result<RedriveAllowJson, Policy
         reason,
     };
     let parsed: AllowIn = serde_json::from_str(text).map_err(|_| {
-        refuse("Must be a JSON map with redrivePermission and, for byQueue, sourceQueueArns.".to_owned())
+        refuse(
+            "Must be a JSON map with redrivePermission and, for byQueue, sourceQueueArns."
+                .to_owned(),
+        )
     })?;
     let arns = parsed.source_queue_arns.unwrap_or_default();
     match parsed.redrive_permission.as_str() {
@@ -139,10 +154,12 @@ pub fn parse_redrive_allow_policy(text: &str) -> Result<RedriveAllowJson, Policy
         ))),
         "allowAll" => Ok(RedriveAllowJson::AllowAll),
         "denyAll" => Ok(RedriveAllowJson::DenyAll),
-        "byQueue" if arns.is_empty() || arns.len() > limits::redrive_allow_sources_max => Err(refuse(format!(
-            "byQueue needs between 1 and {} sourceQueueArns.",
-            limits::redrive_allow_sources_max
-        ))),
+        "byQueue" if arns.is_empty() || arns.len() > limits::redrive_allow_sources_max => {
+            Err(refuse(format!(
+                "byQueue needs between 1 and {} sourceQueueArns.",
+                limits::redrive_allow_sources_max
+            )))
+        }
         "byQueue" => Ok(RedriveAllowJson::ByQueue(arns)),
         other => Err(refuse(format!(
             "redrivePermission must be allowAll, denyAll or byQueue, not {other}."
@@ -206,7 +223,10 @@ mod tests {
     fn redrive_policy_refuses_missing_members_and_out_of_range_counts() {
         for (text, says) in [
             ("{}".to_owned(), "deadLetterTargetArn"),
-            (format!(r#"{{"deadLetterTargetArn":"{ARN}"}}"#), "maxReceiveCount"),
+            (
+                format!(r#"{{"deadLetterTargetArn":"{ARN}"}}"#),
+                "maxReceiveCount",
+            ),
             (
                 format!(r#"{{"deadLetterTargetArn":"{ARN}","maxReceiveCount":0}}"#),
                 "between 1 and 1000",
@@ -253,7 +273,10 @@ mod tests {
         let eleven: Vec<String> = (0..11).map(|i| format!("\"{ARN}{i}\"")).collect();
         for text in [
             r#"{"redrivePermission":"byQueue"}"#.to_owned(),
-            format!(r#"{{"redrivePermission":"byQueue","sourceQueueArns":[{}]}}"#, eleven.join(",")),
+            format!(
+                r#"{{"redrivePermission":"byQueue","sourceQueueArns":[{}]}}"#,
+                eleven.join(",")
+            ),
             format!(r#"{{"redrivePermission":"allowAll","sourceQueueArns":["{ARN}"]}}"#),
             r#"{"redrivePermission":"sometimes"}"#.to_owned(),
             "[]".to_owned(),

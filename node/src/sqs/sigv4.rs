@@ -69,7 +69,11 @@ struct Authorization<'a> {
 /// malformed one (or a presigned query); `InvalidClientTokenId` for an unknown key id;
 /// `RequestExpired` for an `X-Amz-Date` more than 15 minutes off; `SignatureDoesNotMatch`
 /// otherwise when the signature is wrong.
-pub fn verify(request: &SignedRequest<'_>, keys: &[AccessKey], now_ms: u64) -> Result<String, SqsError> {
+pub fn verify(
+    request: &SignedRequest<'_>,
+    keys: &[AccessKey],
+    now_ms: u64,
+) -> Result<String, SqsError> {
     let Some(header) = request.headers.get("authorization") else {
         if request.query.contains("X-Amz-Signature=") {
             return Err(SqsError::IncompleteSignature {
@@ -121,22 +125,30 @@ pub fn verify(request: &SignedRequest<'_>, keys: &[AccessKey], now_ms: u64) -> R
         "{}/{}/{}/aws4_request",
         authorization.date, authorization.region, authorization.service
     );
-    let signing_key = signing_key(&key.secret, authorization.date, authorization.region, authorization.service);
-    let expected = from_hex(authorization.signature).ok_or_else(|| SqsError::IncompleteSignature {
-        reason: "the signature is not hexadecimal".to_owned(),
-    })?;
+    let signing_key = signing_key(
+        &key.secret,
+        authorization.date,
+        authorization.region,
+        authorization.service,
+    );
+    let expected =
+        from_hex(authorization.signature).ok_or_else(|| SqsError::IncompleteSignature {
+            reason: "the signature is not hexadecimal".to_owned(),
+        })?;
 
     // SDKs for services other than S3 encode each path segment twice; a client that encodes
     // once is also accepted, so both canonical forms are tried.
     let double = uri_encode(request.path, false);
     let mut last = None;
     for canonical_uri in [double.as_str(), request.path] {
-        let canonical_request = canonical_request(request, &authorization.signed_headers, canonical_uri)?;
+        let canonical_request =
+            canonical_request(request, &authorization.signed_headers, canonical_uri)?;
         let string_to_sign = format!(
             "{ALGORITHM}\n{amz_date}\n{scope}\n{}",
             to_hex(&Sha256::digest(canonical_request.as_bytes()))
         );
-        let mut mac = HmacSha256::new_from_slice(&signing_key).expect("HMAC takes keys of any length");
+        let mut mac =
+            HmacSha256::new_from_slice(&signing_key).expect("HMAC takes keys of any length");
         mac.update(string_to_sign.as_bytes());
         if mac.verify_slice(&expected).is_ok() {
             return Ok(key.id.clone());
@@ -178,10 +190,14 @@ fn parse_authorization(header: &str) -> Result<Authorization<'_>, SqsError> {
     let signature = signature.ok_or_else(|| incomplete("Signature is missing"))?;
     let parts: Vec<&str> = credential.split('/').collect();
     let [access_key_id, date, region, service, terminator] = parts.as_slice() else {
-        return Err(incomplete("Credential must be <key id>/<date>/<region>/<service>/aws4_request"));
+        return Err(incomplete(
+            "Credential must be <key id>/<date>/<region>/<service>/aws4_request",
+        ));
     };
     if *terminator != "aws4_request" || date.len() != 8 || access_key_id.is_empty() {
-        return Err(incomplete("Credential must be <key id>/<date>/<region>/<service>/aws4_request"));
+        return Err(incomplete(
+            "Credential must be <key id>/<date>/<region>/<service>/aws4_request",
+        ));
     }
     Ok(Authorization {
         access_key_id,
@@ -193,7 +209,11 @@ fn parse_authorization(header: &str) -> Result<Authorization<'_>, SqsError> {
     })
 }
 
-fn canonical_request(request: &SignedRequest<'_>, signed_headers: &[&str], canonical_uri: &str) -> Result<String, SqsError> {
+fn canonical_request(
+    request: &SignedRequest<'_>,
+    signed_headers: &[&str],
+    canonical_uri: &str,
+) -> Result<String, SqsError> {
     let mut canonical_headers = String::new();
     for name in signed_headers {
         let values: Vec<String> = request
@@ -212,14 +232,22 @@ fn canonical_request(request: &SignedRequest<'_>, signed_headers: &[&str], canon
         canonical_headers.push_str(&values.join(","));
         canonical_headers.push('\n');
     }
-    let payload_hash = match request.headers.get("x-amz-content-sha256").and_then(|v| v.to_str().ok()) {
+    let payload_hash = match request
+        .headers
+        .get("x-amz-content-sha256")
+        .and_then(|v| v.to_str().ok())
+    {
         Some("UNSIGNED-PAYLOAD") => "UNSIGNED-PAYLOAD".to_owned(),
         _ => to_hex(&Sha256::digest(request.body)),
     };
     Ok(format!(
         "{}\n{}\n{}\n{}\n{}\n{}",
         request.method.as_str(),
-        if canonical_uri.is_empty() { "/" } else { canonical_uri },
+        if canonical_uri.is_empty() {
+            "/"
+        } else {
+            canonical_uri
+        },
         canonical_query(request.query),
         canonical_headers,
         signed_headers.join(";"),
@@ -234,7 +262,10 @@ fn canonical_query(query: &str) -> String {
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (uri_encode(&percent_decode(name), true), uri_encode(&percent_decode(value), true))
+            (
+                uri_encode(&percent_decode(name), true),
+                uri_encode(&percent_decode(value), true),
+            )
         })
         .collect();
     pairs.sort();
@@ -250,7 +281,9 @@ fn canonical_query(query: &str) -> String {
 fn uri_encode(text: &str, encode_slash: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
-        let keep = byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') || (byte == b'/' && !encode_slash);
+        let keep = byte.is_ascii_alphanumeric()
+            || matches!(byte, b'-' | b'_' | b'.' | b'~')
+            || (byte == b'/' && !encode_slash);
         if keep {
             out.push(char::from(byte));
         } else {
@@ -317,11 +350,18 @@ fn parse_amz_date(text: &str) -> Option<u64> {
     }
     let number = |range: std::ops::Range<usize>| -> Option<u64> {
         let part = text.get(range)?;
-        part.bytes().all(|b| b.is_ascii_digit()).then(|| part.parse().ok())?
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())?
     };
     let (year, month, day) = (number(0..4)?, number(4..6)?, number(6..8)?);
     let (hour, minute, second) = (number(9..11)?, number(11..13)?, number(13..15)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
         return None;
     }
     let days = days_from_civil(year, month, day)?;
@@ -343,7 +383,11 @@ fn format_amz_date(ms: u64) -> String {
 
 // Howard Hinnant's civil-date algorithms, restricted to dates from 1970 on.
 fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
-    let year = if month <= 2 { year.checked_sub(1)? } else { year };
+    let year = if month <= 2 {
+        year.checked_sub(1)?
+    } else {
+        year
+    };
     let era = year / 400;
     let year_of_era = year - era * 400;
     let month_index = (month + 9) % 12;
@@ -356,11 +400,16 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let day_of_era = z - era * 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_index = (5 * day_of_year + 2) / 153;
     let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
     let year = year_of_era + era * 400 + u64::from(month <= 2);
     (year, month, day)
 }
@@ -386,7 +435,10 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("host", HeaderValue::from_static("example.amazonaws.com"));
         headers.insert("x-amz-date", HeaderValue::from_static("20150830T123600Z"));
-        headers.insert("authorization", HeaderValue::from_str(authorization).unwrap());
+        headers.insert(
+            "authorization",
+            HeaderValue::from_str(authorization).unwrap(),
+        );
         headers
     }
 
@@ -405,7 +457,10 @@ mod tests {
     #[test]
     fn suite_get_vanilla_verifies() {
         let headers = vanilla_headers(GET_VANILLA);
-        assert_eq!(verify(&get(&headers), &keys(), SUITE_TIME_MS), Ok(KEY_ID.to_owned()));
+        assert_eq!(
+            verify(&get(&headers), &keys(), SUITE_TIME_MS),
+            Ok(KEY_ID.to_owned())
+        );
     }
 
     #[test]
@@ -440,13 +495,22 @@ mod tests {
     #[test]
     fn unknown_key_missing_header_and_stale_date_are_refused() {
         let headers = vanilla_headers(&GET_VANILLA.replace("AKIDEXAMPLE", "AKIDOTHER"));
-        assert_eq!(verify(&get(&headers), &keys(), SUITE_TIME_MS), Err(SqsError::InvalidClientTokenId));
+        assert_eq!(
+            verify(&get(&headers), &keys(), SUITE_TIME_MS),
+            Err(SqsError::InvalidClientTokenId)
+        );
         let mut unsigned = vanilla_headers(GET_VANILLA);
         unsigned.remove("authorization");
-        assert_eq!(verify(&get(&unsigned), &keys(), SUITE_TIME_MS), Err(SqsError::MissingAuthenticationToken));
+        assert_eq!(
+            verify(&get(&unsigned), &keys(), SUITE_TIME_MS),
+            Err(SqsError::MissingAuthenticationToken)
+        );
         let headers = vanilla_headers(GET_VANILLA);
         let late = SUITE_TIME_MS + clock_skew_ms_max + 1_000;
-        assert!(matches!(verify(&get(&headers), &keys(), late), Err(SqsError::RequestExpired { .. })));
+        assert!(matches!(
+            verify(&get(&headers), &keys(), late),
+            Err(SqsError::RequestExpired { .. })
+        ));
         let still_fine = SUITE_TIME_MS + clock_skew_ms_max - 1_000;
         assert!(verify(&get(&headers), &keys(), still_fine).is_ok());
     }
@@ -461,7 +525,10 @@ mod tests {
         ] {
             let headers = vanilla_headers(bad);
             assert!(
-                matches!(verify(&get(&headers), &keys(), SUITE_TIME_MS), Err(SqsError::IncompleteSignature { .. })),
+                matches!(
+                    verify(&get(&headers), &keys(), SUITE_TIME_MS),
+                    Err(SqsError::IncompleteSignature { .. })
+                ),
                 "{bad}"
             );
         }
@@ -489,7 +556,11 @@ mod tests {
         assert_eq!(format_amz_date(SUITE_TIME_MS), "20150830T123600Z");
         assert_eq!(parse_amz_date("19700101T000000Z"), Some(0));
         assert_eq!(format_amz_date(951_782_400_000), "20000229T000000Z");
-        for bad in ["2015-08-30T12:36:00Z", "20151330T123600Z", "20150830T123600"] {
+        for bad in [
+            "2015-08-30T12:36:00Z",
+            "20151330T123600Z",
+            "20150830T123600",
+        ] {
             assert_eq!(parse_amz_date(bad), None, "{bad}");
         }
     }

@@ -119,9 +119,15 @@ pub struct SendMessageRequest {
 pub struct SendMessageResponse {
     #[serde(rename = "MD5OfMessageBody")]
     pub md5_of_message_body: String,
-    #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "MD5OfMessageAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub md5_of_message_attributes: Option<String>,
-    #[serde(rename = "MD5OfMessageSystemAttributes", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "MD5OfMessageSystemAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub md5_of_message_system_attributes: Option<String>,
     pub message_id: String,
 }
@@ -152,9 +158,15 @@ pub struct SendMessageBatchResultEntry {
     pub message_id: String,
     #[serde(rename = "MD5OfMessageBody")]
     pub md5_of_message_body: String,
-    #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "MD5OfMessageAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub md5_of_message_attributes: Option<String>,
-    #[serde(rename = "MD5OfMessageSystemAttributes", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "MD5OfMessageSystemAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub md5_of_message_system_attributes: Option<String>,
 }
 
@@ -199,7 +211,10 @@ pub struct ReceivedMessage {
     pub body: String,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<&'static str, String>,
-    #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "MD5OfMessageAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub md5_of_message_attributes: Option<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub message_attributes: MessageAttributes,
@@ -383,13 +398,20 @@ mod tests {
             md5_of_message_system_attributes: None,
             message_id: "m".into(),
         };
-        assert_eq!(serde_json::to_string(&sent).unwrap(), r#"{"MD5OfMessageBody":"b","MessageId":"m"}"#);
+        assert_eq!(
+            serde_json::to_string(&sent).unwrap(),
+            r#"{"MD5OfMessageBody":"b","MessageId":"m"}"#
+        );
         let sources = ListDeadLetterSourceQueuesResponse {
             queue_urls: vec![],
             next_token: None,
         };
-        assert_eq!(serde_json::to_string(&sources).unwrap(), r#"{"queueUrls":[]}"#);
-        let create: CreateQueueRequest = serde_json::from_str(r#"{"QueueName":"q","tags":{"a":"b"},"Unknown":1}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&sources).unwrap(),
+            r#"{"queueUrls":[]}"#
+        );
+        let create: CreateQueueRequest =
+            serde_json::from_str(r#"{"QueueName":"q","tags":{"a":"b"},"Unknown":1}"#).unwrap();
         assert_eq!(create.queue_name.as_deref(), Some("q"));
         assert_eq!(create.tags.unwrap()["a"], "b");
         let batch = BatchResponse::<BatchIdEntry> {

@@ -1,0 +1,3 @@
+//! trireme-node integration tests: one binary, a module per area.
+
+mod sqs;
