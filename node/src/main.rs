@@ -1,1 +1,53 @@
-fn main() {}
+//! The `trireme-node` binary: parses the configuration, sets up logging, opens the data
+//! directory, binds the gRPC listener, prints where it listens, and runs the node until SIGTERM
+//! or Ctrl-C, then shuts down gracefully.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing_subscriber::EnvFilter;
+use trireme_node::clock::SystemClock;
+use trireme_node::config::{Args, Config, LogFormat};
+
+fn main() -> anyhow::Result<()> {
+    let config = Config::load(Args::parse())?;
+    let filter = EnvFilter::try_new(&config.log)
+        .with_context(|| format!("invalid log filter {:?}", config.log))?;
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => subscriber.init(),
+        LogFormat::Json => subscriber.json().init(),
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("trireme-node")
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let storage = trireme_node::open_storage(&config)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let address = listener.local_addr().context("listener has no address")?;
+    // The one line of standard output: scripts and tests read the address from it.
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "trireme-node: gRPC listening on {address}")?;
+    stdout.flush()?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM received"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
+        }
+    };
+    trireme_node::run(&config, storage, listener, Arc::new(SystemClock), shutdown).await?;
+    Ok(())
+}

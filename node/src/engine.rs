@@ -1,0 +1,781 @@
+//! The engine: the single task that owns the queue state (`trireme_core::Queues`) and the
+//! storage, and [`Engine`], the cheap-to-clone handle every edge (gRPC, SQS) talks to.
+//!
+//! Group commit: the task takes every command waiting for it (up to
+//! `commit_batch_commands_max`), applies them in arrival order, writes all the records they
+//! changed in one write transaction (one fsync), and only then answers the callers and the long
+//! polls those commands woke. A reply therefore never reports anything that is not durable.
+//!
+//! Long polls are event-driven: a receive that finds nothing parks its reply channel, and the
+//! command (or timer) that makes a message ready answers it in the same batch
+//! (spec/queue-core.md#serveq). Idle waiters cost a map entry each, no polling. Timers: the task
+//! sleeps until `Queues::next_deadline` with `tokio::time`, so it runs under turmoil too.
+//!
+//! This module must never read the wall clock directly (time comes from the [`Clock`]), and must
+//! never answer a caller before the changes of its command are committed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, error, info, warn};
+use trireme_core::{
+    Command, Delivery, MessageId, MessageView, Millis, Outcome, QueueName, QueueView, Queues,
+    Reject, WaiterId, Wakeup,
+};
+
+use crate::clock::Clock;
+use crate::handle::HandleCodec;
+use crate::limits;
+use crate::redrive::RedriveTasks;
+use crate::storage::{Storage, StorageError};
+
+/// Why the engine did not apply a command.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The core refused the command; nothing changed.
+    #[error(transparent)]
+    Rejected(#[from] Reject),
+    /// The node is shutting down (or stopped after a storage failure) and takes no more commands.
+    #[error("the node is shutting down")]
+    ShuttingDown,
+    /// Storage failed; the command's effect is not durable and the engine has stopped.
+    #[error("storage failed: {reason}")]
+    Storage { reason: String },
+}
+
+/// The engine's settings, taken from the node configuration.
+#[derive(Clone, Debug)]
+pub struct EngineSettings {
+    /// Commands applied per group commit.
+    pub commit_batch_commands_max: usize,
+    /// Commands waiting for the engine before callers wait.
+    pub engine_queue_commands_max: usize,
+    /// Open long polls per node; beyond it a long poll is answered empty at once.
+    pub long_polls_max: usize,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            commit_batch_commands_max: limits::commit_batch_commands_max_default,
+            engine_queue_commands_max: limits::engine_queue_commands_max_default,
+            long_polls_max: limits::long_polls_max_default,
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Outcome, EngineError>>;
+
+/// A read of the state. Answered after the batch it arrived in is committed, so a query never
+/// shows a change that could still be lost.
+enum Query {
+    Queue {
+        name: QueueName,
+        reply: oneshot::Sender<Option<QueueView>>,
+    },
+    ListQueues {
+        prefix: String,
+        after: Option<QueueName>,
+        limit: usize,
+        reply: oneshot::Sender<Vec<QueueName>>,
+    },
+    DeadLetterSources {
+        dlq: QueueName,
+        reply: oneshot::Sender<Vec<QueueName>>,
+    },
+    Message {
+        queue: QueueName,
+        id: MessageId,
+        reply: oneshot::Sender<Option<MessageView>>,
+    },
+}
+
+enum Request {
+    Execute {
+        command: Command,
+        reply: Reply,
+    },
+    Query(Query),
+    /// Answer every open long poll empty and every later one at once.
+    StopWaiting {
+        done: oneshot::Sender<()>,
+    },
+    /// Stop the task and close the storage.
+    Close {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// The part of the engine handle that talks to the task; shared with the redrive tasks.
+pub(crate) struct EngineLink {
+    requests: mpsc::Sender<Request>,
+    /// Long polls whose caller went away. Bounded by `long_polls_max`; when full the cancel is
+    /// dropped: the waiter then ends at its deadline, and anything it is served in between is
+    /// made visible again at once (see `Task::abandon`).
+    cancels: mpsc::Sender<WaiterId>,
+    clock: Arc<dyn Clock>,
+    rng: Mutex<ChaCha20Rng>,
+    next_waiter: AtomicU64,
+}
+
+impl std::fmt::Debug for EngineLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineLink { .. }")
+    }
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Request::Execute { .. } => "Execute",
+            Request::Query(_) => "Query",
+            Request::StopWaiting { .. } => "StopWaiting",
+            Request::Close { .. } => "Close",
+        })
+    }
+}
+
+/// Cancels a long poll when the future waiting for it is dropped before its answer.
+struct WaiterGuard<'a> {
+    waiter: WaiterId,
+    cancels: &'a mpsc::Sender<WaiterId>,
+    armed: bool,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Full or closed: see `EngineLink::cancels`.
+            let _ = self.cancels.try_send(self.waiter);
+        }
+    }
+}
+
+impl EngineLink {
+    pub(crate) async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        let mut guard = match &command {
+            Command::Receive { waiter, .. } => Some(WaiterGuard {
+                waiter: *waiter,
+                cancels: &self.cancels,
+                armed: true,
+            }),
+            _ => None,
+        };
+        self.requests
+            .send(Request::Execute { command, reply })
+            .await
+            .map_err(|_| EngineError::ShuttingDown)?;
+        let result = answer.await.map_err(|_| EngineError::ShuttingDown)?;
+        if let Some(guard) = &mut guard {
+            guard.armed = false;
+        }
+        result
+    }
+
+    async fn query<T>(
+        &self,
+        build: impl FnOnce(oneshot::Sender<T>) -> Query,
+    ) -> Result<T, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Query(build(reply)))
+            .await
+            .map_err(|_| EngineError::ShuttingDown)?;
+        answer.await.map_err(|_| EngineError::ShuttingDown)
+    }
+
+    pub(crate) fn next_waiter(&self) -> WaiterId {
+        WaiterId(self.next_waiter.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(crate) async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
+        let name = name.clone();
+        self.query(|reply| Query::Queue { name, reply }).await
+    }
+
+    pub(crate) async fn dead_letter_sources(
+        &self,
+        dlq: &QueueName,
+    ) -> Result<Vec<QueueName>, EngineError> {
+        let dlq = dlq.clone();
+        self.query(|reply| Query::DeadLetterSources { dlq, reply })
+            .await
+    }
+
+    pub(crate) fn rng(&self) -> std::sync::MutexGuard<'_, ChaCha20Rng> {
+        self.rng
+            .lock()
+            .expect("no code panics while holding the rng")
+    }
+
+    pub(crate) fn now(&self) -> Millis {
+        self.clock.now()
+    }
+}
+
+/// A cheap-to-clone handle to the engine task.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    link: Arc<EngineLink>,
+    handles: HandleCodec,
+    redrives: RedriveTasks,
+}
+
+impl Engine {
+    /// Loads every record from `storage`, rebuilds the queues (`Queues::restore`) and starts the
+    /// engine task on the current tokio runtime. `seed` seeds the node's random source (message
+    /// ids); `None` seeds it from the operating system.
+    ///
+    /// # Errors
+    /// `EngineError::Storage` when the records cannot be read (a corrupt record included: the
+    /// node refuses to start rather than drop a message).
+    pub fn start(
+        storage: Storage,
+        clock: Arc<dyn Clock>,
+        handles: HandleCodec,
+        settings: EngineSettings,
+        seed: Option<u64>,
+    ) -> Result<Engine, EngineError> {
+        assert!(settings.commit_batch_commands_max >= 1);
+        assert!(settings.long_polls_max >= 1);
+        let records = storage.load().map_err(storage_error)?;
+        let record_count = records.len();
+        let queues = Queues::restore(records, clock.now());
+        info!(
+            records = record_count,
+            revision = storage.revision(),
+            "restored queues from storage"
+        );
+        let (requests, requests_rx) = mpsc::channel(settings.engine_queue_commands_max);
+        let (cancels, cancels_rx) = mpsc::channel(settings.long_polls_max);
+        let rng = match seed {
+            Some(seed) => ChaCha20Rng::seed_from_u64(seed),
+            None => ChaCha20Rng::from_os_rng(),
+        };
+        let link = Arc::new(EngineLink {
+            requests,
+            cancels,
+            clock: clock.clone(),
+            rng: Mutex::new(rng),
+            next_waiter: AtomicU64::new(1),
+        });
+        let task = Task {
+            queues,
+            storage: Some(storage),
+            clock,
+            settings,
+            requests: requests_rx,
+            cancels: cancels_rx,
+            parked: BTreeMap::new(),
+            abandoned: Vec::new(),
+            pending_wakeups: Vec::new(),
+            stop_waiting: false,
+        };
+        tokio::spawn(task.run());
+        Ok(Engine {
+            redrives: RedriveTasks::new(link.clone()),
+            link,
+            handles,
+        })
+    }
+
+    /// Applies one command durably: the reply comes after its changes are fsynced. A `Receive`
+    /// that waits resolves when it is served or when its wait ends (`Outcome::Received`,
+    /// possibly empty), never with `Outcome::Waiting`. Dropping the future cancels the waiter.
+    ///
+    /// # Errors
+    /// `Rejected` when the core refuses the command; `ShuttingDown` after shutdown began;
+    /// `Storage` when the commit failed (the engine has stopped).
+    pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
+        self.link.execute(command).await
+    }
+
+    /// Applies several commands, all handed to the engine before any answer is awaited so
+    /// they share one group commit; answers in the order of `commands`. For batch calls. A
+    /// receive here must not wait (dropping this future would not cancel its waiter).
+    pub async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, EngineError>> {
+        let mut answers = Vec::with_capacity(commands.len());
+        for command in commands {
+            assert!(
+                !matches!(command, Command::Receive { .. }),
+                "long polls go through `execute`, which cancels them when dropped"
+            );
+            let (reply, answer) = oneshot::channel();
+            let sent = self
+                .link
+                .requests
+                .send(Request::Execute { command, reply })
+                .await;
+            answers.push(sent.ok().map(|()| answer));
+        }
+        let mut results = Vec::with_capacity(answers.len());
+        for answer in answers {
+            let result = match answer {
+                Some(answer) => answer.await.unwrap_or(Err(EngineError::ShuttingDown)),
+                None => Err(EngineError::ShuttingDown),
+            };
+            results.push(result);
+        }
+        results
+    }
+
+    /// A fresh waiter id, unique on this node, for a `Command::Receive`.
+    #[must_use]
+    pub fn new_waiter_id(&self) -> WaiterId {
+        self.link.next_waiter()
+    }
+
+    /// The queue `name` as it is now, or `None` if it does not exist.
+    ///
+    /// # Errors
+    /// `ShuttingDown` once the engine stopped.
+    pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
+        self.link.queue(name).await
+    }
+
+    /// Up to `limit` queue names starting with `prefix`, in name order, after `after`.
+    ///
+    /// # Errors
+    /// `ShuttingDown` once the engine stopped.
+    pub async fn list_queues(
+        &self,
+        prefix: String,
+        after: Option<QueueName>,
+        limit: usize,
+    ) -> Result<Vec<QueueName>, EngineError> {
+        self.link
+            .query(|reply| Query::ListQueues {
+                prefix,
+                after,
+                limit,
+                reply,
+            })
+            .await
+    }
+
+    /// The queues whose redrive policy names `dlq`, in name order.
+    ///
+    /// # Errors
+    /// `ShuttingDown` once the engine stopped.
+    pub async fn dead_letter_sources(
+        &self,
+        dlq: &QueueName,
+    ) -> Result<Vec<QueueName>, EngineError> {
+        self.link.dead_letter_sources(dlq).await
+    }
+
+    /// The full state of one stored message (for inspection and tests).
+    ///
+    /// # Errors
+    /// `ShuttingDown` once the engine stopped.
+    pub async fn message(
+        &self,
+        queue: &QueueName,
+        id: MessageId,
+    ) -> Result<Option<MessageView>, EngineError> {
+        let queue = queue.clone();
+        self.link
+            .query(|reply| Query::Message { queue, id, reply })
+            .await
+    }
+
+    /// A fresh message id from the node's random source.
+    #[must_use]
+    pub fn new_message_id(&self) -> MessageId {
+        MessageId(self.link.rng().random())
+    }
+
+    /// The current time of the node's clock.
+    #[must_use]
+    pub fn now(&self) -> Millis {
+        self.link.now()
+    }
+
+    /// The codec of this node's receipt handles.
+    #[must_use]
+    pub fn handles(&self) -> &HandleCodec {
+        &self.handles
+    }
+
+    /// The node's redrive tasks.
+    #[must_use]
+    pub fn redrives(&self) -> &RedriveTasks {
+        &self.redrives
+    }
+
+    /// Answers every open long poll empty, and every later one at once. The first step of a
+    /// graceful shutdown; commands are still applied.
+    pub async fn stop_waiting(&self) {
+        let (done, finished) = oneshot::channel();
+        if self
+            .link
+            .requests
+            .send(Request::StopWaiting { done })
+            .await
+            .is_ok()
+        {
+            // An error means the task already stopped, which also ended every long poll.
+            let _ = finished.await;
+        }
+        self.redrives.cancel_all();
+    }
+
+    /// Stops the engine task after the commands queued before this call, and closes the storage.
+    /// Later calls on any clone answer `ShuttingDown`.
+    pub async fn close(&self) {
+        let (done, finished) = oneshot::channel();
+        if self
+            .link
+            .requests
+            .send(Request::Close { done })
+            .await
+            .is_ok()
+        {
+            let _ = finished.await;
+        }
+    }
+}
+
+fn storage_error(error: StorageError) -> EngineError {
+    EngineError::Storage {
+        reason: error.to_string(),
+    }
+}
+
+/// What the task answers once the batch is durable.
+enum Answer {
+    Command(Reply, Result<Outcome, EngineError>),
+    Queue(oneshot::Sender<Option<QueueView>>, Option<QueueView>),
+    Names(oneshot::Sender<Vec<QueueName>>, Vec<QueueName>),
+    Message(oneshot::Sender<Option<MessageView>>, Option<MessageView>),
+    Done(oneshot::Sender<()>),
+}
+
+impl Answer {
+    fn send(self) {
+        // A caller that went away no longer needs its answer; a long poll's deliveries are
+        // handled separately (`Task::deliver`).
+        match self {
+            Answer::Command(reply, result) => {
+                let _ = reply.send(result);
+            }
+            Answer::Queue(reply, view) => {
+                let _ = reply.send(view);
+            }
+            Answer::Names(reply, names) => {
+                let _ = reply.send(names);
+            }
+            Answer::Message(reply, view) => {
+                let _ = reply.send(view);
+            }
+            Answer::Done(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+struct Task {
+    queues: Queues,
+    /// `None` once closed or after a storage failure.
+    storage: Option<Storage>,
+    clock: Arc<dyn Clock>,
+    settings: EngineSettings,
+    requests: mpsc::Receiver<Request>,
+    cancels: mpsc::Receiver<WaiterId>,
+    /// Open long polls and where their answer goes.
+    parked: BTreeMap<WaiterId, Reply>,
+    /// Messages served to a long poll whose caller had gone: made visible again in the next
+    /// batch so they are not hidden for a whole visibility timeout.
+    abandoned: Vec<Delivery>,
+    /// Wakeups produced outside a batch's commands (by a cancel's time advance), answered
+    /// after the next commit like every other wakeup.
+    pending_wakeups: Vec<Wakeup>,
+    /// Set by `StopWaiting`: long polls are answered empty at once.
+    stop_waiting: bool,
+}
+
+impl Task {
+    async fn run(mut self) {
+        let mut batch: Vec<Request> = Vec::with_capacity(self.settings.commit_batch_commands_max);
+        let mut closing: Option<oneshot::Sender<()>> = None;
+        loop {
+            let sleep_for = self.sleep_until_deadline();
+            tokio::select! {
+                biased;
+                Some(waiter) = self.cancels.recv() => self.cancel(waiter),
+                request = self.requests.recv() => match request {
+                    Some(request) => batch.push(request),
+                    // Every handle is gone: nobody can ask anything any more.
+                    None => break,
+                },
+                () = sleep(sleep_for) => {}
+            }
+            while let Ok(waiter) = self.cancels.try_recv() {
+                self.cancel(waiter);
+            }
+            while batch.len() < self.settings.commit_batch_commands_max {
+                match self.requests.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            let mut answers = Vec::with_capacity(batch.len());
+            let mut wakeups = Vec::new();
+            let now = self.clock.now();
+            wakeups.extend(self.queues.advance(now));
+            self.make_abandoned_visible(now, &mut wakeups);
+            for request in batch.drain(..) {
+                match request {
+                    Request::Execute { command, reply } => {
+                        self.apply(now, command, reply, &mut answers, &mut wakeups);
+                    }
+                    Request::Query(query) => answers.push(self.answer_query(query)),
+                    Request::StopWaiting { done } => {
+                        self.stop_waiting = true;
+                        self.cancel_all_waiters(&mut answers);
+                        answers.push(Answer::Done(done));
+                    }
+                    Request::Close { done } => {
+                        self.stop_waiting = true;
+                        self.cancel_all_waiters(&mut answers);
+                        closing = Some(done);
+                    }
+                }
+            }
+            wakeups.append(&mut self.pending_wakeups);
+            if let Err(error) = self.commit() {
+                error!(%error, "storage failed; the node stops taking commands");
+                self.fail_all(answers, wakeups, &error);
+                break;
+            }
+            for answer in answers {
+                answer.send();
+            }
+            for wakeup in wakeups {
+                self.deliver(wakeup);
+            }
+            if let Some(done) = closing.take() {
+                self.close();
+                let _ = done.send(());
+                return;
+            }
+        }
+        self.close();
+    }
+
+    /// How long to sleep before the next timer must fire; `None` when no timer is set.
+    fn sleep_until_deadline(&self) -> Option<Duration> {
+        let deadline = self.queues.next_deadline()?;
+        let now = self.clock.now();
+        // A deadline at or before `now` fires right away, but at least 1 ms later than the last
+        // advance so a deadline the core keeps at `now` cannot spin the task.
+        let wait_ms = if deadline > self.queues.now() {
+            deadline.since(now)
+        } else {
+            1
+        };
+        Some(Duration::from_millis(wait_ms))
+    }
+
+    fn apply(
+        &mut self,
+        now: Millis,
+        command: Command,
+        reply: Reply,
+        answers: &mut Vec<Answer>,
+        wakeups: &mut Vec<Wakeup>,
+    ) {
+        let step = self.queues.apply(now, command);
+        wakeups.extend(step.wakeups);
+        match step.result {
+            Ok(Outcome::Waiting { waiter }) => {
+                if self.stop_waiting
+                    || reply.is_closed()
+                    || self.parked.len() >= self.settings.long_polls_max
+                {
+                    if !self.stop_waiting && !reply.is_closed() {
+                        warn!(
+                            open = self.parked.len(),
+                            max = self.settings.long_polls_max,
+                            "long poll limit reached; answering empty at once"
+                        );
+                    }
+                    self.cancel_in_core(now, waiter);
+                    answers.push(Answer::Command(reply, Ok(Outcome::Received(Vec::new()))));
+                } else {
+                    let previous = self.parked.insert(waiter, reply);
+                    assert!(
+                        previous.is_none(),
+                        "the core refuses a waiter id that is open"
+                    );
+                }
+            }
+            result => answers.push(Answer::Command(reply, result.map_err(EngineError::from))),
+        }
+    }
+
+    fn cancel_in_core(&mut self, now: Millis, waiter: WaiterId) {
+        let step = self.queues.apply(now, Command::CancelWaiter { waiter });
+        assert!(
+            step.wakeups.is_empty() || step.wakeups.iter().all(|w| w.waiter() != waiter),
+            "a cancelled waiter is never answered"
+        );
+        // The time advance before the cancel may have answered other waiters: they are
+        // answered with the next batch, after its commit.
+        self.pending_wakeups.extend(step.wakeups);
+    }
+
+    fn cancel(&mut self, waiter: WaiterId) {
+        if self.parked.remove(&waiter).is_some() {
+            let now = self.clock.now();
+            self.cancel_in_core(now, waiter);
+            debug!(%waiter, "long poll cancelled by its caller");
+        }
+    }
+
+    fn cancel_all_waiters(&mut self, answers: &mut Vec<Answer>) {
+        let now = self.queues.now();
+        let waiters: Vec<WaiterId> = self.parked.keys().copied().collect();
+        for waiter in waiters {
+            let reply = self.parked.remove(&waiter).expect("listed just now");
+            self.cancel_in_core(now, waiter);
+            answers.push(Answer::Command(reply, Ok(Outcome::Received(Vec::new()))));
+        }
+    }
+
+    fn make_abandoned_visible(&mut self, now: Millis, wakeups: &mut Vec<Wakeup>) {
+        for delivery in std::mem::take(&mut self.abandoned) {
+            let step = self.queues.apply(
+                now,
+                Command::ChangeVisibility {
+                    queue: delivery.queue.clone(),
+                    handle: delivery.handle.clone(),
+                    timeout_s: 0,
+                },
+            );
+            wakeups.extend(step.wakeups);
+            // A refusal means the message moved on meanwhile (deleted, purged, expired): then
+            // there is nothing to make visible.
+            if let Err(reject) = step.result {
+                debug!(message_id = %delivery.message, %reject, "abandoned delivery not made visible");
+            }
+        }
+    }
+
+    fn answer_query(&self, query: Query) -> Answer {
+        match query {
+            Query::Queue { name, reply } => Answer::Queue(reply, self.queues.queue(&name)),
+            Query::ListQueues {
+                prefix,
+                after,
+                limit,
+                reply,
+            } => Answer::Names(
+                reply,
+                self.queues.list_queues(&prefix, after.as_ref(), limit),
+            ),
+            Query::DeadLetterSources { dlq, reply } => {
+                Answer::Names(reply, self.queues.dead_letter_sources(&dlq))
+            }
+            Query::Message { queue, id, reply } => {
+                Answer::Message(reply, self.queues.message(&queue, id))
+            }
+        }
+    }
+
+    fn commit(&mut self) -> Result<(), StorageError> {
+        let changes = self.queues.take_changes();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let storage = self
+            .storage
+            .as_mut()
+            .expect("storage is open while the task runs");
+        let count = changes.len();
+        // redb's commit blocks on fsync. On a multi-thread runtime, `block_in_place` lets the
+        // other tasks move to another worker meanwhile; on a current-thread runtime (the
+        // simulation) the commit simply runs inline.
+        let result = if tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            tokio::task::block_in_place(|| storage.commit(changes))
+        } else {
+            storage.commit(changes)
+        };
+        if result.is_ok() {
+            tracing::trace!(
+                records = count,
+                revision = storage.revision(),
+                "group commit"
+            );
+        }
+        result
+    }
+
+    fn deliver(&mut self, wakeup: Wakeup) {
+        match wakeup {
+            Wakeup::Served { waiter, deliveries } => {
+                let Some(reply) = self.parked.remove(&waiter) else {
+                    // Cancelled meanwhile: its messages must not stay hidden.
+                    self.abandoned.extend(deliveries);
+                    return;
+                };
+                if let Err(Ok(Outcome::Received(deliveries))) =
+                    reply.send(Ok(Outcome::Received(deliveries)))
+                {
+                    self.abandoned.extend(deliveries);
+                }
+            }
+            Wakeup::Empty { waiter } => {
+                if let Some(reply) = self.parked.remove(&waiter) {
+                    let _ = reply.send(Ok(Outcome::Received(Vec::new())));
+                }
+            }
+        }
+    }
+
+    fn fail_all(&mut self, answers: Vec<Answer>, _wakeups: Vec<Wakeup>, error: &StorageError) {
+        let failure = || EngineError::Storage {
+            reason: error.to_string(),
+        };
+        for answer in answers {
+            match answer {
+                Answer::Command(reply, _) => {
+                    let _ = reply.send(Err(failure()));
+                }
+                // Queries and shutdown steps carry nothing that could be lost.
+                other => other.send(),
+            }
+        }
+        for (_, reply) in std::mem::take(&mut self.parked) {
+            let _ = reply.send(Err(failure()));
+        }
+        self.storage = None;
+    }
+
+    fn close(&mut self) {
+        self.requests.close();
+        for (_, reply) in std::mem::take(&mut self.parked) {
+            let _ = reply.send(Err(EngineError::ShuttingDown));
+        }
+        if self.storage.take().is_some() {
+            info!("storage closed");
+        }
+    }
+}
+
+async fn sleep(duration: Option<Duration>) {
+    match duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,1224 @@
+//! The gRPC edge: `trireme.v1.QueueService` over the engine. Wire types stop here: every request
+//! is validated and converted into core types (the field and its limit named in each refusal),
+//! and every answer is built from core types. One span per request carries the queue and, where
+//! there is one, the message id.
+//!
+//! This module must never hold queue state or decide queue semantics; it only translates and
+//! calls the engine.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use md5::{Digest, Md5};
+use tonic::{Request, Response, Status};
+use tracing::{Instrument, Span, debug, field, info_span};
+use trireme_core::{
+    AttributeChanges, AttributeValue, Command, DedupId, Delivery, Outcome, QueueAttributes,
+    QueueName, QueueView, RedriveAllow, RedrivePolicy, limits as core_limits, message_size_bytes,
+};
+use trireme_proto::v1 as pb;
+use trireme_proto::v1::queue_service_server::QueueService;
+
+use crate::engine::{Engine, EngineError};
+use crate::limits;
+use crate::redrive::{RedriveProgress, RedriveStatus};
+use crate::status::{self, FieldError};
+
+/// The gRPC service of one node.
+#[derive(Clone, Debug)]
+pub struct GrpcService {
+    engine: Engine,
+}
+
+impl GrpcService {
+    /// The service over `engine`.
+    #[must_use]
+    pub fn new(engine: Engine) -> Self {
+        GrpcService { engine }
+    }
+
+    fn server(self) -> pb::queue_service_server::QueueServiceServer<GrpcService> {
+        pb::queue_service_server::QueueServiceServer::new(self)
+    }
+}
+
+/// The tonic service with explicit message-size limits.
+#[must_use]
+pub fn service(
+    engine: Engine,
+    request_bytes_max: usize,
+    response_bytes_max: usize,
+) -> pb::queue_service_server::QueueServiceServer<GrpcService> {
+    GrpcService::new(engine)
+        .server()
+        .max_decoding_message_size(request_bytes_max)
+        .max_encoding_message_size(response_bytes_max)
+}
+
+type GrpcResult<T> = Result<Response<T>, Status>;
+
+fn engine_status(error: &EngineError) -> Status {
+    debug!(%error, "refused");
+    status::engine_status(error)
+}
+
+fn field_status(error: &FieldError) -> Status {
+    debug!(%error, "refused at the edge");
+    status::field_status(error)
+}
+
+/// The MD5 of a body as lowercase hex, as SQS reports it.
+#[must_use]
+pub fn md5_hex(body: &str) -> String {
+    Md5::digest(body.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn queue_name(field: &str, name: &str) -> Result<QueueName, FieldError> {
+    QueueName::try_from(name).map_err(|reject| FieldError::new(field, reject.to_string()))
+}
+
+fn in_range(field: &str, value: u32, min: u32, max: u32) -> Result<u32, FieldError> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(FieldError::new(
+            field,
+            format!("must be {min}–{max}, got {value}"),
+        ))
+    }
+}
+
+fn optional_in_range(
+    field: &str,
+    value: Option<u32>,
+    min: u32,
+    max: u32,
+) -> Result<Option<u32>, FieldError> {
+    value
+        .map(|value| in_range(field, value, min, max))
+        .transpose()
+}
+
+fn redrive_policy(policy: &pb::RedrivePolicy) -> Result<RedrivePolicy, FieldError> {
+    Ok(RedrivePolicy {
+        dead_letter_queue: queue_name(
+            "attributes.redrive_policy.dead_letter_queue",
+            &policy.dead_letter_queue,
+        )?,
+        max_receive_count: in_range(
+            "attributes.redrive_policy.max_receive_count",
+            policy.max_receive_count,
+            core_limits::max_receive_count_min,
+            core_limits::max_receive_count_max,
+        )?,
+    })
+}
+
+fn redrive_allow(policy: &pb::RedriveAllowPolicy) -> Result<RedriveAllow, FieldError> {
+    use pb::redrive_allow_policy::Permission;
+    let field = "attributes.redrive_allow_policy";
+    let permission = Permission::try_from(policy.permission).map_err(|_| {
+        FieldError::new(
+            format!("{field}.permission"),
+            format!("unknown permission {}", policy.permission),
+        )
+    })?;
+    let sources_given = !policy.source_queues.is_empty();
+    match permission {
+        Permission::Unspecified => Err(FieldError::new(
+            format!("{field}.permission"),
+            "must be ALLOW_ALL, DENY_ALL or BY_QUEUE",
+        )),
+        Permission::AllowAll | Permission::DenyAll if sources_given => Err(FieldError::new(
+            format!("{field}.source_queues"),
+            "only BY_QUEUE names source queues",
+        )),
+        Permission::AllowAll => Ok(RedriveAllow::AllowAll),
+        Permission::DenyAll => Ok(RedriveAllow::DenyAll),
+        Permission::ByQueue => {
+            let max = core_limits::redrive_allow_sources_max;
+            if !(1..=max).contains(&policy.source_queues.len()) {
+                return Err(FieldError::new(
+                    format!("{field}.source_queues"),
+                    format!(
+                        "BY_QUEUE must name 1–{max} queues, got {}",
+                        policy.source_queues.len()
+                    ),
+                ));
+            }
+            let sources = policy
+                .source_queues
+                .iter()
+                .enumerate()
+                .map(|(index, name)| queue_name(&format!("{field}.source_queues[{index}]"), name))
+                .collect::<Result<BTreeSet<_>, _>>()?;
+            Ok(RedriveAllow::ByQueue(sources))
+        }
+    }
+}
+
+/// The changes a wire `QueueAttributes` asks for; ranges are checked here with the proto's
+/// field names (the core checks them again).
+fn attribute_changes(attributes: &pb::QueueAttributes) -> Result<AttributeChanges, FieldError> {
+    if attributes.clear_redrive_policy && attributes.redrive_policy.is_some() {
+        return Err(FieldError::new(
+            "attributes.clear_redrive_policy",
+            "cannot be set together with redrive_policy",
+        ));
+    }
+    let redrive = if attributes.clear_redrive_policy {
+        Some(None)
+    } else {
+        attributes
+            .redrive_policy
+            .as_ref()
+            .map(redrive_policy)
+            .transpose()?
+            .map(Some)
+    };
+    Ok(AttributeChanges {
+        visibility_timeout_s: optional_in_range(
+            "attributes.visibility_timeout_seconds",
+            attributes.visibility_timeout_seconds,
+            0,
+            core_limits::visibility_timeout_s_max,
+        )?,
+        delay_s: optional_in_range(
+            "attributes.delay_seconds",
+            attributes.delay_seconds,
+            0,
+            core_limits::delay_s_max,
+        )?,
+        retention_s: optional_in_range(
+            "attributes.retention_seconds",
+            attributes.retention_seconds,
+            core_limits::retention_s_min,
+            core_limits::retention_s_max,
+        )?,
+        message_bytes_max: optional_in_range(
+            "attributes.max_message_bytes",
+            attributes.max_message_bytes,
+            core_limits::message_bytes_min,
+            core_limits::message_bytes_max,
+        )?,
+        receive_wait_s: optional_in_range(
+            "attributes.receive_wait_seconds",
+            attributes.receive_wait_seconds,
+            0,
+            core_limits::wait_s_max,
+        )?,
+        redrive,
+        redrive_allow: attributes
+            .redrive_allow_policy
+            .as_ref()
+            .map(redrive_allow)
+            .transpose()?,
+    })
+}
+
+fn queue_info(view: QueueView) -> pb::QueueInfo {
+    use pb::redrive_allow_policy::Permission;
+    let attributes = view.attributes;
+    let allow = match attributes.redrive_allow {
+        RedriveAllow::AllowAll => pb::RedriveAllowPolicy {
+            permission: Permission::AllowAll.into(),
+            source_queues: Vec::new(),
+        },
+        RedriveAllow::DenyAll => pb::RedriveAllowPolicy {
+            permission: Permission::DenyAll.into(),
+            source_queues: Vec::new(),
+        },
+        RedriveAllow::ByQueue(sources) => pb::RedriveAllowPolicy {
+            permission: Permission::ByQueue.into(),
+            source_queues: sources.into_iter().map(String::from).collect(),
+        },
+    };
+    pb::QueueInfo {
+        name: view.name.into(),
+        attributes: Some(pb::QueueAttributes {
+            visibility_timeout_seconds: Some(attributes.visibility_timeout_s),
+            delay_seconds: Some(attributes.delay_s),
+            retention_seconds: Some(attributes.retention_s),
+            max_message_bytes: Some(attributes.message_bytes_max),
+            receive_wait_seconds: Some(attributes.receive_wait_s),
+            redrive_policy: attributes.redrive.map(|policy| pb::RedrivePolicy {
+                dead_letter_queue: policy.dead_letter_queue.into(),
+                max_receive_count: policy.max_receive_count,
+            }),
+            redrive_allow_policy: Some(allow),
+            clear_redrive_policy: false,
+        }),
+        created_at_ms: view.created_at.0,
+        modified_at_ms: view.modified_at.0,
+        tags: view.tags.into_iter().collect(),
+        stats: Some(pb::QueueStats {
+            ready: view.counts.ready,
+            in_flight: view.counts.in_flight,
+            delayed: view.counts.delayed,
+        }),
+    }
+}
+
+fn message_attributes(
+    field: &str,
+    attributes: std::collections::HashMap<String, pb::MessageAttribute>,
+) -> Result<BTreeMap<String, AttributeValue>, FieldError> {
+    use pb::message_attribute::Value;
+    let max = core_limits::message_attributes_max;
+    if attributes.len() > max {
+        return Err(FieldError::new(
+            field,
+            format!("at most {max} attributes, got {}", attributes.len()),
+        ));
+    }
+    attributes
+        .into_iter()
+        .map(|(name, attribute)| {
+            let value = match attribute.value {
+                Some(Value::StringValue(value)) => AttributeValue::String {
+                    data_type: attribute.data_type,
+                    value,
+                },
+                Some(Value::BinaryValue(value)) => AttributeValue::Binary {
+                    data_type: attribute.data_type,
+                    value,
+                },
+                None => {
+                    return Err(FieldError::new(
+                        format!("{field}[{name:?}]"),
+                        "needs string_value or binary_value",
+                    ));
+                }
+            };
+            Ok((name, value))
+        })
+        .collect()
+}
+
+fn pb_attributes(
+    attributes: BTreeMap<String, AttributeValue>,
+) -> std::collections::HashMap<String, pb::MessageAttribute> {
+    use pb::message_attribute::Value;
+    attributes
+        .into_iter()
+        .map(|(name, value)| {
+            let attribute = match value {
+                AttributeValue::String { data_type, value } => pb::MessageAttribute {
+                    data_type,
+                    value: Some(Value::StringValue(value)),
+                },
+                AttributeValue::Binary { data_type, value } => pb::MessageAttribute {
+                    data_type,
+                    value: Some(Value::BinaryValue(value)),
+                },
+            };
+            (name, attribute)
+        })
+        .collect()
+}
+
+fn dedup_id(field: &str, id: Option<String>) -> Result<Option<DedupId>, FieldError> {
+    id.map(|id| DedupId::try_from(id).map_err(|reject| FieldError::new(field, reject.to_string())))
+        .transpose()
+}
+
+/// A send as the core sees it, built from one wire send.
+struct SendParts {
+    body: String,
+    attributes: BTreeMap<String, AttributeValue>,
+    delay_s: Option<u32>,
+    dedup: Option<DedupId>,
+}
+
+fn send_parts(
+    prefix: &str,
+    body: String,
+    attributes: std::collections::HashMap<String, pb::MessageAttribute>,
+    delay_seconds: Option<u32>,
+    deduplication_id: Option<String>,
+) -> Result<SendParts, FieldError> {
+    let attributes = message_attributes(&format!("{prefix}attributes"), attributes)?;
+    let size_bytes = message_size_bytes(&body, &attributes);
+    if size_bytes > u64::from(core_limits::message_bytes_max) {
+        return Err(FieldError::new(
+            format!("{prefix}body"),
+            format!(
+                "body and attributes are {size_bytes} bytes, at most {} are allowed",
+                core_limits::message_bytes_max
+            ),
+        ));
+    }
+    Ok(SendParts {
+        body,
+        attributes,
+        delay_s: optional_in_range(
+            &format!("{prefix}delay_seconds"),
+            delay_seconds,
+            0,
+            core_limits::delay_s_max,
+        )?,
+        dedup: dedup_id(&format!("{prefix}deduplication_id"), deduplication_id)?,
+    })
+}
+
+/// Checks the entry ids of a batch: 1–10 entries, each id 1–80 of `[A-Za-z0-9_-]`, distinct.
+fn check_batch_ids<'a>(ids: impl ExactSizeIterator<Item = &'a str>) -> Result<(), FieldError> {
+    let max = core_limits::batch_entries_max as usize;
+    let count = ids.len();
+    if !(1..=max).contains(&count) {
+        return Err(FieldError::new(
+            "entries",
+            format!("a batch holds 1–{max} entries, got {count}"),
+        ));
+    }
+    let mut seen = HashSet::with_capacity(count);
+    for (index, id) in ids.enumerate() {
+        let legal = (1..=80).contains(&id.len())
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !legal {
+            return Err(FieldError::new(
+                format!("entries[{index}].id"),
+                format!("must be 1–80 of A-Z, a-z, 0-9, '_', '-', got {id:?}"),
+            ));
+        }
+        if !seen.insert(id) {
+            return Err(FieldError::new(
+                format!("entries[{index}].id"),
+                format!("{id:?} appears twice; entry ids must be distinct"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn page_size(field: &str, requested: u32, max: u32, zero_means: u32) -> Result<usize, FieldError> {
+    let size = if requested == 0 {
+        zero_means
+    } else {
+        requested
+    };
+    let size = in_range(field, size, 1, max)?;
+    Ok(usize::try_from(size).expect("a u32 fits usize on every supported target"))
+}
+
+fn page_token(token: &str) -> Result<Option<QueueName>, FieldError> {
+    if token.is_empty() {
+        Ok(None)
+    } else {
+        queue_name("page_token", token).map(Some)
+    }
+}
+
+impl GrpcService {
+    fn received(&self, deliveries: Vec<Delivery>) -> pb::ReceiveMessagesResponse {
+        let handles = self.engine.handles();
+        pb::ReceiveMessagesResponse {
+            messages: deliveries
+                .into_iter()
+                .map(|delivery| {
+                    tracing::trace!(message_id = %delivery.message, receive_count = delivery.receive_count, "delivered");
+                    pb::ReceivedMessage {
+                        message_id: delivery.message.to_string(),
+                        receipt_handle: handles.encode(&delivery.handle),
+                        md5_of_body: md5_hex(&delivery.body),
+                        body: delivery.body,
+                        attributes: pb_attributes(delivery.attributes),
+                        receive_count: delivery.receive_count,
+                        sent_at_ms: delivery.sent_at.0,
+                        first_receive_at_ms: delivery.first_receive_at.0,
+                        dead_letter_source: delivery.source.map(String::from),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    async fn existing_queue(&self, name: &QueueName) -> Result<QueueView, Status> {
+        self.engine
+            .queue(name)
+            .await
+            .map_err(|error| engine_status(&error))?
+            .ok_or_else(|| {
+                engine_status(&EngineError::Rejected(
+                    trireme_core::Reject::QueueNotFound { name: name.clone() },
+                ))
+            })
+    }
+
+    async fn command(&self, command: Command) -> Result<Outcome, Status> {
+        self.engine
+            .execute(command)
+            .await
+            .map_err(|error| engine_status(&error))
+    }
+}
+
+fn request_span(rpc: &'static str, queue: &str) -> Span {
+    info_span!("request", rpc, queue, message_id = field::Empty)
+}
+
+fn redrive_task(progress: RedriveProgress) -> pb::RedriveTask {
+    use pb::redrive_task::Status as TaskStatus;
+    let (status, failure_reason) = match progress.status {
+        RedriveStatus::Running => (TaskStatus::Running, String::new()),
+        RedriveStatus::Completed => (TaskStatus::Completed, String::new()),
+        RedriveStatus::Cancelling => (TaskStatus::Cancelling, String::new()),
+        RedriveStatus::Cancelled => (TaskStatus::Cancelled, String::new()),
+        RedriveStatus::Failed { reason } => (TaskStatus::Failed, reason),
+    };
+    pb::RedriveTask {
+        task_handle: progress.handle,
+        source_queue: progress.from.into(),
+        destination_queue: progress.to.map(String::from),
+        status: status.into(),
+        max_messages_per_second: progress.rate_per_s.unwrap_or(0),
+        moved: progress.moved,
+        failed: progress.failed,
+        to_move: progress.to_move,
+        started_at_ms: progress.started_at.0,
+        failure_reason,
+    }
+}
+
+#[tonic::async_trait]
+impl QueueService for GrpcService {
+    async fn create_queue(
+        &self,
+        request: Request<pb::CreateQueueRequest>,
+    ) -> GrpcResult<pb::CreateQueueResponse> {
+        let request = request.into_inner();
+        let span = request_span("CreateQueue", &request.name);
+        async move {
+            let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
+            let changes = request
+                .attributes
+                .as_ref()
+                .map(attribute_changes)
+                .transpose()
+                .map_err(|e| field_status(&e))?
+                .unwrap_or_default();
+            if changes.redrive == Some(None) {
+                return Err(field_status(&FieldError::new(
+                    "attributes.clear_redrive_policy",
+                    "only SetQueueAttributes removes a redrive policy",
+                )));
+            }
+            let attributes = QueueAttributes::default().with(&changes);
+            let outcome = self
+                .command(Command::CreateQueue {
+                    name: name.clone(),
+                    attributes,
+                    tags: request.tags.into_iter().collect(),
+                })
+                .await?;
+            let Outcome::QueueCreated { created } = outcome else {
+                unreachable!("CreateQueue answers QueueCreated, got {outcome:?}");
+            };
+            let view = self.existing_queue(&name).await?;
+            debug!(created, "queue created");
+            Ok(Response::new(pb::CreateQueueResponse {
+                queue: Some(queue_info(view)),
+                created,
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn get_queue(
+        &self,
+        request: Request<pb::GetQueueRequest>,
+    ) -> GrpcResult<pb::GetQueueResponse> {
+        let request = request.into_inner();
+        let span = request_span("GetQueue", &request.name);
+        async move {
+            let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
+            let view = self.existing_queue(&name).await?;
+            Ok(Response::new(pb::GetQueueResponse {
+                queue: Some(queue_info(view)),
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn list_queues(
+        &self,
+        request: Request<pb::ListQueuesRequest>,
+    ) -> GrpcResult<pb::ListQueuesResponse> {
+        let request = request.into_inner();
+        let span = request_span("ListQueues", "");
+        async move {
+            let limit = page_size(
+                "max_results",
+                request.max_results,
+                limits::list_queues_results_max,
+                limits::list_queues_results_max,
+            )
+            .map_err(|e| field_status(&e))?;
+            let after = page_token(&request.page_token).map_err(|e| field_status(&e))?;
+            if request.prefix.len() > core_limits::queue_name_chars_max {
+                return Err(field_status(&FieldError::new(
+                    "prefix",
+                    format!(
+                        "at most {} characters, got {}",
+                        core_limits::queue_name_chars_max,
+                        request.prefix.len()
+                    ),
+                )));
+            }
+            // One more than asked tells whether another page exists.
+            let mut names = self
+                .engine
+                .list_queues(request.prefix, after, limit + 1)
+                .await
+                .map_err(|error| engine_status(&error))?;
+            let next_page_token = if names.len() > limit {
+                names.truncate(limit);
+                names
+                    .last()
+                    .map(|name| name.as_str().to_owned())
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            Ok(Response::new(pb::ListQueuesResponse {
+                names: names.into_iter().map(String::from).collect(),
+                next_page_token,
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn set_queue_attributes(
+        &self,
+        request: Request<pb::SetQueueAttributesRequest>,
+    ) -> GrpcResult<pb::SetQueueAttributesResponse> {
+        let request = request.into_inner();
+        let span = request_span("SetQueueAttributes", &request.name);
+        async move {
+            let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
+            let changes = request
+                .attributes
+                .as_ref()
+                .map(attribute_changes)
+                .transpose()
+                .map_err(|e| field_status(&e))?
+                .unwrap_or_default();
+            self.command(Command::SetQueueAttributes {
+                name: name.clone(),
+                changes,
+            })
+            .await?;
+            let view = self.existing_queue(&name).await?;
+            Ok(Response::new(pb::SetQueueAttributesResponse {
+                queue: Some(queue_info(view)),
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn delete_queue(
+        &self,
+        request: Request<pb::DeleteQueueRequest>,
+    ) -> GrpcResult<pb::DeleteQueueResponse> {
+        let request = request.into_inner();
+        let span = request_span("DeleteQueue", &request.name);
+        async move {
+            let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
+            self.command(Command::DeleteQueue { name }).await?;
+            Ok(Response::new(pb::DeleteQueueResponse {}))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn purge_queue(
+        &self,
+        request: Request<pb::PurgeQueueRequest>,
+    ) -> GrpcResult<pb::PurgeQueueResponse> {
+        let request = request.into_inner();
+        let span = request_span("PurgeQueue", &request.name);
+        async move {
+            let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
+            self.command(Command::PurgeQueue { name }).await?;
+            Ok(Response::new(pb::PurgeQueueResponse {}))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn list_dead_letter_source_queues(
+        &self,
+        request: Request<pb::ListDeadLetterSourceQueuesRequest>,
+    ) -> GrpcResult<pb::ListDeadLetterSourceQueuesResponse> {
+        let request = request.into_inner();
+        let span = request_span("ListDeadLetterSourceQueues", &request.name);
+        async move {
+            let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
+            let limit = page_size(
+                "max_results",
+                request.max_results,
+                limits::list_queues_results_max,
+                limits::list_queues_results_max,
+            )
+            .map_err(|e| field_status(&e))?;
+            let after = page_token(&request.page_token).map_err(|e| field_status(&e))?;
+            self.existing_queue(&name).await?;
+            let sources = self
+                .engine
+                .dead_letter_sources(&name)
+                .await
+                .map_err(|error| engine_status(&error))?;
+            let mut page: Vec<QueueName> = sources
+                .into_iter()
+                .filter(|source| after.as_ref().is_none_or(|after| source > after))
+                .take(limit + 1)
+                .collect();
+            let next_page_token = if page.len() > limit {
+                page.truncate(limit);
+                page.last()
+                    .map(|name| name.as_str().to_owned())
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            Ok(Response::new(pb::ListDeadLetterSourceQueuesResponse {
+                names: page.into_iter().map(String::from).collect(),
+                next_page_token,
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn tag_queue(
+        &self,
+        request: Request<pb::TagQueueRequest>,
+    ) -> GrpcResult<pb::TagQueueResponse> {
+        let request = request.into_inner();
+        let span = request_span("TagQueue", &request.name);
+        async move {
+            let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
+            self.command(Command::TagQueue {
+                name,
+                tags: request.tags.into_iter().collect(),
+            })
+            .await?;
+            Ok(Response::new(pb::TagQueueResponse {}))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn untag_queue(
+        &self,
+        request: Request<pb::UntagQueueRequest>,
+    ) -> GrpcResult<pb::UntagQueueResponse> {
+        let request = request.into_inner();
+        let span = request_span("UntagQueue", &request.name);
+        async move {
+            let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
+            self.command(Command::UntagQueue {
+                name,
+                keys: request.keys.into_iter().collect(),
+            })
+            .await?;
+            Ok(Response::new(pb::UntagQueueResponse {}))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn send_message(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> GrpcResult<pb::SendMessageResponse> {
+        let request = request.into_inner();
+        let span = request_span("SendMessage", &request.queue);
+        async move {
+            let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
+            let parts = send_parts(
+                "",
+                request.body,
+                request.attributes,
+                request.delay_seconds,
+                request.deduplication_id,
+            )
+            .map_err(|e| field_status(&e))?;
+            let id = self.engine.new_message_id();
+            let md5_of_body = md5_hex(&parts.body);
+            let outcome = self
+                .command(Command::Send {
+                    queue,
+                    id,
+                    body: parts.body,
+                    attributes: parts.attributes,
+                    delay_s: parts.delay_s,
+                    dedup: parts.dedup,
+                })
+                .await?;
+            let Outcome::Sent { id, duplicate } = outcome else {
+                unreachable!("Send answers Sent, got {outcome:?}");
+            };
+            Span::current().record("message_id", field::display(id));
+            debug!(duplicate, "sent");
+            Ok(Response::new(pb::SendMessageResponse {
+                message_id: id.to_string(),
+                duplicate,
+                md5_of_body,
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn send_message_batch(
+        &self,
+        request: Request<pb::SendMessageBatchRequest>,
+    ) -> GrpcResult<pb::SendMessageBatchResponse> {
+        let request = request.into_inner();
+        let span = request_span("SendMessageBatch", &request.queue);
+        async move {
+            let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
+            check_batch_ids(request.entries.iter().map(|entry| entry.id.as_str()))
+                .map_err(|e| field_status(&e))?;
+            let payload_bytes: u64 = request
+                .entries
+                .iter()
+                .map(|entry| {
+                    entry.body.len() as u64
+                        + entry
+                            .attributes
+                            .iter()
+                            .map(|(name, attribute)| {
+                                let value_bytes = match &attribute.value {
+                                    Some(pb::message_attribute::Value::StringValue(value)) => {
+                                        value.len()
+                                    }
+                                    Some(pb::message_attribute::Value::BinaryValue(value)) => {
+                                        value.len()
+                                    }
+                                    None => 0,
+                                };
+                                (name.len() + attribute.data_type.len() + value_bytes) as u64
+                            })
+                            .sum::<u64>()
+                })
+                .sum();
+            if payload_bytes > limits::batch_payload_bytes_max {
+                return Err(field_status(&FieldError::new(
+                    "entries",
+                    format!(
+                        "the batch's bodies and attributes are {payload_bytes} bytes, at most {} are allowed",
+                        limits::batch_payload_bytes_max
+                    ),
+                )));
+            }
+            let mut response = pb::SendMessageBatchResponse::default();
+            let mut commands = Vec::new();
+            let mut accepted = Vec::new();
+            for (index, entry) in request.entries.into_iter().enumerate() {
+                let prefix = format!("entries[{index}].");
+                match send_parts(
+                    &prefix,
+                    entry.body,
+                    entry.attributes,
+                    entry.delay_seconds,
+                    entry.deduplication_id,
+                ) {
+                    Err(error) => response
+                        .failed
+                        .push(status::field_entry_error(&entry.id, &error)),
+                    Ok(parts) => {
+                        accepted.push((entry.id, md5_hex(&parts.body)));
+                        commands.push(Command::Send {
+                            queue: queue.clone(),
+                            id: self.engine.new_message_id(),
+                            body: parts.body,
+                            attributes: parts.attributes,
+                            delay_s: parts.delay_s,
+                            dedup: parts.dedup,
+                        });
+                    }
+                }
+            }
+            // All entries go to the engine before any answer is awaited: one group commit.
+            let results = self.engine.execute_all(commands).await;
+            for ((entry_id, md5_of_body), result) in accepted.into_iter().zip(results) {
+                match result {
+                    Ok(Outcome::Sent { id, duplicate }) => {
+                        response.successful.push(pb::SendMessageBatchResult {
+                            id: entry_id,
+                            message_id: id.to_string(),
+                            duplicate,
+                            md5_of_body,
+                        });
+                    }
+                    Ok(other) => unreachable!("Send answers Sent, got {other:?}"),
+                    Err(EngineError::Rejected(trireme_core::Reject::QueueNotFound { name })) => {
+                        // A missing queue fails the whole request, as in SQS.
+                        return Err(engine_status(&EngineError::Rejected(
+                            trireme_core::Reject::QueueNotFound { name },
+                        )));
+                    }
+                    Err(error) => response
+                        .failed
+                        .push(status::engine_entry_error(&entry_id, &error)),
+                }
+            }
+            debug!(
+                sent = response.successful.len(),
+                failed = response.failed.len(),
+                "batch sent"
+            );
+            Ok(Response::new(response))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn receive_messages(
+        &self,
+        request: Request<pb::ReceiveMessagesRequest>,
+    ) -> GrpcResult<pb::ReceiveMessagesResponse> {
+        let request = request.into_inner();
+        let span = request_span("ReceiveMessages", &request.queue);
+        async move {
+            let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
+            let max = if request.max_messages == 0 {
+                1
+            } else {
+                request.max_messages
+            };
+            let max = in_range("max_messages", max, 1, core_limits::batch_entries_max)
+                .map_err(|e| field_status(&e))?;
+            let visibility_s = optional_in_range(
+                "visibility_timeout_seconds",
+                request.visibility_timeout_seconds,
+                0,
+                core_limits::visibility_timeout_s_max,
+            )
+            .map_err(|e| field_status(&e))?;
+            let wait_s = optional_in_range(
+                "wait_seconds",
+                request.wait_seconds,
+                0,
+                core_limits::wait_s_max,
+            )
+            .map_err(|e| field_status(&e))?;
+            let outcome = self
+                .command(Command::Receive {
+                    queue,
+                    max,
+                    visibility_s,
+                    wait_s,
+                    waiter: self.engine.new_waiter_id(),
+                })
+                .await?;
+            let Outcome::Received(deliveries) = outcome else {
+                unreachable!("Receive answers Received, got {outcome:?}");
+            };
+            debug!(delivered = deliveries.len(), "received");
+            Ok(Response::new(self.received(deliveries)))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn delete_message(
+        &self,
+        request: Request<pb::DeleteMessageRequest>,
+    ) -> GrpcResult<pb::DeleteMessageResponse> {
+        let request = request.into_inner();
+        let span = request_span("DeleteMessage", &request.queue);
+        async move {
+            let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
+            let handle = self
+                .engine
+                .handles()
+                .decode(&request.receipt_handle)
+                .map_err(|error| status::handle_status("receipt_handle", &error))?;
+            Span::current().record("message_id", field::display(handle.message));
+            let outcome = self.command(Command::Delete { queue, handle }).await?;
+            let Outcome::Deleted { already_gone } = outcome else {
+                unreachable!("Delete answers Deleted, got {outcome:?}");
+            };
+            debug!(already_gone, "deleted");
+            Ok(Response::new(pb::DeleteMessageResponse {}))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn delete_message_batch(
+        &self,
+        request: Request<pb::DeleteMessageBatchRequest>,
+    ) -> GrpcResult<pb::DeleteMessageBatchResponse> {
+        let request = request.into_inner();
+        let span = request_span("DeleteMessageBatch", &request.queue);
+        async move {
+            let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
+            check_batch_ids(request.entries.iter().map(|entry| entry.id.as_str()))
+                .map_err(|e| field_status(&e))?;
+            let mut response = pb::DeleteMessageBatchResponse::default();
+            let mut commands = Vec::new();
+            let mut ids = Vec::new();
+            for entry in request.entries {
+                match self.engine.handles().decode(&entry.receipt_handle) {
+                    Err(error) => response
+                        .failed
+                        .push(status::handle_entry_error(&entry.id, &error)),
+                    Ok(handle) => {
+                        ids.push(entry.id);
+                        commands.push(Command::Delete {
+                            queue: queue.clone(),
+                            handle,
+                        });
+                    }
+                }
+            }
+            let results = self.engine.execute_all(commands).await;
+            for (id, result) in ids.into_iter().zip(results) {
+                match result {
+                    Ok(Outcome::Deleted { .. }) => response.successful.push(id),
+                    Ok(other) => unreachable!("Delete answers Deleted, got {other:?}"),
+                    Err(error) => response
+                        .failed
+                        .push(status::engine_entry_error(&id, &error)),
+                }
+            }
+            Ok(Response::new(response))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn change_visibility(
+        &self,
+        request: Request<pb::ChangeVisibilityRequest>,
+    ) -> GrpcResult<pb::ChangeVisibilityResponse> {
+        let request = request.into_inner();
+        let span = request_span("ChangeVisibility", &request.queue);
+        async move {
+            let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
+            let timeout_s = in_range(
+                "visibility_timeout_seconds",
+                request.visibility_timeout_seconds,
+                0,
+                core_limits::visibility_timeout_s_max,
+            )
+            .map_err(|e| field_status(&e))?;
+            let handle = self
+                .engine
+                .handles()
+                .decode(&request.receipt_handle)
+                .map_err(|error| status::handle_status("receipt_handle", &error))?;
+            Span::current().record("message_id", field::display(handle.message));
+            self.command(Command::ChangeVisibility {
+                queue,
+                handle,
+                timeout_s,
+            })
+            .await?;
+            Ok(Response::new(pb::ChangeVisibilityResponse {}))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        request: Request<pb::ChangeVisibilityBatchRequest>,
+    ) -> GrpcResult<pb::ChangeVisibilityBatchResponse> {
+        let request = request.into_inner();
+        let span = request_span("ChangeVisibilityBatch", &request.queue);
+        async move {
+            let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
+            check_batch_ids(request.entries.iter().map(|entry| entry.id.as_str()))
+                .map_err(|e| field_status(&e))?;
+            let mut response = pb::ChangeVisibilityBatchResponse::default();
+            let mut commands = Vec::new();
+            let mut ids = Vec::new();
+            for (index, entry) in request.entries.into_iter().enumerate() {
+                let timeout_s = match in_range(
+                    &format!("entries[{index}].visibility_timeout_seconds"),
+                    entry.visibility_timeout_seconds,
+                    0,
+                    core_limits::visibility_timeout_s_max,
+                ) {
+                    Ok(timeout_s) => timeout_s,
+                    Err(error) => {
+                        response
+                            .failed
+                            .push(status::field_entry_error(&entry.id, &error));
+                        continue;
+                    }
+                };
+                match self.engine.handles().decode(&entry.receipt_handle) {
+                    Err(error) => response
+                        .failed
+                        .push(status::handle_entry_error(&entry.id, &error)),
+                    Ok(handle) => {
+                        ids.push(entry.id);
+                        commands.push(Command::ChangeVisibility {
+                            queue: queue.clone(),
+                            handle,
+                            timeout_s,
+                        });
+                    }
+                }
+            }
+            let results = self.engine.execute_all(commands).await;
+            for (id, result) in ids.into_iter().zip(results) {
+                match result {
+                    Ok(_) => response.successful.push(id),
+                    Err(error) => response
+                        .failed
+                        .push(status::engine_entry_error(&id, &error)),
+                }
+            }
+            Ok(Response::new(response))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn start_redrive(
+        &self,
+        request: Request<pb::StartRedriveRequest>,
+    ) -> GrpcResult<pb::StartRedriveResponse> {
+        let request = request.into_inner();
+        let span = request_span("StartRedrive", &request.source_queue);
+        async move {
+            let from =
+                queue_name("source_queue", &request.source_queue).map_err(|e| field_status(&e))?;
+            let to = request
+                .destination_queue
+                .as_deref()
+                .map(|name| queue_name("destination_queue", name))
+                .transpose()
+                .map_err(|e| field_status(&e))?;
+            let rate = match request.max_messages_per_second {
+                0 => None,
+                rate => Some(
+                    in_range(
+                        "max_messages_per_second",
+                        rate,
+                        1,
+                        limits::redrive_rate_per_s_max,
+                    )
+                    .map_err(|e| field_status(&e))?,
+                ),
+            };
+            let task_handle = self
+                .engine
+                .redrives()
+                .start(from, to, rate)
+                .await
+                .map_err(|error| status::redrive_status(&error))?;
+            Ok(Response::new(pb::StartRedriveResponse { task_handle }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn list_redrives(
+        &self,
+        request: Request<pb::ListRedrivesRequest>,
+    ) -> GrpcResult<pb::ListRedrivesResponse> {
+        let request = request.into_inner();
+        let span = request_span("ListRedrives", &request.source_queue);
+        async move {
+            let from =
+                queue_name("source_queue", &request.source_queue).map_err(|e| field_status(&e))?;
+            let limit = page_size(
+                "max_results",
+                request.max_results,
+                limits::list_redrives_results_max,
+                1,
+            )
+            .map_err(|e| field_status(&e))?;
+            let tasks = self.engine.redrives().list(&from, limit);
+            Ok(Response::new(pb::ListRedrivesResponse {
+                tasks: tasks.into_iter().map(redrive_task).collect(),
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn cancel_redrive(
+        &self,
+        request: Request<pb::CancelRedriveRequest>,
+    ) -> GrpcResult<pb::CancelRedriveResponse> {
+        let request = request.into_inner();
+        let span = request_span("CancelRedrive", "");
+        async move {
+            let moved = self
+                .engine
+                .redrives()
+                .cancel(&request.task_handle)
+                .map_err(|error| status::redrive_status(&error))?;
+            Ok(Response::new(pb::CancelRedriveResponse { moved }))
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn md5_matches_the_sqs_example() {
+        assert_eq!(md5_hex("hello"), "5d41402abc4b2a76b9719d911017c592");
+    }
+
+    #[test]
+    fn batch_ids_must_be_1_to_10_distinct_and_legal() {
+        assert!(check_batch_ids(["a", "b-1", "c_2"].into_iter()).is_ok());
+        let error = check_batch_ids(std::iter::empty()).unwrap_err();
+        assert_eq!(error.field, "entries");
+        let eleven: Vec<String> = (0..11).map(|i| format!("e{i}")).collect();
+        assert!(check_batch_ids(eleven.iter().map(String::as_str)).is_err());
+        let error = check_batch_ids(["a", "a"].into_iter()).unwrap_err();
+        assert_eq!(error.field, "entries[1].id");
+        let error = check_batch_ids(["ok", "no space"].into_iter()).unwrap_err();
+        assert_eq!(error.field, "entries[1].id");
+    }
+
+    #[test]
+    fn attribute_changes_name_the_field_out_of_range() {
+        let attributes = pb::QueueAttributes {
+            visibility_timeout_seconds: Some(43_201),
+            ..Default::default()
+        };
+        let error = attribute_changes(&attributes).unwrap_err();
+        assert_eq!(error.field, "attributes.visibility_timeout_seconds");
+        assert!(error.reason.contains("0–43200"), "{}", error.reason);
+        let attributes = pb::QueueAttributes {
+            redrive_policy: Some(pb::RedrivePolicy {
+                dead_letter_queue: "dlq".to_owned(),
+                max_receive_count: 0,
+            }),
+            ..Default::default()
+        };
+        let error = attribute_changes(&attributes).unwrap_err();
+        assert_eq!(error.field, "attributes.redrive_policy.max_receive_count");
+    }
+
+    #[test]
+    fn page_size_zero_takes_the_default_and_over_max_is_refused() {
+        assert_eq!(page_size("max_results", 0, 1_000, 1_000).unwrap(), 1_000);
+        assert_eq!(page_size("max_results", 7, 10, 1).unwrap(), 7);
+        assert!(page_size("max_results", 11, 10, 1).is_err());
+    }
+}

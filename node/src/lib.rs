@@ -1,0 +1,213 @@
+//! trireme-node: the Trireme server. It wraps the pure queue core (`trireme-core`) with durable
+//! storage (redb, group commit), the gRPC API (`trireme.v1`), configuration, logging and
+//! graceful shutdown.
+//!
+//! A node takes its listener, storage and clock as arguments ([`Node::start`]), so the same code
+//! runs in production, in tests on loopback, and under turmoil. This crate must never put queue
+//! semantics outside the core, and never acknowledge a change before it is fsynced.
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod codec;
+pub mod config;
+pub mod engine;
+pub mod grpc;
+pub mod handle;
+pub mod limits;
+pub mod redrive;
+pub mod sqs;
+pub mod status;
+pub mod storage;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::Stream;
+use tonic::transport::server::Connected;
+use tracing::{info, warn};
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::engine::{Engine, EngineError, EngineSettings};
+use crate::handle::{HandleCodec, HandleKeyError};
+use crate::storage::{Storage, StorageError};
+
+/// Why a node could not start or stopped with an error.
+#[derive(Debug, Error)]
+pub enum NodeError {
+    /// The database could not be opened or read.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The configured receipt-handle key is unusable.
+    #[error(transparent)]
+    HandleKey(#[from] HandleKeyError),
+    /// The engine could not start.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The gRPC server failed.
+    #[error("gRPC server failed: {reason}")]
+    Serve { reason: String },
+}
+
+/// Bytes of a receipt-handle key the node generates for itself.
+const GENERATED_HANDLE_KEY_BYTES: usize = 32;
+
+/// Opens the database in the configured data directory.
+///
+/// # Errors
+/// `NodeError::Storage` when the directory or database cannot be opened.
+pub fn open_storage(config: &Config) -> Result<Storage, NodeError> {
+    Ok(Storage::open_path(&config.data_dir, config.db_cache_bytes)?)
+}
+
+/// A running node: the engine and the gRPC server.
+#[derive(Debug)]
+pub struct Node {
+    engine: Engine,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    stop_accepting: Option<oneshot::Sender<()>>,
+    shutdown_grace: Duration,
+}
+
+impl Node {
+    /// Starts a node on `storage`, serving gRPC on the connections of `incoming` (a TCP
+    /// listener's stream in production, turmoil's in simulation), reading time from `clock`.
+    ///
+    /// # Errors
+    /// `Storage` when the handle key or records cannot be read, `HandleKey` for a short
+    /// configured key, `Engine` when the engine cannot start.
+    pub fn start<I, IO, IE>(
+        config: &Config,
+        mut storage: Storage,
+        incoming: I,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Node, NodeError>
+    where
+        I: Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IO::ConnectInfo: Clone + Send + Sync + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+    {
+        let mut rng = match config.seed {
+            // A stream apart from the engine's, so the key and the message ids do not repeat
+            // each other.
+            Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ 0x6b65_795f_6b65_795f),
+            None => ChaCha20Rng::from_os_rng(),
+        };
+        let key = match &config.handle_key {
+            Some(key) => key.clone(),
+            None => {
+                let generated: [u8; GENERATED_HANDLE_KEY_BYTES] = rng.random();
+                storage.handle_key_or_store(&generated)?
+            }
+        };
+        let handles = HandleCodec::new(&key)?;
+        let settings = EngineSettings {
+            commit_batch_commands_max: config.commit_batch_commands_max,
+            engine_queue_commands_max: config.engine_queue_commands_max,
+            long_polls_max: config.long_polls_max,
+        };
+        let engine = Engine::start(storage, clock, handles, settings, config.seed)?;
+        let (stop_accepting, stopped) = oneshot::channel::<()>();
+        let router = tonic::transport::Server::builder()
+            .timeout(Duration::from_secs(config.request_timeout_s))
+            .tcp_nodelay(true)
+            .http2_keepalive_interval(Some(Duration::from_secs(limits::grpc_keepalive_interval_s)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
+            .max_concurrent_streams(Some(limits::grpc_streams_per_connection_max))
+            .add_service(grpc::service(
+                engine.clone(),
+                config.grpc_request_bytes_max,
+                config.grpc_response_bytes_max,
+            ));
+        let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
+            // A dropped sender also stops the server: the node is gone.
+            let _ = stopped.await;
+        }));
+        Ok(Node {
+            engine,
+            server,
+            stop_accepting: Some(stop_accepting),
+            shutdown_grace: Duration::from_secs(config.shutdown_grace_s),
+        })
+    }
+
+    /// The node's engine (for embedding and tests).
+    #[must_use]
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Resolves when the gRPC server stops by itself (it failed).
+    ///
+    /// # Errors
+    /// `Serve` with the server's error.
+    pub async fn serve_until_failure(&mut self) -> Result<(), NodeError> {
+        match (&mut self.server).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(NodeError::Serve {
+                reason: error.to_string(),
+            }),
+            Err(error) => Err(NodeError::Serve {
+                reason: error.to_string(),
+            }),
+        }
+    }
+
+    /// Graceful shutdown: stop accepting connections and requests, answer open long polls
+    /// empty, wait (up to the grace period) for open requests, then stop the engine, which
+    /// commits what it applied and closes the database.
+    pub async fn shutdown(mut self) {
+        info!("shutting down: no new requests");
+        if let Some(stop) = self.stop_accepting.take() {
+            let _ = stop.send(());
+        }
+        self.engine.stop_waiting().await;
+        info!("long polls answered");
+        if !self.server.is_finished() {
+            match tokio::time::timeout(self.shutdown_grace, &mut self.server).await {
+                Ok(_) => {}
+                Err(_) => {
+                    warn!(
+                        grace_s = self.shutdown_grace.as_secs(),
+                        "open requests did not finish in time; closing them"
+                    );
+                    self.server.abort();
+                }
+            }
+        }
+        self.engine.close().await;
+        info!("shutdown complete");
+    }
+}
+
+/// Runs a node until `shutdown` resolves (SIGTERM in the binary), then shuts it down gracefully.
+///
+/// # Errors
+/// As for [`Node::start`], or `Serve` if the server fails while running.
+pub async fn run(
+    config: &Config,
+    storage: Storage,
+    listener: tokio::net::TcpListener,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), NodeError> {
+    let address: Option<SocketAddr> = listener.local_addr().ok();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let mut node = Node::start(config, storage, incoming, clock)?;
+    info!(grpc = ?address, data_dir = %config.data_dir.display(), "node running");
+    let result = tokio::select! {
+        () = shutdown => Ok(()),
+        result = node.serve_until_failure() => result,
+    };
+    node.shutdown().await;
+    result
+}

@@ -1,0 +1,72 @@
+//! Every cap of the node shell (the queue caps live in `trireme_core::limits`). Names are noun
+//! first, unit last; `_default` marks a value the configuration may change. Relations between
+//! caps are checked at compile time at the bottom.
+#![allow(non_upper_case_globals)] // The style names caps like fields (`message_bytes_max`).
+
+use trireme_core::limits as core;
+
+/// Largest gRPC request the server decodes. A batch carries at most `batch_payload_bytes_max`
+/// of messages plus framing; the rest is headroom for attribute names and ids.
+pub const grpc_request_bytes_max_default: usize = 2 * 1024 * 1024;
+/// Largest gRPC response the server encodes: a receive of 10 messages of 1 MiB each, plus
+/// handles and metadata.
+pub const grpc_response_bytes_max_default: usize = 12 * 1024 * 1024;
+/// Concurrent HTTP/2 streams per client connection.
+pub const grpc_streams_per_connection_max: u32 = 1_024;
+/// HTTP/2 keepalive ping interval: finds dead peers of idle long-poll connections.
+pub const grpc_keepalive_interval_s: u64 = 20;
+/// How long a keepalive ping may go unanswered before the connection is closed.
+pub const grpc_keepalive_timeout_s: u64 = 10;
+
+/// Longest a request may run before the server answers `CANCELLED`. Must exceed the longest
+/// long poll, or long polls would time out instead of answering empty.
+pub const request_timeout_s_default: u64 = 60;
+
+/// Payload of one send batch: the sum of all bodies and attributes (SQS's limit).
+pub const batch_payload_bytes_max: u64 = 1_048_576;
+
+/// Commands the engine applies before one group commit. Bounds the latency a commit adds to
+/// the first command of a batch and the size of one write transaction.
+pub const commit_batch_commands_max_default: usize = 1_024;
+/// Commands waiting for the engine. A full queue makes callers wait (backpressure), it never
+/// drops a command.
+pub const engine_queue_commands_max_default: usize = 4_096;
+/// Open long polls per node. Beyond it a receive with a wait is refused `RESOURCE_EXHAUSTED`.
+pub const long_polls_max_default: usize = 10_000;
+/// Served waiters whose caller went away, remembered until their messages are made visible
+/// again. Bounded by the open long polls.
+pub const abandoned_deliveries_max: usize = long_polls_max_default;
+
+/// redb page cache, in MiB.
+pub const db_cache_mib_default: usize = 64;
+
+/// Queue names one `ListQueues` page may hold (SQS's limit), also the default page.
+pub const list_queues_results_max: u32 = 1_000;
+/// Redrive tasks one `ListRedrives` answer may hold.
+pub const list_redrives_results_max: u32 = 10;
+
+/// Fastest rate a redrive task may be asked for (SQS's `MaxNumberOfMessagesPerSecond`).
+pub const redrive_rate_per_s_max: u32 = 500;
+/// Messages one step of a redrive task moves when the caller asked for no rate ("as fast as
+/// the node allows"): each step is one group commit.
+pub const redrive_step_messages_max: u32 = 100;
+/// Redrive tasks remembered per node (running and finished); the oldest finished one is
+/// forgotten first.
+pub const redrive_tasks_kept_max: usize = 100;
+/// Redrive tasks running at once per node.
+pub const redrive_tasks_running_max: usize = 10;
+
+/// How long shutdown waits for open requests to finish after long polls were answered.
+pub const shutdown_grace_s_default: u64 = 10;
+
+const _: () = assert!(request_timeout_s_default > core::wait_s_max as u64 + 5);
+const _: () = assert!(batch_payload_bytes_max >= core::message_bytes_max as u64);
+const _: () = assert!(grpc_request_bytes_max_default as u64 > batch_payload_bytes_max + 64 * 1024);
+const _: () = assert!(
+    grpc_response_bytes_max_default as u64
+        > core::batch_entries_max as u64 * core::message_bytes_max as u64 + 256 * 1024
+);
+const _: () = assert!(redrive_step_messages_max <= core::redrive_messages_max);
+const _: () = assert!(redrive_rate_per_s_max <= core::redrive_messages_max);
+const _: () = assert!(commit_batch_commands_max_default <= engine_queue_commands_max_default);
+const _: () = assert!(redrive_tasks_running_max <= redrive_tasks_kept_max);

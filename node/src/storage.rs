@@ -1,0 +1,293 @@
+//! Durable storage of the core's records in redb.
+//!
+//! One table maps each record's key to a checksummed frame (see `codec`) holding a
+//! [`StoredEntry`]: the record and the revision of the commit that wrote it. Every call to
+//! [`Storage::commit`] is one write transaction committed with `Durability::Immediate`: when it
+//! returns, the changes are fsynced. The engine calls it once per batch of commands (group
+//! commit), so many requests share one fsync.
+//!
+//! The database is opened through [`Storage::open_path`] (a file in the data directory) or
+//! [`Storage::open_backend`] (any redb `StorageBackend`, such as a simulated disk), so the same
+//! engine runs in production and in simulation.
+//!
+//! Replication will add per-record versions and tombstones: `StoredEntry` is an enum so they
+//! arrive as new variants, and the frame's format byte lets the payload encoding change. This
+//! module must never interpret records beyond their keys: queue semantics live in the core.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
+};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use trireme_core::{Change, Record};
+
+use crate::codec::{self, CodecError};
+
+/// Record key (bincode of `RecordKey`) → framed `StoredEntry`.
+const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
+/// Node-level facts: the handle key, the latest revision, the layout version.
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+const META_LAYOUT: &str = "layout";
+const META_REVISION: &str = "revision";
+const META_HANDLE_KEY: &str = "handle_key";
+
+/// The table layout this build writes. A database with another layout is refused at open.
+const LAYOUT_VERSION: u8 = 1;
+
+/// The file name of the database inside the data directory.
+pub const DATABASE_FILE_NAME: &str = "trireme.redb";
+
+/// What one key holds on disk.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StoredEntry {
+    /// A live record, written by the commit numbered `revision` (counting from 1 on this node).
+    Live { revision: u64, record: Record },
+}
+
+/// A storage failure. Any of them means the node cannot promise durability, so the engine stops
+/// accepting writes.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// The data directory or database file could not be opened or created.
+    #[error("cannot open the database at {path}: {reason}")]
+    Open { path: String, reason: String },
+    /// The database was written by a build with another table layout.
+    #[error("database layout {found} is not the layout {LAYOUT_VERSION} this build uses")]
+    Layout { found: u8 },
+    /// A read failed.
+    #[error("reading the database failed: {reason}")]
+    Read { reason: String },
+    /// A write transaction failed; its changes are not durable.
+    #[error("writing the database failed: {reason}")]
+    Write { reason: String },
+    /// A stored record fails its checksum or does not decode.
+    #[error("stored record {key_hex} is corrupt: {source}")]
+    Corrupt {
+        key_hex: String,
+        #[source]
+        source: CodecError,
+    },
+}
+
+fn read_error(error: impl std::fmt::Display) -> StorageError {
+    StorageError::Read {
+        reason: error.to_string(),
+    }
+}
+
+fn write_error(error: impl std::fmt::Display) -> StorageError {
+    StorageError::Write {
+        reason: error.to_string(),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The node's durable store. Owned by the engine task; never shared.
+#[derive(Debug)]
+pub struct Storage {
+    db: Database,
+    /// The revision of the latest commit; the next commit writes `revision + 1`.
+    revision: u64,
+}
+
+impl Storage {
+    /// Opens (or creates) the database file in `data_dir`, creating the directory if needed.
+    /// `cache_bytes` bounds redb's page cache (its default is 1 GiB).
+    ///
+    /// # Errors
+    /// `Open` when the directory or file cannot be created or opened (another process holds
+    /// it, permissions, not a redb file); `Layout`, `Read` or `Write` as for `open_backend`.
+    pub fn open_path(data_dir: &Path, cache_bytes: usize) -> Result<Storage, StorageError> {
+        let open_error = |path: &Path, reason: String| StorageError::Open {
+            path: path.display().to_string(),
+            reason,
+        };
+        fs::create_dir_all(data_dir).map_err(|error| open_error(data_dir, error.to_string()))?;
+        let path: PathBuf = data_dir.join(DATABASE_FILE_NAME);
+        let existed = path.exists();
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(&path)
+            .map_err(|error| open_error(&path, error.to_string()))?;
+        if !existed {
+            // A new file's directory entry is durable only once the directory is synced.
+            fs::File::open(data_dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(|error| open_error(data_dir, error.to_string()))?;
+        }
+        Storage::from_database(db)
+    }
+
+    /// Opens (or initialises) a database on any redb backend, e.g. a simulated disk.
+    ///
+    /// # Errors
+    /// `Open` when redb refuses the backend's contents; `Layout` for a database of another
+    /// layout; `Read` or `Write` when the first transaction fails.
+    pub fn open_backend(
+        backend: impl StorageBackend,
+        cache_bytes: usize,
+    ) -> Result<Storage, StorageError> {
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create_with_backend(backend)
+            .map_err(|error| StorageError::Open {
+                path: "(backend)".to_owned(),
+                reason: error.to_string(),
+            })?;
+        Storage::from_database(db)
+    }
+
+    fn from_database(db: Database) -> Result<Storage, StorageError> {
+        let mut storage = Storage { db, revision: 0 };
+        let txn = storage.begin_write()?;
+        {
+            let mut meta = txn.open_table(META).map_err(write_error)?;
+            let layout = meta
+                .get(META_LAYOUT)
+                .map_err(read_error)?
+                .map(|value| value.value().to_vec());
+            match layout.as_deref() {
+                None => {
+                    meta.insert(META_LAYOUT, [LAYOUT_VERSION].as_slice())
+                        .map_err(write_error)?;
+                }
+                Some([found]) if *found == LAYOUT_VERSION => {}
+                Some(other) => {
+                    return Err(StorageError::Layout {
+                        found: other.first().copied().unwrap_or(0),
+                    });
+                }
+            }
+            storage.revision = match meta.get(META_REVISION).map_err(read_error)? {
+                None => 0,
+                Some(value) => u64::from_le_bytes(value.value().try_into().map_err(|_| {
+                    StorageError::Corrupt {
+                        key_hex: hex(META_REVISION.as_bytes()),
+                        source: CodecError::Truncated {
+                            len_bytes: value.value().len(),
+                        },
+                    }
+                })?),
+            };
+            txn.open_table(RECORDS).map_err(write_error)?;
+        }
+        txn.commit().map_err(write_error)?;
+        Ok(storage)
+    }
+
+    fn begin_write(&self) -> Result<redb::WriteTransaction, StorageError> {
+        let mut txn = self.db.begin_write().map_err(write_error)?;
+        // Explicit although it is redb's default: an acknowledged change must survive a crash.
+        txn.set_durability(Durability::Immediate)
+            .map_err(write_error)?;
+        Ok(txn)
+    }
+
+    /// The revision of the latest durable commit (0 for a new database).
+    #[must_use]
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Every stored record, in key order, each checked against its checksum.
+    ///
+    /// # Errors
+    /// `Read` when redb fails; `Corrupt` for a record that fails its checksum or decoding (the
+    /// node refuses to start rather than silently drop a message).
+    pub fn load(&self) -> Result<Vec<Record>, StorageError> {
+        let txn = self.db.begin_read().map_err(read_error)?;
+        let table = txn.open_table(RECORDS).map_err(read_error)?;
+        let mut records = Vec::new();
+        for entry in table.iter().map_err(read_error)? {
+            let (key, value) = entry.map_err(read_error)?;
+            let stored: StoredEntry =
+                codec::decode_framed(value.value()).map_err(|source| StorageError::Corrupt {
+                    key_hex: hex(key.value()),
+                    source,
+                })?;
+            let StoredEntry::Live { revision, record } = stored;
+            assert!(revision <= self.revision, "a record from a future commit");
+            let expected = codec::encode_key(&record.key());
+            if expected != key.value() {
+                return Err(StorageError::Corrupt {
+                    key_hex: hex(key.value()),
+                    source: CodecError::Malformed {
+                        reason: "the record stored under this key has another key".to_owned(),
+                    },
+                });
+            }
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    /// Applies `changes` in order in one write transaction and fsyncs it before returning.
+    /// An empty batch writes nothing.
+    ///
+    /// # Errors
+    /// `Write` when the transaction cannot be committed: none of the changes are durable.
+    pub fn commit(&mut self, changes: Vec<Change>) -> Result<(), StorageError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let revision = self.revision + 1;
+        let txn = self.begin_write()?;
+        {
+            let mut table = txn.open_table(RECORDS).map_err(write_error)?;
+            for change in changes {
+                match change {
+                    Change::Put(record) => {
+                        let key = codec::encode_key(&record.key());
+                        let value = codec::encode_framed(&StoredEntry::Live { revision, record });
+                        table
+                            .insert(key.as_slice(), value.as_slice())
+                            .map_err(write_error)?;
+                    }
+                    Change::Remove(key) => {
+                        let key = codec::encode_key(&key);
+                        table.remove(key.as_slice()).map_err(write_error)?;
+                    }
+                }
+            }
+            let mut meta = txn.open_table(META).map_err(write_error)?;
+            meta.insert(META_REVISION, revision.to_le_bytes().as_slice())
+                .map_err(write_error)?;
+        }
+        txn.commit().map_err(write_error)?;
+        self.revision = revision;
+        Ok(())
+    }
+
+    /// The handle key stored in this database, storing `generated` first if none is stored yet.
+    /// Receipt handles must outlive restarts, so a key the node made up must be kept.
+    ///
+    /// # Errors
+    /// `Read` or `Write` when redb fails.
+    pub fn handle_key_or_store(&mut self, generated: &[u8]) -> Result<Vec<u8>, StorageError> {
+        let txn = self.begin_write()?;
+        let key = {
+            let mut meta = txn.open_table(META).map_err(write_error)?;
+            let stored = meta
+                .get(META_HANDLE_KEY)
+                .map_err(read_error)?
+                .map(|value| value.value().to_vec());
+            match stored {
+                Some(key) => key,
+                None => {
+                    meta.insert(META_HANDLE_KEY, generated)
+                        .map_err(write_error)?;
+                    generated.to_vec()
+                }
+            }
+        };
+        txn.commit().map_err(write_error)?;
+        Ok(key)
+    }
+}
