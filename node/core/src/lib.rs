@@ -22,7 +22,7 @@ pub use command::{Command, Delivery, Outcome, Step, Wakeup};
 pub use error::{HandleProblem, Reject};
 pub use ids::{DedupId, Incarnation, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
 pub use message::{AttributeValue, MessageState, MessageView, message_size_bytes};
-pub use queue::{MessageCounts, QueueView};
+pub use queue::{MessageCounts, QueueView, WaiterView};
 pub use queues::Queues;
 pub use records::{
     Change, DedupRecord, DeletedNameRecord, MessageRecord, QueueRecord, Record, RecordKey,

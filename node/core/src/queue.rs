@@ -166,6 +166,19 @@ impl Queue {
     }
 }
 
+/// An open long poll, for inspection and the conformance tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaiterView {
+    /// The caller's id for it.
+    pub id: WaiterId,
+    /// How many messages it takes when served.
+    pub max: u32,
+    /// The visibility timeout its deliveries get.
+    pub visibility_s: u32,
+    /// When it is answered empty if nothing was delivered.
+    pub deadline: Millis,
+}
+
 /// How many messages of a queue are in each state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MessageCounts {

@@ -14,7 +14,7 @@ use crate::error::{HandleProblem, Reject};
 use crate::ids::{DedupId, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
 use crate::limits;
 use crate::message::{AttributeValue, Message, MessageState, MessageView, check_message};
-use crate::queue::{Queue, QueueView, Waiter};
+use crate::queue::{Queue, QueueView, Waiter, WaiterView};
 use crate::records::RecordKey;
 
 /// One node's queues, messages, waiters and deduplication windows.
@@ -180,6 +180,25 @@ impl Queues {
         self.queues
             .get(queue)
             .map(|q| q.waiters.values().map(|waiter| waiter.id).collect())
+            .unwrap_or_default()
+    }
+
+    /// The open waiters of `queue` with their parameters, oldest first.
+    #[must_use]
+    pub fn waiter_views(&self, queue: &QueueName) -> Vec<WaiterView> {
+        self.queues
+            .get(queue)
+            .map(|q| {
+                q.waiters
+                    .values()
+                    .map(|waiter| WaiterView {
+                        id: waiter.id,
+                        max: waiter.max,
+                        visibility_s: waiter.visibility_s,
+                        deadline: waiter.deadline,
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

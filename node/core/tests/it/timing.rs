@@ -163,6 +163,15 @@ fn long_poll_ends_empty_at_its_20_s_deadline() {
     let q = node.create("jobs");
     let waiter = node.long_poll(&q, 1, None, 20);
     assert_eq!(node.queues.waiters(&q), vec![waiter]);
+    assert_eq!(
+        node.queues.waiter_views(&q),
+        vec![trireme_core::WaiterView {
+            id: waiter,
+            max: 1,
+            visibility_s: 30,
+            deadline: START.plus_ms(secs(20))
+        }]
+    );
     assert_eq!(node.queues.next_deadline(), Some(START.plus_ms(secs(20))));
     node.at(secs(20) - 1);
     assert_eq!(node.advance(), vec![]);
