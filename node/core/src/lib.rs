@@ -23,7 +23,7 @@ pub use error::{HandleProblem, Reject};
 pub use ids::{DedupId, Incarnation, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
 pub use message::{AttributeValue, MessageState, MessageView, message_size_bytes};
 pub use queue::{MessageCounts, QueueView, WaiterView};
-pub use queues::Queues;
+pub use queues::{GoneReason, Queues};
 pub use records::{
     Change, DedupRecord, DeletedNameRecord, MessageRecord, QueueRecord, Record, RecordKey,
 };

@@ -39,6 +39,23 @@ pub struct Queues {
     to_serve: VecDeque<QueueName>,
     /// Waiters answered during the current step.
     wakeups: Vec<Wakeup>,
+    /// Messages that became gone during the latest step, and why. Cleared when a step starts,
+    /// so it holds one step's work at most.
+    gone: Vec<(MessageId, GoneReason)>,
+}
+
+/// Why a message is gone (spec/queue-core.md#variables). The core forgets a gone message; the
+/// reason is reported once, by `gone_in_last_step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GoneReason {
+    /// A delete with the current receipt handle.
+    Deleted,
+    /// Its retention ended.
+    Expired,
+    /// Its queue was purged.
+    Purged,
+    /// Its queue was deleted.
+    QueueDeleted,
 }
 
 impl Queues {
@@ -57,6 +74,7 @@ impl Queues {
     /// Advances time to `now` (firing due events, see the page), then applies the command.
     /// Never blocks, never reads a clock. A refused command changes nothing but the time.
     pub fn apply(&mut self, now: Millis, command: Command) -> Step {
+        self.gone.clear();
         self.fire_due(now);
         let at = self.now;
         let result = self.perform(at, command);
@@ -72,6 +90,7 @@ impl Queues {
     /// deadline) in the order they were answered. A `now` earlier than the latest seen is
     /// treated as the latest seen.
     pub fn advance(&mut self, now: Millis) -> Vec<Wakeup> {
+        self.gone.clear();
         self.fire_due(now);
         self.finish_step();
         std::mem::take(&mut self.wakeups)
@@ -181,6 +200,14 @@ impl Queues {
             .get(queue)
             .map(|q| q.waiters.values().map(|waiter| waiter.id).collect())
             .unwrap_or_default()
+    }
+
+    /// The messages that became gone during the latest `apply` or `advance` (time advance and
+    /// command together), in the order it happened, with the reason. For tracing and for the
+    /// conformance tests; the state itself keeps no trace of a gone message.
+    #[must_use]
+    pub fn gone_in_last_step(&self) -> &[(MessageId, GoneReason)] {
+        &self.gone
     }
 
     /// The open waiters of `queue` with their parameters, oldest first.
@@ -591,6 +618,7 @@ impl Queues {
                 .expect("a retained message is stored");
             assert_eq!(&message.queue, name);
             self.dirty.insert(RecordKey::Message(name.clone(), id));
+            self.gone.push((id, GoneReason::QueueDeleted));
         }
         for dedup in queue.dedup.keys() {
             self.dirty
@@ -630,7 +658,7 @@ impl Queues {
         }
         let ids: Vec<MessageId> = queue.retained.iter().map(|&(_, id)| id).collect();
         for id in ids {
-            self.remove_message(id);
+            self.make_gone(id, GoneReason::Purged);
         }
         self.queue_mut(name)?.last_purge_at = Some(at);
         self.dirty.insert(RecordKey::Queue(name.clone()));
@@ -904,6 +932,7 @@ impl Queues {
         assert!(matches!(message.state, MessageState::Ready { .. }));
         let retention_ms = self.queues[to].attributes.retention_ms();
         if message.sent_at.plus_ms(retention_ms) <= at {
+            self.gone.push((id, GoneReason::Expired));
             return false;
         }
         self.insert_message(
@@ -1013,7 +1042,7 @@ impl Queues {
         match self.classify_handle(name, handle)? {
             None => Ok(Outcome::Deleted { already_gone: true }),
             Some(id) => {
-                self.remove_message(id);
+                self.make_gone(id, GoneReason::Deleted);
                 Ok(Outcome::Deleted {
                     already_gone: false,
                 })
@@ -1133,7 +1162,7 @@ impl Queues {
             if expires_at > at {
                 break;
             }
-            self.remove_message(id);
+            self.make_gone(id, GoneReason::Expired);
         }
     }
 
@@ -1153,7 +1182,13 @@ impl Queues {
         assert!(previous.is_none(), "message {id} stored twice");
     }
 
-    /// Removes a stored message and its index entries; the message is gone.
+    /// Removes a stored message for good, remembering why for `gone_in_last_step`.
+    fn make_gone(&mut self, id: MessageId, reason: GoneReason) {
+        self.remove_message(id);
+        self.gone.push((id, reason));
+    }
+
+    /// Removes a stored message and its index entries (to be gone, or to move it).
     fn remove_message(&mut self, id: MessageId) -> Message {
         let message = self
             .messages

@@ -418,3 +418,54 @@ fn receive_takes_the_oldest_ready_first() {
     let ids: Vec<_> = node.receive(&q, 10).iter().map(|d| d.message).collect();
     assert_eq!(ids, sent[3..]);
 }
+
+#[test]
+fn each_way_of_going_is_reported_with_its_reason() {
+    use trireme_core::GoneReason;
+    let mut node = Node::new();
+    let dlq = node.create_with(
+        "dlq",
+        QueueAttributes {
+            retention_s: 60,
+            ..QueueAttributes::default()
+        },
+    );
+    let q = node.create_with_dlq("jobs", &dlq, 1);
+    let deleted = node.send(&q, "deleted");
+    let delivery = node.receive_one(&q);
+    node.delete(&q, &delivery.handle).unwrap();
+    assert_eq!(
+        node.queues.gone_in_last_step(),
+        &[(deleted, GoneReason::Deleted)]
+    );
+    let purged = node.send(&q, "purged");
+    node.run(Command::PurgeQueue { name: q.clone() }).unwrap();
+    assert_eq!(
+        node.queues.gone_in_last_step(),
+        &[(purged, GoneReason::Purged)]
+    );
+    // Too old for the dead-letter queue's retention when it moves there.
+    let too_old = node.send(&q, "too old");
+    node.receive_with(&q, 1, Some(0));
+    node.at(secs(61));
+    node.receive(&q, 1);
+    assert_eq!(
+        node.queues.gone_in_last_step(),
+        &[(too_old, GoneReason::Expired)]
+    );
+    let in_deleted_queue = node.send(&q, "queue deleted");
+    node.run(Command::DeleteQueue { name: q.clone() }).unwrap();
+    assert_eq!(
+        node.queues.gone_in_last_step(),
+        &[(in_deleted_queue, GoneReason::QueueDeleted)]
+    );
+    let expired = node.send(&dlq, "expires");
+    node.at(secs(121));
+    node.advance();
+    assert_eq!(
+        node.queues.gone_in_last_step(),
+        &[(expired, GoneReason::Expired)]
+    );
+    node.advance();
+    assert_eq!(node.queues.gone_in_last_step(), &[]);
+}

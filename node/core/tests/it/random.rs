@@ -142,6 +142,35 @@ impl Observer {
     }
 }
 
+fn stored_ids(queues: &Queues) -> BTreeSet<MessageId> {
+    queues
+        .records()
+        .filter_map(|record| match record {
+            Record::Message(message) => Some(message.id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every message stored before a step and not after it is reported gone exactly once, and
+/// nothing still stored is reported gone.
+fn check_gone(queues: &Queues, stored_before: &BTreeSet<MessageId>) {
+    let stored_after = stored_ids(queues);
+    let reported: Vec<MessageId> = queues
+        .gone_in_last_step()
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    let reported_set: BTreeSet<MessageId> = reported.iter().copied().collect();
+    assert_eq!(
+        reported.len(),
+        reported_set.len(),
+        "a message reported gone twice"
+    );
+    let vanished: BTreeSet<MessageId> = stored_before.difference(&stored_after).copied().collect();
+    assert_eq!(reported_set, vanished, "gone messages and reports disagree");
+}
+
 fn apply_changes(store: &mut BTreeMap<RecordKey, Record>, changes: Vec<Change>) {
     for change in changes {
         match change {
@@ -228,7 +257,9 @@ fn run(ops: Vec<Op>) {
             }
             Op::Advance { ms } => {
                 now = now.plus_ms(ms);
+                let stored_before = stored_ids(&queues);
                 let wakeups = queues.advance(now);
+                check_gone(&queues, &stored_before);
                 observer.wakeups(&wakeups);
                 apply_changes(&mut store, queues.take_changes());
                 continue;
@@ -287,7 +318,9 @@ fn run(ops: Vec<Op>) {
             }
             _ => false,
         };
+        let stored_before = stored_ids(&queues);
         let step = queues.apply(now, command.clone());
+        check_gone(&queues, &stored_before);
         observer.wakeups(&step.wakeups);
         if let Command::CancelWaiter { waiter } = &command {
             // Unless the time advance before the cancel served it, it is gone unanswered now.
