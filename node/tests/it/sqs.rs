@@ -863,7 +863,7 @@ async fn dead_letter_moves_and_a_move_task_brings_messages_back() {
         .send()
         .await
         .unwrap();
-    assert_eq!(sources.queue_urls(), [source.clone()]);
+    assert_eq!(sources.queue_urls(), std::slice::from_ref(&source));
 
     let dead = h
         .client
