@@ -110,6 +110,16 @@ impl Queues {
                 );
             }
 
+            // The agenda holds this queue at the time of its next event, and only there.
+            assert_eq!(
+                queue.scheduled,
+                queue.next_event(),
+                "{name} is scheduled wrongly"
+            );
+            if let Some(scheduled) = queue.scheduled {
+                assert!(self.agenda.contains(&(scheduled, name.clone())));
+            }
+
             // A redrive policy never names its own queue.
             if let Some(policy) = &queue.attributes.redrive {
                 assert!(&policy.dead_letter_queue != name);
@@ -229,6 +239,17 @@ mod tests {
     #[test]
     fn the_untouched_state_passes() {
         busy().check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "jobs is scheduled wrongly")]
+    fn stale_agenda_entry_is_caught() {
+        let mut queues = busy();
+        let queue = queues.queues.get_mut(&jobs()).unwrap();
+        queue.in_flight.clear();
+        queue.ready.insert((T0, MessageId(1)));
+        queues.messages.get_mut(&MessageId(1)).unwrap().state = MessageState::Ready { since: T0 };
+        queues.check_invariants();
     }
 
     #[test]
@@ -356,5 +377,6 @@ mod tests {
         queue.unindex_state(id, message.state);
         queue.index_state(id, state);
         message.state = state;
+        queues.reschedule(&jobs());
     }
 }

@@ -53,6 +53,9 @@ pub(crate) struct Queue {
     pub(crate) waiters: BTreeMap<u64, Waiter>,
     /// Open waiters by deadline.
     pub(crate) waiter_deadlines: BTreeSet<(Millis, u64)>,
+    /// This queue's entry in `Queues::agenda`: the time of its next event when it was last
+    /// scheduled. Always equal to `next_event()` between steps.
+    pub(crate) scheduled: Option<Millis>,
 }
 
 impl Queue {
@@ -76,6 +79,7 @@ impl Queue {
             dedup_expiry: BTreeSet::new(),
             waiters: BTreeMap::new(),
             waiter_deadlines: BTreeSet::new(),
+            scheduled: None,
         }
     }
 
@@ -154,6 +158,34 @@ impl Queue {
         self.retained
             .first()
             .map(|&(sent_at, id)| (sent_at.plus_ms(self.attributes.retention_ms()), id))
+    }
+
+    /// The earliest time anything of this queue is due: a delay end, a visibility restore,
+    /// a retention, a deduplication expiry or a waiter deadline. O(log n).
+    pub(crate) fn next_event(&self) -> Option<Millis> {
+        self.next_event_after(None)
+    }
+
+    /// As `next_event`, skipping in-flight deadlines at or before `after` (after an instant is
+    /// fired, those are deliveries with visibility 0 made at that instant).
+    pub(crate) fn next_event_after(&self, after: Option<Millis>) -> Option<Millis> {
+        let in_flight = match after {
+            None => self.in_flight.first(),
+            Some(after) => self
+                .in_flight
+                .range((after.plus_ms(1), MessageId(0))..)
+                .next(),
+        };
+        [
+            self.delayed.first().map(|&(until, _)| until),
+            in_flight.map(|&(until, _)| until),
+            self.next_expiry().map(|(expires_at, _)| expires_at),
+            self.dedup_expiry.first().map(|(expires_at, _)| *expires_at),
+            self.waiter_deadlines.first().map(|&(deadline, _)| deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Counts of ready, in-flight and delayed messages (maintained by the indexes).

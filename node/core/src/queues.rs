@@ -29,6 +29,9 @@ pub struct Queues {
     pub(crate) deleted_names: BTreeMap<QueueName, Millis>,
     /// The same names by the time they become available again.
     pub(crate) name_releases: BTreeSet<(Millis, QueueName)>,
+    /// Every queue with something due, by the time of its next event (`Queue::scheduled`):
+    /// finding what is due is O(log queues) instead of a look at every queue.
+    pub(crate) agenda: BTreeSet<(Millis, QueueName)>,
     /// Open waiters: their queue and arrival number.
     pub(crate) waiter_index: BTreeMap<WaiterId, (QueueName, u64)>,
     /// Arrival number of the next waiter; orders waiters of a queue first come, first served.
@@ -267,62 +270,73 @@ impl Queues {
 
     /// The earliest time anything is due. With `after`, in-flight deadlines at or before it
     /// are skipped: after an instant is fired, those are only deliveries with visibility 0
-    /// made at that instant. O(queues · log n).
+    /// made at that instant, and only the few queues they belong to are looked at closely.
+    /// O(log queues + log n) plus those queues.
     fn earliest_event(&self, after: Option<Millis>) -> Option<Millis> {
-        let mut earliest: Option<Millis> = None;
-        let mut consider = |at: Option<Millis>| {
-            if let Some(at) = at {
-                earliest = Some(earliest.map_or(at, |earliest| earliest.min(at)));
-            }
-        };
-        for queue in self.queues.values() {
-            consider(queue.delayed.first().map(|&(until, _)| until));
-            let in_flight = match after {
-                None => queue.in_flight.first(),
-                Some(after) => queue
-                    .in_flight
-                    .range((after.plus_ms(1), MessageId(0))..)
-                    .next(),
+        let mut earliest = self
+            .name_releases
+            .first()
+            .map(|&(release_at, _)| release_at);
+        for (scheduled, name) in &self.agenda {
+            let next = match after {
+                Some(after) if *scheduled <= after => {
+                    self.queues[name].next_event_after(Some(after))
+                }
+                _ => Some(*scheduled),
             };
-            consider(in_flight.map(|&(until, _)| until));
-            consider(queue.next_expiry().map(|(expires_at, _)| expires_at));
-            consider(
-                queue
-                    .dedup_expiry
-                    .first()
-                    .map(|(expires_at, _)| *expires_at),
-            );
-            consider(
-                queue
-                    .waiter_deadlines
-                    .first()
-                    .map(|&(deadline, _)| deadline),
-            );
+            if let Some(next) = next {
+                earliest = Some(earliest.map_or(next, |earliest| earliest.min(next)));
+            }
+            if after.is_none_or(|after| *scheduled > after) {
+                // The agenda is in time order: no later entry can be earlier.
+                break;
+            }
         }
-        consider(
-            self.name_releases
-                .first()
-                .map(|(release_at, _)| *release_at),
-        );
         earliest
     }
 
-    /// Fires everything due at or before `at`, in the page's order for one instant.
+    /// Puts `name`'s next event into the agenda after its indexes changed. A deleted queue has
+    /// no entry (`delete_queue` removes it).
+    pub(crate) fn reschedule(&mut self, name: &QueueName) {
+        let Some(queue) = self.queues.get_mut(name) else {
+            return;
+        };
+        let next = queue.next_event();
+        if next == queue.scheduled {
+            return;
+        }
+        if let Some(previous) = queue.scheduled {
+            let removed = self.agenda.remove(&(previous, name.clone()));
+            assert!(removed, "{name} was scheduled at {previous}");
+        }
+        if let Some(next) = next {
+            self.agenda.insert((next, name.clone()));
+        }
+        queue.scheduled = next;
+    }
+
+    /// Fires everything due at or before `at`, in the page's order for one instant. Looks only
+    /// at the queues the agenda says have something due.
     fn fire_instant(&mut self, at: Millis) {
         self.now = at;
-        let mut became_ready = BTreeSet::new();
+        let due: Vec<QueueName> = self
+            .agenda
+            .iter()
+            .take_while(|(scheduled, _)| *scheduled <= at)
+            .map(|(_, name)| name.clone())
+            .collect();
         // Delay ends, then visibility restores: each a batch of what was due when it started.
-        let delay_ends: Vec<MessageId> = self
-            .queues
-            .values()
-            .flat_map(|queue| {
-                queue
+        let delay_ends: Vec<MessageId> = due
+            .iter()
+            .flat_map(|name| {
+                self.queues[name]
                     .delayed
                     .iter()
                     .take_while(move |(until, _)| *until <= at)
                     .map(|&(_, id)| id)
             })
             .collect();
+        let mut became_ready = BTreeSet::new();
         for id in delay_ends {
             assert!(matches!(
                 self.messages[&id].state,
@@ -331,11 +345,10 @@ impl Queues {
             self.set_state(id, MessageState::Ready { since: at });
             became_ready.insert(self.messages[&id].queue.clone());
         }
-        let restores: Vec<MessageId> = self
-            .queues
-            .values()
-            .flat_map(|queue| {
-                queue
+        let restores: Vec<MessageId> = due
+            .iter()
+            .flat_map(|name| {
+                self.queues[name]
                     .in_flight
                     .iter()
                     .take_while(move |(until, _)| *until <= at)
@@ -355,11 +368,15 @@ impl Queues {
         for name in became_ready {
             self.serve(at, &name);
         }
-        // Retention, deduplication expiry, waiter deadlines.
-        let names: Vec<QueueName> = self.queues.keys().cloned().collect();
-        for name in &names {
+        // Retention, deduplication expiry, waiter deadlines. Serving cannot make anything of
+        // these due (a message moved past its retention is gone at once), so the queues due
+        // when the instant began are all there is to look at.
+        for name in &due {
             self.expire_retained(name, at);
-            let queue = self.queues.get_mut(name).expect("listed above");
+            let queue = self
+                .queues
+                .get_mut(name)
+                .expect("no queue is deleted while time advances");
             while let Some((expires_at, dedup)) = queue.dedup_expiry.first().cloned() {
                 if expires_at > at {
                     break;
@@ -376,6 +393,7 @@ impl Queues {
                 assert!(removed.is_some());
                 self.wakeups.push(Wakeup::Empty { waiter: waiter.id });
             }
+            self.reschedule(name);
         }
         while let Some((release_at, name)) = self.name_releases.first().cloned() {
             if release_at > at {
@@ -444,6 +462,7 @@ impl Queues {
                         .get_mut(&queue)
                         .expect("an open waiter's queue exists")
                         .remove_waiter(arrival);
+                    self.reschedule(&queue);
                 }
                 Ok(Outcome::Done)
             }
@@ -602,6 +621,7 @@ impl Queues {
             // A shorter retention can put stored messages past it now; they go at once so
             // I11 (no message stored past its retention) holds after every action.
             self.expire_retained(name, at);
+            self.reschedule(name);
         }
         Ok(Outcome::Done)
     }
@@ -611,6 +631,9 @@ impl Queues {
             .queues
             .remove(name)
             .ok_or_else(|| Reject::QueueNotFound { name: name.clone() })?;
+        if let Some(scheduled) = queue.scheduled {
+            assert!(self.agenda.remove(&(scheduled, name.clone())));
+        }
         for &(_, id) in &queue.retained {
             let message = self
                 .messages
@@ -741,6 +764,7 @@ impl Queues {
                 .get_mut(&name)
                 .expect("checked above")
                 .insert_dedup(dedup.clone(), id, at.plus_ms(limits::dedup_window_ms));
+            self.reschedule(&name);
             self.dirty.insert(RecordKey::Dedup(name.clone(), dedup));
         }
         if matches!(state, MessageState::Ready { .. }) {
@@ -820,6 +844,7 @@ impl Queues {
                 deadline: at.plus_s(wait_s),
             },
         );
+        self.reschedule(name);
         self.waiter_index.insert(waiter, (name.clone(), arrival));
         Ok(Outcome::Waiting { waiter })
     }
@@ -988,6 +1013,7 @@ impl Queues {
             .get_mut(name)
             .expect("a waiter's queue exists")
             .remove_waiter(arrival);
+        self.reschedule(name);
         let removed = self.waiter_index.remove(&waiter.id);
         assert!(removed.is_some());
         self.wakeups.push(match deliveries {
@@ -1176,10 +1202,11 @@ impl Queues {
             .expect("a message is stored in an existing queue");
         queue.index_state(id, message.state);
         assert!(queue.retained.insert((message.sent_at, id)));
-        self.dirty
-            .insert(RecordKey::Message(message.queue.clone(), id));
+        let name = message.queue.clone();
         let previous = self.messages.insert(id, message);
         assert!(previous.is_none(), "message {id} stored twice");
+        self.reschedule(&name);
+        self.dirty.insert(RecordKey::Message(name, id));
     }
 
     /// Removes a stored message for good, remembering why for `gone_in_last_step`.
@@ -1200,6 +1227,7 @@ impl Queues {
             .expect("a stored message's queue exists");
         queue.unindex_state(id, message.state);
         assert!(queue.retained.remove(&(message.sent_at, id)));
+        self.reschedule(&message.queue);
         self.dirty
             .insert(RecordKey::Message(message.queue.clone(), id));
         message
@@ -1218,8 +1246,9 @@ impl Queues {
         queue.unindex_state(id, message.state);
         queue.index_state(id, state);
         message.state = state;
-        self.dirty
-            .insert(RecordKey::Message(message.queue.clone(), id));
+        let name = message.queue.clone();
+        self.reschedule(&name);
+        self.dirty.insert(RecordKey::Message(name, id));
     }
 }
 
@@ -1417,6 +1446,7 @@ mod tests {
             queues.waiter_index.insert(WaiterId(n), (jobs(), n));
         }
         queues.next_arrival = limits::waiters_per_queue_max as u64;
+        queues.reschedule(&jobs());
         let step = queues.apply(T0, receive(1, 30, 20, u64::MAX));
         assert_eq!(
             step.result,

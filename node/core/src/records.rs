@@ -249,6 +249,7 @@ impl Queues {
                 .get_mut(&record.queue)
                 .expect("a deduplication record's queue has a record")
                 .insert_dedup(record.dedup, record.message, record.expires_at);
+            queues.reschedule(&record.queue);
         }
         // Rebuilding is not a change: storage already holds exactly these records.
         queues.dirty.clear();
