@@ -101,7 +101,7 @@ impl Queues {
 
     /// Earliest time at which `advance` would change anything: a delay end, visibility expiry,
     /// retention, waiter deadline, deduplication expiry or name release. It may be `now()` (a
-    /// message received with visibility 0 is restored by the next action). O(queues · log n).
+    /// message received with visibility 0 is restored by the next action). O(log queues).
     #[must_use]
     pub fn next_deadline(&self) -> Option<Millis> {
         self.earliest_event(None)

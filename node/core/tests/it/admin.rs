@@ -469,3 +469,42 @@ fn each_way_of_going_is_reported_with_its_reason() {
     node.advance();
     assert_eq!(node.queues.gone_in_last_step(), &[]);
 }
+
+#[test]
+fn purge_keeps_deduplication_windows_open() {
+    let mut node = Node::new();
+    let q = node.create("jobs");
+    let send = node.send_command(&q, "m", None, Some("k"));
+    let Ok(Outcome::Sent { id, .. }) = node.run(send) else {
+        panic!("send refused");
+    };
+    node.run(Command::PurgeQueue { name: q.clone() }).unwrap();
+    let retry = node.send_command(&q, "m", None, Some("k"));
+    assert_eq!(
+        node.run(retry),
+        Ok(Outcome::Sent {
+            id,
+            duplicate: true
+        })
+    );
+    assert_eq!(node.queues.messages(&q).count(), 0);
+}
+
+#[test]
+fn recreated_queue_starts_with_no_deduplication_windows() {
+    let mut node = Node::new();
+    let q = node.create("jobs");
+    let send = node.send_command(&q, "m", None, Some("k"));
+    node.run(send).unwrap();
+    node.run(Command::DeleteQueue { name: q.clone() }).unwrap();
+    node.at(secs(60));
+    node.create("jobs");
+    let again = node.send_command(&q, "m", None, Some("k"));
+    assert!(matches!(
+        node.run(again),
+        Ok(Outcome::Sent {
+            duplicate: false,
+            ..
+        })
+    ));
+}
