@@ -272,7 +272,7 @@ impl Queues {
     /// are skipped: after an instant is fired, those are only deliveries with visibility 0
     /// made at that instant, and only the few queues they belong to are looked at closely.
     /// O(log queues + log n) plus those queues.
-    fn earliest_event(&self, after: Option<Millis>) -> Option<Millis> {
+    pub(crate) fn earliest_event(&self, after: Option<Millis>) -> Option<Millis> {
         let mut earliest = self
             .name_releases
             .first()

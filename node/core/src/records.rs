@@ -253,8 +253,13 @@ impl Queues {
         }
         // Rebuilding is not a change: storage already holds exactly these records.
         queues.dirty.clear();
-        queues.now = latest;
-        let wakeups = queues.advance(now);
+        // Records the core wrote have nothing due before the latest time they mention; should
+        // a store hand back an older event anyway, the clock resumes there so it still fires
+        // in order rather than tripping the time assertions.
+        queues.now = queues
+            .earliest_event(None)
+            .map_or(latest, |earliest| earliest.min(latest));
+        let wakeups = queues.advance(now.max(latest));
         assert!(
             wakeups.is_empty(),
             "restored queues have no waiters to wake"
@@ -454,6 +459,64 @@ mod tests {
             })
         );
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn restore_of_records_from_different_moments_fires_overdue_events_in_order() {
+        // Message 1's record says it is in flight until T0 + 30 s, message 2 was sent at
+        // T0 + 60 s: no single state of the core looked like this, but restore copes.
+        let jobs = name("jobs");
+        let message = |id: u128, state, sent_at: Millis, received: bool| {
+            Record::Message(MessageRecord {
+                id: MessageId(id),
+                queue: jobs.clone(),
+                state,
+                receive_count: u32::from(received),
+                last_seq: u32::from(received),
+                first_receive_at: received.then_some(sent_at),
+                received_at: received.then_some(sent_at),
+                handle: received.then_some(1),
+                sent_at,
+                source: None,
+                body: "m".to_owned(),
+                attributes: BTreeMap::new(),
+            })
+        };
+        let records = vec![
+            Record::Queue(QueueRecord {
+                name: jobs.clone(),
+                attributes: Default::default(),
+                incarnation: Incarnation(T0.0),
+                created_at: T0,
+                modified_at: T0,
+                tags: BTreeMap::new(),
+                last_purge_at: None,
+            }),
+            message(
+                1,
+                MessageState::InFlight {
+                    until: T0.plus_s(30),
+                },
+                T0,
+                true,
+            ),
+            message(
+                2,
+                MessageState::Ready {
+                    since: T0.plus_s(60),
+                },
+                T0.plus_s(60),
+                false,
+            ),
+        ];
+        let restored = Queues::restore(records, T0);
+        assert_eq!(restored.now(), T0.plus_s(60));
+        assert_eq!(
+            restored.message(&jobs, MessageId(1)).unwrap().state,
+            MessageState::Ready {
+                since: T0.plus_s(30)
+            }
+        );
     }
 
     #[test]
