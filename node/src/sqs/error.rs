@@ -285,7 +285,7 @@ impl SqsError {
                 StatusCode::BAD_REQUEST,
                 COMMON_NAMESPACE,
                 "SerializationException",
-                "MalformedQueryString",
+                "SerializationException",
             ),
             E::ServiceUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,

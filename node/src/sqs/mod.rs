@@ -22,7 +22,7 @@ pub mod wire;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -97,8 +97,9 @@ pub fn router(engine: Engine, settings: SqsSettings) -> Router {
     Router::new()
         .fallback(serve)
         .with_state(sqs)
-        // Set explicitly: axum's default (2 MiB) is below what a full escaped batch can need.
-        .layer(DefaultBodyLimit::max(limits::request_bytes_max))
+        // The body is read in `serve` with `limits::request_bytes_max`, so that an oversized
+        // request is refused in SQS's error shape rather than with axum's plain-text 413.
+        .layer(DefaultBodyLimit::disable())
 }
 
 async fn serve(
@@ -106,7 +107,7 @@ async fn serve(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let request_id = sqs.engine.new_message_id().to_string();
     let action = headers
@@ -116,7 +117,15 @@ async fn serve(
         .to_owned();
     let span = debug_span!("sqs", request_id = %request_id, action = %action);
     let mut response = async {
-        let result = sqs.answer(&method, &uri, &headers, &body, &action).await;
+        let result = match axum::body::to_bytes(body, limits::request_bytes_max).await {
+            Ok(body) => sqs.answer(&method, &uri, &headers, &body, &action).await,
+            Err(_) => Err(SqsError::InvalidParameterValue {
+                message: format!(
+                    "The request body could not be read or is longer than {} bytes.",
+                    limits::request_bytes_max
+                ),
+            }),
+        };
         match result {
             Ok(json) => {
                 debug!("answered");
