@@ -238,7 +238,7 @@ impl Queues {
     /// order, everything due at or before it, then sets the clock to `now`.
     ///
     /// Within one instant the page's order holds: delay ends, visibility restores, serving the
-    /// queues that got a ready message (in name order), retention, deduplication expiry, waiter
+    /// queues that got a ready message (sources before their dead-letter queues), retention, deduplication expiry, waiter
     /// deadlines, then the end of deleted names' reuse windows. A message delivered with
     /// visibility 0 while serving at an instant is `InFlight{instant}`: it is restored at the
     /// next instant this advance fires, or at `now` if none is left, or (when the instant is
@@ -365,7 +365,15 @@ impl Queues {
             self.set_state(id, MessageState::Ready { since: at });
             became_ready.insert(self.messages[&id].queue.clone());
         }
-        for name in became_ready {
+        // Sources before their dead-letter queues (then by name), as the model serves `Q`
+        // before `D`: a message a source's waiter moves down the chain meets the dead-letter
+        // queue's waiters in the same order whatever the queues are called.
+        let mut became_ready: Vec<(usize, QueueName)> = became_ready
+            .into_iter()
+            .map(|name| (self.dead_letter_queues_after(&name), name))
+            .collect();
+        became_ready.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        for (_, name) in became_ready {
             self.serve(at, &name);
         }
         // Retention, deduplication expiry, waiter deadlines. Serving cannot make anything of
@@ -569,6 +577,25 @@ impl Queues {
             )));
         }
         Ok(())
+    }
+
+    /// How many queues follow `name` along its chain of redrive policies (existing or not).
+    /// O(chain length), at most `redrive_chain_queues_max`.
+    fn dead_letter_queues_after(&self, name: &QueueName) -> usize {
+        let mut count = 0;
+        let mut next = self
+            .queues
+            .get(name)
+            .and_then(|queue| queue.attributes.redrive.as_ref());
+        while let Some(policy) = next {
+            count += 1;
+            assert!(count < limits::redrive_chain_queues_max);
+            next = self
+                .queues
+                .get(&policy.dead_letter_queue)
+                .and_then(|queue| queue.attributes.redrive.as_ref());
+        }
+        count
     }
 
     /// The length of the longest chain of redrive policies that ends at `name` (0 when no
@@ -1657,6 +1684,73 @@ mod tests {
             })
             .collect();
         assert_eq!(served, vec![(2, vec![1]), (3, vec![2])]);
+    }
+
+    #[test]
+    fn at_one_instant_sources_are_served_before_their_dead_letter_queue() {
+        // The dead-letter queue's name sorts first, yet the source is served first: its waiter
+        // moves message 1 into the dead-letter queue, whose waiter then takes it (the older id
+        // of two messages ready since the same instant) before message 2.
+        let dlq = QueueName::try_from("a-dlq").unwrap();
+        let source = QueueName::try_from("z-jobs").unwrap();
+        let mut queues = Queues::new();
+        create(&mut queues, &dlq, QueueAttributes::default());
+        let attributes = QueueAttributes {
+            redrive: Some(crate::RedrivePolicy {
+                dead_letter_queue: dlq.clone(),
+                max_receive_count: 1,
+            }),
+            ..QueueAttributes::default()
+        };
+        create(&mut queues, &source, attributes);
+        let send_to = |queue: &QueueName, id: u128| Command::Send {
+            queue: queue.clone(),
+            id: MessageId(id),
+            body: "m".to_owned(),
+            attributes: BTreeMap::new(),
+            delay_s: None,
+            dedup: None,
+        };
+        let receive_from =
+            |queue: &QueueName, visibility_s: u32, wait_s: u32, waiter: u64| Command::Receive {
+                queue: queue.clone(),
+                max: 1,
+                visibility_s: Some(visibility_s),
+                wait_s: Some(wait_s),
+                waiter: WaiterId(waiter),
+            };
+        queues.apply(T0, send_to(&source, 1)).result.unwrap();
+        queues.apply(T0, send_to(&dlq, 2)).result.unwrap();
+        queues
+            .apply(T0, receive_from(&source, 10, 0, 1))
+            .result
+            .unwrap();
+        queues
+            .apply(T0, receive_from(&dlq, 10, 0, 2))
+            .result
+            .unwrap();
+        queues
+            .apply(T0, receive_from(&dlq, 30, 20, 3))
+            .result
+            .unwrap();
+        queues
+            .apply(T0, receive_from(&source, 30, 20, 4))
+            .result
+            .unwrap();
+        let wakeups = queues.advance(T0.plus_s(10));
+        let [Wakeup::Served { waiter, deliveries }] = &wakeups[..] else {
+            panic!("{wakeups:?}");
+        };
+        assert_eq!(*waiter, WaiterId(3));
+        assert_eq!(deliveries[0].message, MessageId(1));
+        assert_eq!(deliveries[0].source, Some(source.clone()));
+        assert_eq!(queues.waiters(&source), vec![WaiterId(4)]);
+        assert_eq!(
+            queues.message(&dlq, MessageId(2)).unwrap().state,
+            MessageState::Ready {
+                since: T0.plus_s(10)
+            }
+        );
     }
 
     #[test]
