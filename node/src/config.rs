@@ -16,6 +16,14 @@ use crate::limits;
 
 /// Default gRPC listen address.
 pub const LISTEN_DEFAULT: &str = "0.0.0.0:7100";
+/// Default SQS-compatible endpoint address (the port local SQS emulators use).
+pub const SQS_LISTEN_DEFAULT: &str = "0.0.0.0:9324";
+/// Default host name in SQS queue URLs.
+pub const SQS_ADVERTISED_HOST_DEFAULT: &str = "localhost";
+/// Default region in SQS queue ARNs.
+pub const SQS_REGION_DEFAULT: &str = "us-east-1";
+/// Default account id in SQS queue URLs and ARNs.
+pub const SQS_ACCOUNT_ID_DEFAULT: &str = "000000000000";
 /// Default data directory, relative to the working directory.
 pub const DATA_DIR_DEFAULT: &str = "./trireme-data";
 
@@ -49,6 +57,42 @@ pub struct Args {
     /// [default: 0.0.0.0:7100]
     #[arg(long, env = "TRIREME_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+
+    /// Address the SQS-compatible HTTP endpoint listens on. [default: 0.0.0.0:9324]
+    #[arg(long, env = "TRIREME_SQS_LISTEN", value_name = "ADDR")]
+    pub sqs_listen: Option<SocketAddr>,
+
+    /// Do not serve the SQS-compatible endpoint.
+    #[arg(long, env = "TRIREME_NO_SQS")]
+    pub no_sqs: bool,
+
+    /// Host name put in SQS queue URLs (what clients use to reach this node).
+    /// [default: localhost]
+    #[arg(long, env = "TRIREME_SQS_ADVERTISED_HOST", value_name = "HOST")]
+    pub sqs_advertised_host: Option<String>,
+
+    /// Port put in SQS queue URLs. [default: the port the SQS endpoint listens on]
+    #[arg(long, env = "TRIREME_SQS_ADVERTISED_PORT", value_name = "PORT")]
+    pub sqs_advertised_port: Option<u16>,
+
+    /// Region in SQS queue ARNs. [default: us-east-1]
+    #[arg(long, env = "TRIREME_SQS_REGION", value_name = "REGION")]
+    pub sqs_region: Option<String>,
+
+    /// Account id in SQS queue URLs and ARNs. [default: 000000000000]
+    #[arg(long, env = "TRIREME_SQS_ACCOUNT_ID", value_name = "ID")]
+    pub sqs_account_id: Option<String>,
+
+    /// SigV4 access keys accepted by the SQS endpoint, as `ID:SECRET`, comma-separated or
+    /// repeated. None: requests are not authenticated, as local SQS emulators do.
+    #[arg(
+        long = "sqs-access-key",
+        env = "TRIREME_SQS_ACCESS_KEYS",
+        value_name = "ID:SECRET",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub sqs_access_keys: Vec<String>,
 
     /// Key authenticating receipt handles (at least 16 bytes), shared by all nodes of a
     /// cluster. Unset: a random key is generated once and kept in the database.
@@ -113,6 +157,13 @@ pub struct Args {
 struct FileConfig {
     data_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
+    sqs_listen: Option<SocketAddr>,
+    no_sqs: Option<bool>,
+    sqs_advertised_host: Option<String>,
+    sqs_advertised_port: Option<u16>,
+    sqs_region: Option<String>,
+    sqs_account_id: Option<String>,
+    sqs_access_keys: Option<Vec<String>>,
     handle_key: Option<String>,
     seed: Option<u64>,
     db_cache_mib: Option<usize>,
@@ -151,6 +202,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// The gRPC listen address (the caller binds it; tests pass their own listener).
     pub listen: SocketAddr,
+    /// The SQS endpoint's listen address and settings; `None` when it is turned off.
+    pub sqs: Option<SqsConfig>,
     /// The receipt-handle key given by the operator; `None` means the database's own key.
     pub handle_key: Option<Vec<u8>>,
     /// Seed of the node's random source; `None` seeds from the operating system.
@@ -175,6 +228,23 @@ pub struct Config {
     pub log: String,
     /// Log format.
     pub log_format: LogFormat,
+}
+
+/// The SQS-compatible endpoint's settings.
+#[derive(Clone, Debug)]
+pub struct SqsConfig {
+    /// The listen address (the caller binds it).
+    pub listen: SocketAddr,
+    /// Host name in queue URLs.
+    pub advertised_host: String,
+    /// Port in queue URLs; `None`: the bound port.
+    pub advertised_port: Option<u16>,
+    /// Region in queue ARNs.
+    pub region: String,
+    /// Account id in queue URLs and ARNs.
+    pub account_id: String,
+    /// Accepted SigV4 keys as `(id, secret)`; empty: no authentication.
+    pub access_keys: Vec<(String, String)>,
 }
 
 impl Config {
@@ -214,7 +284,50 @@ impl Config {
                 ),
             });
         }
+        let no_sqs = args.no_sqs || file.no_sqs.unwrap_or(false);
+        let sqs = if no_sqs {
+            None
+        } else {
+            let keys = if args.sqs_access_keys.is_empty() {
+                file.sqs_access_keys.unwrap_or_default()
+            } else {
+                args.sqs_access_keys
+            };
+            let access_keys = keys
+                .iter()
+                .map(|pair| {
+                    pair.split_once(':')
+                        .filter(|(id, secret)| !id.is_empty() && !secret.is_empty())
+                        .map(|(id, secret)| (id.to_owned(), secret.to_owned()))
+                        .ok_or_else(|| ConfigError::Invalid {
+                            setting: "sqs_access_keys",
+                            reason: "each key must be ID:SECRET with both parts non-empty"
+                                .to_owned(),
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(SqsConfig {
+                listen: args.sqs_listen.or(file.sqs_listen).unwrap_or_else(|| {
+                    SQS_LISTEN_DEFAULT.parse().expect("a valid literal address")
+                }),
+                advertised_host: args
+                    .sqs_advertised_host
+                    .or(file.sqs_advertised_host)
+                    .unwrap_or_else(|| SQS_ADVERTISED_HOST_DEFAULT.to_owned()),
+                advertised_port: args.sqs_advertised_port.or(file.sqs_advertised_port),
+                region: args
+                    .sqs_region
+                    .or(file.sqs_region)
+                    .unwrap_or_else(|| SQS_REGION_DEFAULT.to_owned()),
+                account_id: args
+                    .sqs_account_id
+                    .or(file.sqs_account_id)
+                    .unwrap_or_else(|| SQS_ACCOUNT_ID_DEFAULT.to_owned()),
+                access_keys,
+            })
+        };
         let config = Config {
+            sqs,
             data_dir: args
                 .data_dir
                 .or(file.data_dir)
@@ -335,6 +448,30 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from(DATA_DIR_DEFAULT));
         assert_eq!(config.handle_key, None);
         assert_eq!(config.db_cache_bytes, 64 * 1024 * 1024);
+        let sqs = config.sqs.unwrap();
+        assert_eq!(sqs.listen.port(), 9324);
+        assert!(sqs.access_keys.is_empty());
+    }
+
+    #[test]
+    fn sqs_access_keys_split_on_comma_and_colon_and_no_sqs_turns_it_off() {
+        let config = Config::load(parse(&["--sqs-access-key", "AKID:secret,other:s2"])).unwrap();
+        assert_eq!(
+            config.sqs.unwrap().access_keys,
+            vec![
+                ("AKID".to_owned(), "secret".to_owned()),
+                ("other".to_owned(), "s2".to_owned())
+            ]
+        );
+        let error = Config::load(parse(&["--sqs-access-key", "no-secret"])).unwrap_err();
+        assert!(matches!(
+            error,
+            ConfigError::Invalid {
+                setting: "sqs_access_keys",
+                ..
+            }
+        ));
+        assert!(Config::load(parse(&["--no-sqs"])).unwrap().sqs.is_none());
     }
 
     #[test]

@@ -94,6 +94,10 @@ enum Query {
         id: MessageId,
         reply: oneshot::Sender<Option<MessageView>>,
     },
+    Waiters {
+        queue: QueueName,
+        reply: oneshot::Sender<Vec<WaiterId>>,
+    },
 }
 
 enum Request {
@@ -386,6 +390,17 @@ impl Engine {
             .await
     }
 
+    /// The open long polls of `queue`, oldest first (for inspection and tests).
+    ///
+    /// # Errors
+    /// `ShuttingDown` once the engine stopped.
+    pub async fn waiters(&self, queue: &QueueName) -> Result<Vec<WaiterId>, EngineError> {
+        let queue = queue.clone();
+        self.link
+            .query(|reply| Query::Waiters { queue, reply })
+            .await
+    }
+
     /// A fresh message id from the node's random source.
     #[must_use]
     pub fn new_message_id(&self) -> MessageId {
@@ -455,6 +470,7 @@ enum Answer {
     Queue(oneshot::Sender<Option<QueueView>>, Option<QueueView>),
     Names(oneshot::Sender<Vec<QueueName>>, Vec<QueueName>),
     Message(oneshot::Sender<Option<MessageView>>, Option<MessageView>),
+    Waiters(oneshot::Sender<Vec<WaiterId>>, Vec<WaiterId>),
     Done(oneshot::Sender<()>),
 }
 
@@ -474,6 +490,9 @@ impl Answer {
             }
             Answer::Message(reply, view) => {
                 let _ = reply.send(view);
+            }
+            Answer::Waiters(reply, waiters) => {
+                let _ = reply.send(waiters);
             }
             Answer::Done(done) => {
                 let _ = done.send(());
@@ -616,6 +635,7 @@ impl Task {
                         previous.is_none(),
                         "the core refuses a waiter id that is open"
                     );
+                    debug!(%waiter, open = self.parked.len(), "long poll waiting");
                 }
             }
             result => answers.push(Answer::Command(reply, result.map_err(EngineError::from))),
@@ -688,6 +708,7 @@ impl Task {
             Query::Message { queue, id, reply } => {
                 Answer::Message(reply, self.queues.message(&queue, id))
             }
+            Query::Waiters { queue, reply } => Answer::Waiters(reply, self.queues.waiters(&queue)),
         }
     }
 

@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::Stream;
 use tonic::transport::server::Connected;
@@ -68,13 +68,20 @@ pub fn open_storage(config: &Config) -> Result<Storage, NodeError> {
     Ok(Storage::open_path(&config.data_dir, config.db_cache_bytes)?)
 }
 
-/// A running node: the engine and the gRPC server.
+/// A running node: the engine, the gRPC server and optionally the SQS endpoint.
 #[derive(Debug)]
 pub struct Node {
     engine: Engine,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
-    stop_accepting: Option<oneshot::Sender<()>>,
+    /// The servers; each ends with its error text, or `Ok` after a graceful stop.
+    servers: Vec<JoinHandle<Result<(), String>>>,
+    /// Set to `true` to make every server stop accepting.
+    stop_accepting: watch::Sender<bool>,
     shutdown_grace: Duration,
+}
+
+/// Resolves once `stop` turns `true` (or its sender is gone: the node is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 impl Node {
@@ -116,7 +123,7 @@ impl Node {
             long_polls_max: config.long_polls_max,
         };
         let engine = Engine::start(storage, clock, handles, settings, config.seed)?;
-        let (stop_accepting, stopped) = oneshot::channel::<()>();
+        let (stop_accepting, stop) = watch::channel(false);
         let router = tonic::transport::Server::builder()
             .timeout(Duration::from_secs(config.request_timeout_s))
             .tcp_nodelay(true)
@@ -128,16 +135,30 @@ impl Node {
                 config.grpc_request_bytes_max,
                 config.grpc_response_bytes_max,
             ));
-        let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
-            // A dropped sender also stops the server: the node is gone.
-            let _ = stopped.await;
-        }));
+        let server = tokio::spawn(async move {
+            router
+                .serve_with_incoming_shutdown(incoming, stopped(stop))
+                .await
+                .map_err(|error| format!("gRPC server: {error}"))
+        });
         Ok(Node {
             engine,
-            server,
-            stop_accepting: Some(stop_accepting),
+            servers: vec![server],
+            stop_accepting,
             shutdown_grace: Duration::from_secs(config.shutdown_grace_s),
         })
+    }
+
+    /// Serves the SQS-compatible endpoint on `listener` until the node shuts down.
+    pub fn serve_sqs(&mut self, listener: tokio::net::TcpListener, settings: sqs::SqsSettings) {
+        let app = sqs::router(self.engine.clone(), settings);
+        let stop = self.stop_accepting.subscribe();
+        self.servers.push(tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopped(stop))
+                .await
+                .map_err(|error| format!("SQS endpoint: {error}"))
+        }));
     }
 
     /// The node's engine (for embedding and tests).
@@ -151,11 +172,9 @@ impl Node {
     /// # Errors
     /// `Serve` with the server's error.
     pub async fn serve_until_failure(&mut self) -> Result<(), NodeError> {
-        match (&mut self.server).await {
+        match first_to_end(&mut self.servers).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(NodeError::Serve {
-                reason: error.to_string(),
-            }),
+            Ok(Err(reason)) => Err(NodeError::Serve { reason }),
             Err(error) => Err(NodeError::Serve {
                 reason: error.to_string(),
             }),
@@ -165,27 +184,64 @@ impl Node {
     /// Graceful shutdown: stop accepting connections and requests, answer open long polls
     /// empty, wait (up to the grace period) for open requests, then stop the engine, which
     /// commits what it applied and closes the database.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
         info!("shutting down: no new requests");
-        if let Some(stop) = self.stop_accepting.take() {
-            let _ = stop.send(());
-        }
+        // Receivers live as long as the servers; none left means every server already ended.
+        let _ = self.stop_accepting.send(true);
         self.engine.stop_waiting().await;
         info!("long polls answered");
-        if !self.server.is_finished() {
-            match tokio::time::timeout(self.shutdown_grace, &mut self.server).await {
-                Ok(_) => {}
-                Err(_) => {
-                    warn!(
-                        grace_s = self.shutdown_grace.as_secs(),
-                        "open requests did not finish in time; closing them"
-                    );
-                    self.server.abort();
-                }
+        let deadline = tokio::time::Instant::now() + self.shutdown_grace;
+        for mut server in self.servers {
+            if tokio::time::timeout_at(deadline, &mut server)
+                .await
+                .is_err()
+            {
+                warn!(
+                    grace_s = self.shutdown_grace.as_secs(),
+                    "open requests did not finish in time; closing them"
+                );
+                server.abort();
             }
         }
         self.engine.close().await;
         info!("shutdown complete");
+    }
+}
+
+/// Waits for the first of `servers` to end (what `futures::future::select_all` does, written
+/// here to avoid a dependency for one call).
+async fn first_to_end(
+    servers: &mut [JoinHandle<Result<(), String>>],
+) -> Result<Result<(), String>, tokio::task::JoinError> {
+    assert!(!servers.is_empty(), "a node runs at least its gRPC server");
+    std::future::poll_fn(|context| {
+        for server in servers.iter_mut() {
+            if let std::task::Poll::Ready(result) = std::pin::Pin::new(server).poll(context) {
+                return std::task::Poll::Ready(result);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// The SQS endpoint's settings from the configuration, with `bound_port` as the advertised
+/// port unless one is configured.
+#[must_use]
+pub fn sqs_settings(config: &config::SqsConfig, bound_port: u16) -> sqs::SqsSettings {
+    sqs::SqsSettings {
+        advertised_host: config.advertised_host.clone(),
+        advertised_port: config.advertised_port.unwrap_or(bound_port),
+        region: config.region.clone(),
+        account_id: config.account_id.clone(),
+        access_keys: config
+            .access_keys
+            .iter()
+            .map(|(id, secret)| sqs::AccessKey {
+                id: id.clone(),
+                secret: secret.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -197,13 +253,23 @@ pub async fn run(
     config: &Config,
     storage: Storage,
     listener: tokio::net::TcpListener,
+    sqs_listener: Option<tokio::net::TcpListener>,
     clock: Arc<dyn Clock>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), NodeError> {
     let address: Option<SocketAddr> = listener.local_addr().ok();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let mut node = Node::start(config, storage, incoming, clock)?;
-    info!(grpc = ?address, data_dir = %config.data_dir.display(), "node running");
+    let sqs_address = match (sqs_listener, &config.sqs) {
+        (Some(sqs_listener), Some(sqs_config)) => {
+            let sqs_address = sqs_listener.local_addr().ok();
+            let port = sqs_address.map_or(0, |address| address.port());
+            node.serve_sqs(sqs_listener, sqs_settings(sqs_config, port));
+            sqs_address
+        }
+        _ => None,
+    };
+    info!(grpc = ?address, sqs = ?sqs_address, data_dir = %config.data_dir.display(), "node running");
     let result = tokio::select! {
         () = shutdown => Ok(()),
         result = node.serve_until_failure() => result,

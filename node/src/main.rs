@@ -37,9 +37,31 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let address = listener.local_addr().context("listener has no address")?;
-    // The one line of standard output: scripts and tests read the address from it.
+    let sqs_listener = match &config.sqs {
+        Some(sqs) => Some(
+            tokio::net::TcpListener::bind(sqs.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (SQS endpoint)", sqs.listen))?,
+        ),
+        None => None,
+    };
+    // Standard output says where the node listens: scripts and tests read the addresses here.
     let mut stdout = std::io::stdout();
     writeln!(stdout, "trireme-node: gRPC listening on {address}")?;
+    if let Some(sqs_listener) = &sqs_listener {
+        let sqs_address = sqs_listener
+            .local_addr()
+            .context("listener has no address")?;
+        writeln!(
+            stdout,
+            "trireme-node: SQS listening on http://{sqs_address}"
+        )?;
+    }
+    writeln!(
+        stdout,
+        "trireme-node: data in {}",
+        config.data_dir.display()
+    )?;
     stdout.flush()?;
     let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let shutdown = async move {
@@ -48,6 +70,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
         }
     };
-    trireme_node::run(&config, storage, listener, Arc::new(SystemClock), shutdown).await?;
+    trireme_node::run(
+        &config,
+        storage,
+        listener,
+        sqs_listener,
+        Arc::new(SystemClock),
+        shutdown,
+    )
+    .await?;
     Ok(())
 }

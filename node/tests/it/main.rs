@@ -1,3 +1,13 @@
-//! trireme-node integration tests: one binary, a module per area.
+//! trireme-node integration tests: one binary, a module per area. Nodes run in-process on
+//! 127.0.0.1 with a temporary data directory (the crash tests run the real binary).
 
+mod client_crate;
+mod crash;
+mod harness;
+mod long_poll;
+mod messages;
+mod queues;
+mod redrive;
+mod restart;
 mod sqs;
+mod validation;

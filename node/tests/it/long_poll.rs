@@ -1,0 +1,132 @@
+//! Long polling: a waiter is answered by the send that makes a message ready, an abandoned
+//! waiter is cancelled, a wait ends empty, and shutdown answers open waits empty.
+
+use std::time::Duration;
+
+use trireme_proto::v1 as pb;
+
+use crate::harness::{TestNode, connect};
+
+fn long_poll(queue: &str, wait_s: u32) -> pb::ReceiveMessagesRequest {
+    pb::ReceiveMessagesRequest {
+        queue: queue.to_owned(),
+        max_messages: 10,
+        visibility_timeout_seconds: Some(600),
+        wait_seconds: Some(wait_s),
+    }
+}
+
+/// A bound on how long a test waits for an answer that should come at once; it only guards
+/// against a hang and measures nothing.
+const HANG_GUARD: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_is_answered_by_the_send_that_makes_a_message_ready() {
+    let mut node = TestNode::start().await;
+    node.create("events").await;
+    let mut poller = node.client.clone();
+    let waiting =
+        tokio::spawn(async move { poller.receive_messages(long_poll("events", 20)).await });
+    node.await_waiters("events", 1).await;
+    let id = node.send("events", "wake up").await;
+    let answer = tokio::time::timeout(HANG_GUARD, waiting)
+        .await
+        .expect("the waiter was not answered")
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.messages.len(), 1);
+    assert_eq!(answer.messages[0].message_id, id);
+    assert_eq!(answer.messages[0].receive_count, 1);
+    node.await_waiters("events", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_idle_long_polls_are_each_served_once() {
+    let mut node = TestNode::start().await;
+    node.create("fanout").await;
+    let mut polls = Vec::new();
+    for _ in 0..50 {
+        let mut poller = node.client.clone();
+        polls.push(tokio::spawn(async move {
+            poller.receive_messages(long_poll("fanout", 20)).await
+        }));
+    }
+    node.await_waiters("fanout", 50).await;
+    for index in 0..50 {
+        node.send("fanout", &format!("m{index}")).await;
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for poll in polls {
+        let answer = tokio::time::timeout(HANG_GUARD, poll)
+            .await
+            .expect("a waiter was not answered")
+            .unwrap()
+            .unwrap()
+            .into_inner();
+        for message in answer.messages {
+            assert!(
+                ids.insert(message.message_id),
+                "a message was delivered twice"
+            );
+        }
+    }
+    assert_eq!(ids.len(), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_ends_empty_when_its_wait_passes() {
+    let mut node = TestNode::start().await;
+    node.create("quiet").await;
+    let answer = tokio::time::timeout(
+        HANG_GUARD,
+        node.client.receive_messages(long_poll("quiet", 1)),
+    )
+    .await
+    .expect("the wait never ended")
+    .unwrap()
+    .into_inner();
+    assert!(answer.messages.is_empty());
+    node.await_waiters("quiet", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_long_poll_is_cancelled_and_takes_no_message() {
+    let mut node = TestNode::start().await;
+    node.create("gone").await;
+    // A connection of its own, closed with the task, so the server sees the request end.
+    let mut poller = connect(node.address).await;
+    let waiting = tokio::spawn(async move { poller.receive_messages(long_poll("gone", 20)).await });
+    node.await_waiters("gone", 1).await;
+    waiting.abort();
+    node.await_waiters("gone", 0).await;
+    node.send("gone", "for someone present").await;
+    let received = node.receive("gone", 10, 30).await;
+    assert_eq!(
+        received.len(),
+        1,
+        "the abandoned waiter swallowed the message"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_open_long_polls_empty() {
+    let mut node = TestNode::start().await;
+    node.create("closing").await;
+    let mut poller = node.client.clone();
+    let waiting =
+        tokio::spawn(async move { poller.receive_messages(long_poll("closing", 20)).await });
+    node.await_waiters("closing", 1).await;
+    let shutdown = tokio::spawn(node.shutdown());
+    let answer = tokio::time::timeout(HANG_GUARD, waiting)
+        .await
+        .expect("shutdown left the long poll open")
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    assert!(answer.messages.is_empty());
+    tokio::time::timeout(HANG_GUARD, shutdown)
+        .await
+        .expect("shutdown hung")
+        .unwrap();
+}

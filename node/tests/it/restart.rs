@@ -1,0 +1,145 @@
+//! Restart: a node started again on the same data directory rebuilds its queues from storage,
+//! with messages, receipt handles, receive counts, delays and deletions as they were.
+
+use tonic::Code;
+use trireme_proto::v1 as pb;
+
+use crate::harness::{TestNode, has_database, send_request};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_queues_messages_handles_and_receive_counts() {
+    let mut node = TestNode::start().await;
+    node.create_with(
+        "durable",
+        pb::QueueAttributes {
+            visibility_timeout_seconds: Some(120),
+            ..Default::default()
+        },
+    )
+    .await;
+    let kept = node.send("durable", "kept").await;
+    let held = node.send("durable", "held").await;
+    let deleted = node.send("durable", "deleted").await;
+    node.client
+        .send_message(pb::SendMessageRequest {
+            delay_seconds: Some(900),
+            ..send_request("durable", "delayed")
+        })
+        .await
+        .unwrap();
+    let mut in_flight = node.receive("durable", 10, 600).await;
+    assert_eq!(in_flight.len(), 3);
+    in_flight.sort_by_key(|message| message.body.clone());
+    let [to_delete, to_hold, _kept] = [&in_flight[0], &in_flight[1], &in_flight[2]];
+    assert_eq!(to_delete.message_id, deleted);
+    assert_eq!(to_hold.message_id, held);
+    node.client
+        .delete_message(pb::DeleteMessageRequest {
+            queue: "durable".to_owned(),
+            receipt_handle: to_delete.receipt_handle.clone(),
+        })
+        .await
+        .unwrap();
+    // Make "kept" visible again so it can be received after the restart.
+    node.client
+        .change_visibility(pb::ChangeVisibilityRequest {
+            queue: "durable".to_owned(),
+            receipt_handle: in_flight[2].receipt_handle.clone(),
+            visibility_timeout_seconds: 0,
+        })
+        .await
+        .unwrap();
+
+    let mut node = node.restart().await;
+    assert!(has_database(node.dir.path()));
+    let info = node
+        .client
+        .get_queue(pb::GetQueueRequest {
+            name: "durable".to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .queue
+        .unwrap();
+    assert_eq!(
+        info.attributes.unwrap().visibility_timeout_seconds,
+        Some(120)
+    );
+    let stats = info.stats.unwrap();
+    assert_eq!((stats.ready, stats.in_flight, stats.delayed), (1, 1, 1));
+
+    // The receipt handle issued before the restart still controls its message.
+    node.client
+        .change_visibility(pb::ChangeVisibilityRequest {
+            queue: "durable".to_owned(),
+            receipt_handle: to_hold.receipt_handle.clone(),
+            visibility_timeout_seconds: 0,
+        })
+        .await
+        .unwrap();
+    let mut again = node.receive("durable", 10, 600).await;
+    again.sort_by_key(|message| message.body.clone());
+    let bodies: Vec<&str> = again.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(
+        bodies,
+        ["held", "kept"],
+        "the deleted message came back or one was lost"
+    );
+    assert_eq!(again[0].message_id, held);
+    assert_eq!(again[1].message_id, kept);
+    // Receive counts continued from before the restart.
+    assert_eq!(again[0].receive_count, 2);
+    assert_eq!(again[1].receive_count, 2);
+    // The handle from before the restart is superseded now.
+    let stale = node
+        .client
+        .delete_message(pb::DeleteMessageRequest {
+            queue: "durable".to_owned(),
+            receipt_handle: to_hold.receipt_handle.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::FailedPrecondition);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deduplication_window_and_deleted_queue_name_survive_a_restart() {
+    let mut node = TestNode::start().await;
+    node.create("d").await;
+    node.create("gone").await;
+    let request = pb::SendMessageRequest {
+        deduplication_id: Some("once".to_owned()),
+        ..send_request("d", "body")
+    };
+    let first = node
+        .client
+        .send_message(request.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    node.client
+        .delete_queue(pb::DeleteQueueRequest {
+            name: "gone".to_owned(),
+        })
+        .await
+        .unwrap();
+    let mut node = node.restart().await;
+    let second = node
+        .client
+        .send_message(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(second.duplicate);
+    assert_eq!(second.message_id, first.message_id);
+    let recreate = node
+        .client
+        .create_queue(pb::CreateQueueRequest {
+            name: "gone".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(recreate.code(), Code::FailedPrecondition);
+}
