@@ -67,6 +67,7 @@ use crate::error::Error;
 use crate::limits;
 use crate::types::{
     AttributeValue, Message, MessageAttribute, QueueName, ReceiveOptions, SendMessage,
+    VisibilityChange,
 };
 
 /// The message attribute that carries a job's idempotency key when the producer (or a worker's
@@ -374,8 +375,9 @@ where
     /// instead stops everything at once, like a crash: its messages come back after their
     /// visibility timeout.
     ///
-    /// A receive that is cancelled by shutdown may, in a narrow race, have been answered by the
-    /// node already; those messages are not lost but stay invisible until their timeout.
+    /// A receive open when shutdown begins is finished, not cancelled (a cancelled poll's answer
+    /// could be lost on the way, hiding its messages for a visibility timeout), so shutdown may
+    /// take up to `wait_seconds` longer; the messages it brings are released at once.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for settings out of range, the errors of
@@ -427,9 +429,19 @@ where
             // The node's receive time is no earlier than this, so the 12 h cap computed from it
             // is never later than the node's.
             let received_at = Instant::now();
+            let receive = shared.client.receive_messages(&shared.queue, &options);
+            let mut receive = std::pin::pin!(receive);
             let received = tokio::select! {
-                received = shared.client.receive_messages(&shared.queue, &options) => received,
-                () = &mut shutdown => break Ok(()),
+                received = &mut receive => received,
+                () = &mut shutdown => {
+                    // Cancelling the poll could lose its answer on the way back, leaving those
+                    // messages invisible for a whole visibility timeout; finishing it costs at
+                    // most one long-poll wait, and what it brings is released at once.
+                    if let Ok(messages) = receive.await {
+                        release_all(&shared, &messages).await;
+                    }
+                    break Ok(());
+                }
             };
             match received {
                 Ok(messages) => {
@@ -476,6 +488,39 @@ where
         }
         info!(queue = %shared.queue, "worker stopped");
         result
+    }
+}
+
+/// Makes messages received during shutdown visible again at once, in batches.
+async fn release_all<H>(shared: &Shared<H>, messages: &[Message]) {
+    for chunk in messages.chunks(limits::BATCH_ENTRIES_MAX) {
+        let entries: Vec<VisibilityChange> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, m)| VisibilityChange {
+                id: i.to_string(),
+                receipt_handle: m.receipt_handle.clone(),
+                visibility_timeout_seconds: 0,
+            })
+            .collect();
+        match shared
+            .client
+            .change_visibility_batch(&shared.queue, &entries)
+            .await
+        {
+            Ok(outcome) => {
+                for id in &outcome.successful {
+                    let index: usize = id.parse().expect("entry ids are the indexes sent");
+                    shared.metrics.released(&chunk[index]);
+                }
+                for failed in &outcome.failed {
+                    warn!(entry = %failed.id, code = %failed.code, "release failed: the message returns after its visibility timeout");
+                }
+            }
+            Err(error) => {
+                warn!(error = %error, "release failed: the messages return after their visibility timeout");
+            }
+        }
     }
 }
 

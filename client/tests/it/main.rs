@@ -5,3 +5,4 @@ mod calls;
 mod fake;
 mod node;
 mod retry;
+mod worker;

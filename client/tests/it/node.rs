@@ -1,17 +1,20 @@
-//! Real nodes on loopback for the tests: each with its own data directory, on the test's runtime.
+//! Real nodes on loopback for the tests: each with its own data directory, on the test's runtime
+//! (the runtime's end stops them).
 
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
 use trireme_client::{Client, ClientConfig, QueueName};
+use trireme_node::Node;
 use trireme_node::clock::SystemClock;
 use trireme_node::config::Config;
 
-/// A running node. Dropping it stops it abruptly, as a crash would.
+/// A running node.
 pub struct TestNode {
     pub address: String,
-    task: Option<JoinHandle<()>>,
+    // Kept for the node's lifetime: the engine and the server.
+    _node: Node,
     // Kept for the node's lifetime: the database lives here.
     _dir: tempfile::TempDir,
 }
@@ -24,15 +27,11 @@ impl TestNode {
         let storage = trireme_node::open_storage(&config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            let shutdown = std::future::pending::<()>();
-            trireme_node::run(&config, storage, listener, Arc::new(SystemClock), shutdown)
-                .await
-                .unwrap();
-        });
+        let incoming = TcpListenerStream::new(listener);
+        let node = Node::start(&config, storage, incoming, Arc::new(SystemClock)).unwrap();
         TestNode {
             address,
-            task: Some(task),
+            _node: node,
             _dir: dir,
         }
     }
@@ -40,14 +39,6 @@ impl TestNode {
     /// A client of this node alone.
     pub fn client(&self) -> Client {
         Client::new(ClientConfig::new([self.address.clone()])).unwrap()
-    }
-}
-
-impl Drop for TestNode {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
     }
 }
 
