@@ -371,6 +371,17 @@ impl From<Reject> for SqsError {
             Reject::QueueLimit { max } => SqsError::OverLimit {
                 message: format!("This node holds its maximum of {max} queues."),
             },
+            // SQS reports a bad redrive policy (a missing dead-letter queue, say) as a parameter
+            // error, and any other attribute as an attribute error.
+            Reject::InvalidAttribute { attribute, reason }
+                if attribute == "RedrivePolicy" || attribute == "RedriveAllowPolicy" =>
+            {
+                SqsError::InvalidParameterValue {
+                    message: format!(
+                        "Value for parameter {attribute} is invalid. Reason: {reason}."
+                    ),
+                }
+            }
             Reject::InvalidAttribute { attribute, reason } => SqsError::InvalidAttributeValue {
                 message: format!("Invalid value for the parameter {attribute}. Reason: {reason}."),
             },

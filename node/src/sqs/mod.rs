@@ -115,7 +115,13 @@ async fn serve(
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default()
         .to_owned();
-    let span = debug_span!("sqs", request_id = %request_id, action = %action);
+    // The queue is recorded once the request names one (`queue_from_url`).
+    let span = debug_span!(
+        "sqs",
+        request_id = %request_id,
+        action = %action,
+        queue = tracing::field::Empty
+    );
     let mut response = async {
         let result = match axum::body::to_bytes(body, limits::request_bytes_max).await {
             Ok(body) => sqs.answer(&method, &uri, &headers, &body, &action).await,
@@ -251,7 +257,9 @@ impl Sqs {
                 AddressError::Malformed { text } => SqsError::InvalidAddress { url: text },
                 AddressError::Foreign { .. } => SqsError::QueueDoesNotExist,
             })?;
-        existing_queue_name(name)
+        let name = existing_queue_name(name)?;
+        tracing::Span::current().record("queue", name.as_str());
+        Ok(name)
     }
 
     /// The queue named by an ARN member (`parameter` names it in the refusal).

@@ -1153,3 +1153,192 @@ async fn signatures_are_verified_when_access_keys_are_configured() {
         "{headers}"
     );
 }
+
+#[tokio::test]
+async fn making_a_message_visible_again_wakes_a_long_poll() {
+    let h = Harness::start().await;
+    let url = h.create("wake").await;
+    h.send(&url, "again").await;
+    let first = h
+        .client
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap();
+    let handle = first.messages()[0].receipt_handle().unwrap().to_owned();
+    let poller = {
+        let client = h.client.clone();
+        let url = url.clone();
+        tokio::spawn(async move {
+            client
+                .receive_message()
+                .queue_url(url)
+                .wait_time_seconds(10)
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    h.client
+        .change_message_visibility()
+        .queue_url(&url)
+        .receipt_handle(&handle)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    let woken = poller.await.unwrap();
+    assert_eq!(woken.messages()[0].body(), Some("again"));
+}
+
+#[tokio::test]
+async fn redrive_allow_policy_is_kept_and_enforced() {
+    let h = Harness::start().await;
+    let closed = h
+        .client
+        .create_queue()
+        .queue_name("closed-dlq")
+        .attributes(
+            QueueAttributeName::RedriveAllowPolicy,
+            r#"{"redrivePermission":"denyAll"}"#,
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let attributes = h
+        .client
+        .get_queue_attributes()
+        .queue_url(&closed)
+        .attribute_names(QueueAttributeName::RedriveAllowPolicy)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    let policy: serde_json::Value =
+        serde_json::from_str(&attributes[&QueueAttributeName::RedriveAllowPolicy]).unwrap();
+    assert_eq!(policy["redrivePermission"], "denyAll");
+    let refused = h
+        .client
+        .create_queue()
+        .queue_name("hopeful")
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!(
+                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
+                arn("closed-dlq")
+            ),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_parts(&refused).0, "InvalidParameterValue");
+    let missing_dlq = h
+        .client
+        .create_queue()
+        .queue_name("orphan")
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!(
+                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
+                arn("no-such-queue")
+            ),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    let (code, message) = error_parts(&missing_dlq);
+    assert_eq!(code, "InvalidParameterValue", "{message}");
+    assert!(message.contains("RedrivePolicy"), "{message}");
+}
+
+#[tokio::test]
+async fn urls_of_other_accounts_and_malformed_urls_name_no_queue() {
+    let h = Harness::start().await;
+    h.create("mine").await;
+    let foreign = h
+        .client
+        .send_message()
+        .queue_url(format!("http://{}/123456789012/mine", h.address))
+        .message_body("x")
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(foreign.is_queue_does_not_exist(), "{foreign:?}");
+    let malformed = h
+        .client
+        .send_message()
+        .queue_url("mine")
+        .message_body("x")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_parts(&malformed).0, "InvalidAddress");
+    let other_owner = h
+        .client
+        .get_queue_url()
+        .queue_name("mine")
+        .queue_owner_aws_account_id("123456789012")
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(other_owner.is_queue_does_not_exist(), "{other_owner:?}");
+}
+
+#[tokio::test]
+async fn messages_over_the_queue_size_limit_are_refused() {
+    let h = Harness::start().await;
+    let url = h
+        .client
+        .create_queue()
+        .queue_name("small")
+        .attributes(QueueAttributeName::MaximumMessageSize, "1024")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    h.send(&url, &"x".repeat(1024)).await;
+    let error = h
+        .client
+        .send_message()
+        .queue_url(&url)
+        .message_body("x".repeat(1025))
+        .send()
+        .await
+        .unwrap_err();
+    let (code, message) = error_parts(&error);
+    assert_eq!(code, "InvalidParameterValue");
+    assert!(message.contains("1024"), "{message}");
+}
+
+#[tokio::test]
+async fn number_attribute_digest_matches_the_sqs_vector_through_the_sdk() {
+    let h = Harness::start().await;
+    let url = h.create("number").await;
+    let sent = h
+        .client
+        .send_message()
+        .queue_url(&url)
+        .message_body("n")
+        .message_attributes(
+            "SOME_Valid.attribute-Name",
+            MessageAttributeValue::builder()
+                .data_type("Number")
+                .string_value("1493147359900")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        sent.md5_of_message_attributes(),
+        Some("36655e7e9d7c0e8479fa3f3f42247ae7")
+    );
+}
