@@ -2,6 +2,7 @@
 //! loopback in the test's runtime (`node.rs`); `fake.rs` scripts failures a real node cannot.
 
 mod calls;
+mod cli;
 mod fake;
 mod node;
 mod retry;

@@ -1,0 +1,416 @@
+//! The `trireme` binary against a real node: output for people, `--json` for scripts, exit
+//! statuses, the endpoint from the environment, and `trireme worker --exec`.
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+use trireme_client::{QueueAttributes, ReceiveOptions, RedrivePolicy, SendMessage};
+
+use crate::fake;
+use crate::node::{TestNode, queue_name};
+
+fn trireme(node: &TestNode) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
+    command
+        .env_remove("TRIREME_ENDPOINT")
+        .arg("--endpoint")
+        .arg(&node.address);
+    command.kill_on_drop(true);
+    command
+}
+
+async fn run(mut command: Command) -> Output {
+    tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("the CLI finished within 60 s")
+        .unwrap()
+}
+
+/// Runs the command, requires success, and parses its stdout as JSON.
+async fn json(command: Command) -> Value {
+    let output = run(command).await;
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn args<const N: usize>(node: &TestNode, list: [&str; N]) -> Command {
+    let mut command = trireme(node);
+    command.args(list);
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_commands_create_inspect_change_and_delete() {
+    let node = TestNode::start().await;
+    let name = queue_name("cli-queue");
+    let name = name.as_str();
+    let created = json(args(
+        &node,
+        [
+            "--json",
+            "queue",
+            "create",
+            name,
+            "--visibility-timeout",
+            "45",
+            "--tag",
+            "team=ops",
+        ],
+    ))
+    .await;
+    assert_eq!(created["created"], true);
+    assert_eq!(
+        created["queue"]["settings"]["visibility_timeout_seconds"],
+        45
+    );
+    assert_eq!(created["queue"]["tags"]["team"], "ops");
+
+    let listed = json(args(
+        &node,
+        ["--json", "queue", "list", "--prefix", "cli-queue"],
+    ))
+    .await;
+    assert!(listed.as_array().unwrap().iter().any(|n| n == name));
+
+    let changed = json(args(
+        &node,
+        ["--json", "queue", "set", name, "--delay", "3"],
+    ))
+    .await;
+    assert_eq!(changed["settings"]["delay_seconds"], 3);
+
+    let text = run(args(&node, ["queue", "get", name])).await;
+    assert!(text.status.success());
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains(&format!("queue {name}")), "{text}");
+    assert!(text.contains("delay 3 s"), "{text}");
+
+    assert!(
+        run(args(&node, ["queue", "purge", name]))
+            .await
+            .status
+            .success()
+    );
+    assert!(
+        run(args(&node, ["queue", "delete", name]))
+            .await
+            .status
+            .success()
+    );
+    let missing = run(args(&node, ["queue", "get", name])).await;
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8(missing.stderr).unwrap();
+    assert!(stderr.contains("does not exist"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_receive_and_delete_from_the_command_line() {
+    let node = TestNode::start().await;
+    let client = node.client();
+    let name = queue_name("cli-msg");
+    client
+        .create_queue(&name, &QueueAttributes::default())
+        .await
+        .unwrap();
+    let q = name.as_str();
+
+    let sent = json(args(
+        &node,
+        [
+            "--json",
+            "send",
+            q,
+            "from an argument",
+            "--attribute",
+            "kind=test",
+        ],
+    ))
+    .await;
+    assert_eq!(sent["duplicate"], false);
+    let mut from_stdin = args(&node, ["--json", "send", q]);
+    from_stdin
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = from_stdin.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"from stdin").await.unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().await.unwrap();
+    assert!(output.status.success());
+
+    let received = json(args(
+        &node,
+        [
+            "--json",
+            "receive",
+            q,
+            "--max",
+            "10",
+            "--wait",
+            "5",
+            "--visibility",
+            "60",
+        ],
+    ))
+    .await;
+    let mut messages = received.as_array().unwrap().clone();
+    if messages.len() < 2 {
+        let more = json(args(
+            &node,
+            [
+                "--json",
+                "receive",
+                q,
+                "--max",
+                "10",
+                "--wait",
+                "5",
+                "--visibility",
+                "60",
+            ],
+        ))
+        .await;
+        messages.extend(more.as_array().unwrap().iter().cloned());
+    }
+    let mut bodies: Vec<&str> = messages
+        .iter()
+        .map(|m| m["body"].as_str().unwrap())
+        .collect();
+    bodies.sort();
+    assert_eq!(bodies, ["from an argument", "from stdin"]);
+    let with_attribute = messages
+        .iter()
+        .find(|m| m["body"] == "from an argument")
+        .unwrap();
+    assert_eq!(
+        with_attribute["attributes"]["kind"]["value"]["string"],
+        "test"
+    );
+
+    for m in &messages {
+        let handle = m["receipt_handle"].as_str().unwrap();
+        assert!(
+            run(args(&node, ["delete", q, handle]))
+                .await
+                .status
+                .success()
+        );
+    }
+    let stats = client.queue_stats(&name).await.unwrap();
+    assert_eq!((stats.ready, stats.in_flight), (0, 0));
+
+    let empty = run(args(&node, ["receive", q, "--wait", "0"])).await;
+    assert_eq!(
+        String::from_utf8(empty.stdout).unwrap().trim(),
+        "no messages"
+    );
+
+    // --delete removes what it printed.
+    client
+        .send_message(&name, &SendMessage::new("gone after reading"))
+        .await
+        .unwrap();
+    let read = json(args(
+        &node,
+        ["--json", "receive", q, "--wait", "5", "--delete"],
+    ))
+    .await;
+    assert_eq!(read[0]["body"], "gone after reading");
+    let stats = client.queue_stats(&name).await.unwrap();
+    assert_eq!((stats.ready, stats.in_flight), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoint_list_comes_from_the_environment() {
+    let node = TestNode::start().await;
+    let closed = fake::closed_address().await;
+    let name = queue_name("cli-env");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
+    command.env("TRIREME_ENDPOINT", format!("{closed},{}", node.address));
+    command.args(["--json", "queue", "create", name.as_str()]);
+    assert_eq!(json(command).await["created"], true);
+    node.client().get_queue(&name).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_start_list_and_cancel() {
+    let node = TestNode::start().await;
+    let client = node.client();
+    let dlq = queue_name("cli-dlq");
+    let target = queue_name("cli-target");
+    client
+        .create_queue(&dlq, &QueueAttributes::default())
+        .await
+        .unwrap();
+    client
+        .create_queue(&target, &QueueAttributes::default())
+        .await
+        .unwrap();
+    for i in 0..20 {
+        client
+            .send_message(&dlq, &SendMessage::new(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    let started = json(args(
+        &node,
+        [
+            "--json",
+            "redrive",
+            "start",
+            dlq.as_str(),
+            "--to",
+            target.as_str(),
+            "--rate",
+            "1",
+        ],
+    ))
+    .await;
+    let handle = started["task_handle"].as_str().unwrap().to_owned();
+    let listed = json(args(&node, ["--json", "redrive", "list", dlq.as_str()])).await;
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["task_handle"] == handle.as_str())
+    );
+    let cancelled = json(args(&node, ["--json", "redrive", "cancel", &handle])).await;
+    assert!(cancelled["moved"].as_u64().unwrap() < 20);
+    let text = String::from_utf8(
+        run(args(&node, ["redrive", "list", dlq.as_str()]))
+            .await
+            .stdout,
+    )
+    .unwrap();
+    assert!(text.contains(&handle) && text.contains("cancel"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_exec_settles_by_exit_status() {
+    let node = TestNode::start().await;
+    let client = node.client();
+    let dlq = queue_name("cli-worker-dlq");
+    let queue = queue_name("cli-worker");
+    client
+        .create_queue(&dlq, &QueueAttributes::default())
+        .await
+        .unwrap();
+    let policy = RedrivePolicy {
+        dead_letter_queue: dlq.clone(),
+        max_receive_count: 2,
+    };
+    let attributes = QueueAttributes {
+        redrive_policy: Some(policy),
+        ..Default::default()
+    };
+    client.create_queue(&queue, &attributes).await.unwrap();
+    let ok = client
+        .send_message(&queue, &SendMessage::new("ok"))
+        .await
+        .unwrap()
+        .message_id;
+    let retry = client
+        .send_message(&queue, &SendMessage::new("retry"))
+        .await
+        .unwrap()
+        .message_id;
+    let fail = client
+        .send_message(&queue, &SendMessage::new("fail"))
+        .await
+        .unwrap()
+        .message_id;
+
+    let script = r#"read -r body; [ "$TRIREME_MESSAGE_ID" = "$TRIREME_IDEMPOTENCY_KEY" ] || exit 9; case "$body" in ok) exit 0;; retry) exit 75;; *) exit 3;; esac"#;
+    let mut command = args(
+        &node,
+        [
+            "--json",
+            "worker",
+            queue.as_str(),
+            "--exec",
+            script,
+            "--concurrency",
+            "3",
+            "--wait",
+            "1",
+            "--retry-cap",
+            "1",
+        ],
+    );
+    command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    let mut child = command.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+
+    let mut events: Vec<(String, String)> = Vec::new();
+    let done = |events: &[(String, String)]| {
+        let has = |event: &str, id: &str| events.iter().any(|(e, i)| e == event && i == id);
+        has("processed", ok.as_str())
+            && has("dead_lettered", fail.as_str())
+            && events
+                .iter()
+                .filter(|(e, i)| e == "retried" && i == retry.as_str())
+                .count()
+                == 2
+    };
+    while !done(&events) {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the worker printed nothing for 60 s")
+            .unwrap()
+            .expect("the worker exited early");
+        let value: Value = serde_json::from_str(&line).unwrap();
+        events.push((
+            value["event"].as_str().unwrap().to_owned(),
+            value["message_id"].as_str().unwrap().to_owned(),
+        ));
+    }
+    // "fail" was copied by the worker; "retry" is moved by the node at its third receive.
+    let mut dead = Vec::new();
+    for _ in 0..10 {
+        let options = ReceiveOptions {
+            max_messages: 10,
+            visibility_timeout_seconds: None,
+            wait_seconds: Some(5),
+        };
+        dead.extend(client.receive_messages(&dlq, &options).await.unwrap());
+        if dead.len() >= 2 {
+            break;
+        }
+    }
+    let mut bodies: Vec<&str> = dead.iter().map(|m| m.body.as_str()).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["fail", "retry"]);
+
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut last = None;
+    while let Some(line) = lines.next_line().await.unwrap() {
+        last = Some(line);
+    }
+    let summary: Value = serde_json::from_str(&last.expect("a summary line")).unwrap();
+    assert_eq!(summary["event"], "stopped");
+    assert_eq!(summary["totals"]["processed"], 1);
+    assert_eq!(summary["totals"]["dead_lettered"], 1);
+    assert_eq!(summary["totals"]["retried"], 2);
+}
