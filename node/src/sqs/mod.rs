@@ -8,16 +8,16 @@
 //! `Command`s and queries on the node's `Engine`, whose answers are final once durable.
 
 mod actions;
-pub mod address;
-pub mod attributes;
-pub mod digest;
-pub mod error;
-pub mod limits;
+mod address;
+mod attributes;
+mod digest;
+mod error;
+mod limits;
 mod messages;
-pub mod move_task;
-pub mod redrive_policy;
-pub mod sigv4;
-pub mod wire;
+mod move_task;
+mod redrive_policy;
+mod sigv4;
+mod wire;
 
 use std::sync::Arc;
 

@@ -111,7 +111,8 @@ pub struct SendMessageRequest {
     pub message_attributes: Option<MessageAttributes>,
     pub message_system_attributes: Option<MessageAttributes>,
     pub message_deduplication_id: Option<String>,
-    pub message_group_id: Option<String>,
+    // `MessageGroupId` is not read: standard queues have no groups, and serde skips unknown
+    // members, so a client that sends one is served as if it had not.
 }
 
 #[derive(Debug, Serialize)]
@@ -141,7 +142,8 @@ pub struct SendMessageBatchEntry {
     pub message_attributes: Option<MessageAttributes>,
     pub message_system_attributes: Option<MessageAttributes>,
     pub message_deduplication_id: Option<String>,
-    pub message_group_id: Option<String>,
+    // `MessageGroupId` is not read: standard queues have no groups, and serde skips unknown
+    // members, so a client that sends one is served as if it had not.
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -198,7 +200,7 @@ pub struct ReceiveMessageRequest {
     pub max_number_of_messages: Option<i64>,
     pub visibility_timeout: Option<i64>,
     pub wait_time_seconds: Option<i64>,
-    pub receive_request_attempt_id: Option<String>,
+    // `ReceiveRequestAttemptId` (FIFO only) is skipped like any unknown member.
 }
 
 #[derive(Debug, Serialize)]
