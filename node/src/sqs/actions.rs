@@ -46,6 +46,18 @@ impl Sqs {
         let changes = parse_queue_attributes(&request.attributes.unwrap_or_default(), |arn| {
             self.queue_from_arn(arn, "RedrivePolicy")
         })?;
+        // SQS compares only the attributes the request names with those of an existing queue,
+        // so "create if missing" without attributes finds a queue whatever its settings.
+        if let Some(existing) = self.engine.queue(&name).await? {
+            if existing.attributes.with(&changes) == existing.attributes {
+                return Ok(QueueUrlResponse {
+                    queue_url: self.addresses.queue_url(name.as_str()),
+                });
+            }
+            return Err(SqsError::QueueNameExists {
+                name: name.to_string(),
+            });
+        }
         let attributes = QueueAttributes::default().with(&changes);
         self.engine
             .execute(Command::CreateQueue {

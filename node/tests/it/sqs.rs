@@ -201,6 +201,17 @@ async fn queue_lifecycle_create_find_list_attributes_delete() {
         .send()
         .await
         .unwrap();
+    // Creating an existing queue compares only the attributes the request names.
+    assert_eq!(h.create("orders").await, url);
+    let same = h
+        .client
+        .create_queue()
+        .queue_name("orders")
+        .attributes(QueueAttributeName::VisibilityTimeout, "45")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(same.queue_url.unwrap(), url);
     h.send(&url, "delayed").await;
     let attributes = h
         .client
