@@ -7,6 +7,9 @@ Prints one line per check and closes with 'boto3: N passed, N failed'; exits non
 
 import hashlib
 import json
+import os
+import shutil
+import subprocess
 import sys
 import traceback
 import uuid
@@ -160,6 +163,26 @@ def tags_and_purge():
     code, error = error_code(lambda: sqs.purge_queue(QueueUrl=url))
     assert code == "AWS.SimpleQueueService.PurgeQueueInProgress", code
     assert isinstance(error, sqs.exceptions.PurgeQueueInProgress), type(error)
+
+
+@check
+def aws_cli_commands_from_the_readme():
+    """The `aws sqs --endpoint-url ...` commands node/src/sqs/README.md shows."""
+    aws = shutil.which("aws", path=os.path.dirname(sys.executable)) or shutil.which("aws")
+    assert aws, "the aws CLI is not installed (run_boto3.sh installs it into the venv)"
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
+               AWS_DEFAULT_REGION="us-east-1")
+
+    def cli(*args):
+        done = subprocess.run([aws, "--endpoint-url", ENDPOINT, "--output", "json", "sqs", *args],
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return json.loads(done.stdout) if done.stdout.strip() else {}
+
+    url = cli("create-queue", "--queue-name", name("cli"))["QueueUrl"]
+    cli("send-message", "--queue-url", url, "--message-body", "hello")
+    received = cli("receive-message", "--queue-url", url, "--wait-time-seconds", "1")
+    assert received["Messages"][0]["Body"] == "hello", received
 
 
 def main():

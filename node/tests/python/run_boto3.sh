@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs boto3_smoke.py against a freshly started trireme-node: builds the node, creates a venv,
+# Runs boto3_smoke.py (boto3, and the aws CLI commands the SQS README shows) against a freshly started trireme-node: builds the node, creates a venv,
 # installs boto3 from PyPI into it, starts the node on free loopback ports with a temporary data
 # directory, runs the checks, and stops the node. Called from .ci/run (via .ci/extra/).
 set -euo pipefail
@@ -10,7 +10,7 @@ venv="$target_dir/boto3-venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check "boto3>=1.34"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "boto3>=1.34" "awscli>=1.32"
 
 cargo build --quiet -p trireme-node --bin trireme-node
 binary="$target_dir/debug/trireme-node"
