@@ -2,7 +2,8 @@
 //! redrive dead-letter queues, and run a command per message (`trireme worker`).
 //!
 //! Output is for people by default and JSON with `--json` (one document per command, or one
-//! line per message for `worker`). Errors go to stderr with exit status 1. This binary owns
+//! line per message for `worker`). Errors and logs (filtered by `TRIREME_LOG`) go to stderr;
+//! a failed command exits with status 1, a usage error with 2. This binary owns
 //! presentation only; every rule about queues lives in the client crate and the node.
 
 use std::collections::BTreeMap;
@@ -104,6 +105,13 @@ enum QueueCommand {
         /// Only names starting with this.
         #[arg(long, default_value = "")]
         prefix: String,
+        /// Print one page of at most this many names (1-1000) and the token of the next;
+        /// without it every page is followed.
+        #[arg(long)]
+        max_results: Option<u32>,
+        /// Continue a paged listing from this token (implies one page).
+        #[arg(long)]
+        page_token: Option<String>,
     },
     /// Show a queue's attributes, tags and message counts.
     Get {
@@ -119,6 +127,12 @@ enum QueueCommand {
         /// Remove the redrive policy.
         #[arg(long, conflicts_with_all = ["dead_letter_queue", "max_receive_count"])]
         clear_redrive_policy: bool,
+        /// Add or replace a tag, `key=value`; repeatable.
+        #[arg(long = "tag", value_parser = parse_pair)]
+        tags: Vec<(String, String)>,
+        /// Remove the tag with this key; repeatable.
+        #[arg(long = "untag")]
+        untags: Vec<String>,
     },
     /// Delete a queue and all its messages.
     Delete {
@@ -421,7 +435,23 @@ async fn queue(client: &Client, json: bool, command: QueueCommand) -> Result<()>
                 format!("{verb} {}", describe_queue(&c.queue))
             })
         }
-        QueueCommand::List { prefix } => {
+        QueueCommand::List {
+            prefix,
+            max_results,
+            page_token,
+        } if max_results.is_some() || page_token.is_some() => {
+            let page = client
+                .list_queues(&prefix, max_results, page_token.as_deref())
+                .await?;
+            emit(json, &page, |p| {
+                let mut lines: Vec<String> = p.names.iter().map(ToString::to_string).collect();
+                if let Some(token) = &p.next_page_token {
+                    lines.push(format!("next page: --page-token {token}"));
+                }
+                lines.join("\n")
+            })
+        }
+        QueueCommand::List { prefix, .. } => {
             let names = client.list_all_queues(&prefix).await?;
             emit(json, &names, |ns| {
                 ns.iter()
@@ -438,6 +468,8 @@ async fn queue(client: &Client, json: bool, command: QueueCommand) -> Result<()>
             name,
             attributes,
             clear_redrive_policy,
+            tags,
+            untags,
         } => {
             let changes = QueueAttributeChanges {
                 visibility_timeout_seconds: attributes.visibility_timeout,
@@ -452,10 +484,21 @@ async fn queue(client: &Client, json: bool, command: QueueCommand) -> Result<()>
                 },
                 redrive_allow_policy: None,
             };
-            if changes == QueueAttributeChanges::default() {
-                bail!("nothing to change: give at least one attribute");
+            let attributes_changed = changes != QueueAttributeChanges::default();
+            if !attributes_changed && tags.is_empty() && untags.is_empty() {
+                bail!("nothing to change: give at least one attribute or tag");
             }
-            let info = client.set_queue_attributes(&name, &changes).await?;
+            if !tags.is_empty() {
+                client.tag_queue(&name, &tags.into_iter().collect()).await?;
+            }
+            if !untags.is_empty() {
+                client.untag_queue(&name, &untags).await?;
+            }
+            let info = if attributes_changed {
+                client.set_queue_attributes(&name, &changes).await?
+            } else {
+                client.get_queue(&name).await?
+            };
             emit(json, &info, describe_queue)
         }
         QueueCommand::Delete { name } => {
@@ -693,6 +736,14 @@ mod worker {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Diagnostics go to stderr so stdout stays the command's output; TRIREME_LOG filters them
+    // (e.g. `TRIREME_LOG=trireme_client=debug`), warnings by default.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TRIREME_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

@@ -81,10 +81,29 @@ async fn queue_commands_create_inspect_change_and_delete() {
 
     let changed = json(args(
         &node,
-        ["--json", "queue", "set", name, "--delay", "3"],
+        [
+            "--json", "queue", "set", name, "--delay", "3", "--tag", "env=ci", "--untag", "team",
+        ],
     ))
     .await;
     assert_eq!(changed["settings"]["delay_seconds"], 3);
+    assert_eq!(changed["tags"], serde_json::json!({ "env": "ci" }));
+
+    let page = json(args(
+        &node,
+        [
+            "--json",
+            "queue",
+            "list",
+            "--prefix",
+            name,
+            "--max-results",
+            "1",
+        ],
+    ))
+    .await;
+    assert_eq!(page["names"], serde_json::json!([name]));
+    assert_eq!(page["next_page_token"], Value::Null);
 
     let text = run(args(&node, ["queue", "get", name])).await;
     assert!(text.status.success());
