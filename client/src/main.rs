@@ -373,14 +373,7 @@ async fn run(cli: Cli) -> Result<()> {
                 wait_seconds: args.wait,
             };
             let messages = client.receive_messages(&args.queue, &options).await?;
-            if args.delete {
-                for m in &messages {
-                    client
-                        .delete_message(&args.queue, &m.receipt_handle)
-                        .await
-                        .with_context(|| format!("deleting message {}", m.message_id))?;
-                }
-            }
+            // Printed before deleted: a message is never deleted unseen, even if a delete fails.
             emit(json, &messages, |ms| {
                 if ms.is_empty() {
                     "no messages".to_owned()
@@ -390,7 +383,16 @@ async fn run(cli: Cli) -> Result<()> {
                         .collect::<Vec<_>>()
                         .join("\n")
                 }
-            })
+            })?;
+            if args.delete {
+                for m in &messages {
+                    client
+                        .delete_message(&args.queue, &m.receipt_handle)
+                        .await
+                        .with_context(|| format!("deleting message {}", m.message_id))?;
+                }
+            }
+            Ok(())
         }
         Command::Delete {
             queue,

@@ -84,7 +84,10 @@ pub enum HandlerError {
         /// What went wrong.
         reason: String,
     },
-    /// Never succeeds: the message goes to the queue's dead-letter queue at once.
+    /// Never succeeds: the message goes to the queue's dead-letter queue at once. The worker
+    /// sends a copy there (body and attributes, plus the idempotency key; a new message id, and
+    /// retention counts from the copy) and deletes the original once the copy is acknowledged.
+    /// A queue without a redrive policy has nowhere to put it: the message is retried instead.
     #[error("terminal: {reason}")]
     Terminal {
         /// What went wrong.
@@ -344,7 +347,8 @@ where
     H: Fn(Job) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
 {
-    /// A worker of `queue` running `handler` per message, with default settings and no metrics.
+    /// A worker of `queue` running `handler` per message, with default settings; its metrics
+    /// are counted but not exported until [`Worker::with_metrics`] names a sink.
     pub fn new(client: Client, queue: QueueName, handler: H) -> Self {
         Self {
             client,
@@ -378,6 +382,8 @@ where
     /// A receive open when shutdown begins is finished, not cancelled (a cancelled poll's answer
     /// could be lost on the way, hiding its messages for a visibility timeout), so shutdown may
     /// take up to `wait_seconds` longer; the messages it brings are released at once.
+    ///
+    /// The dead-letter queue is read from the queue's redrive policy once, at start.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for settings out of range, the errors of
