@@ -457,3 +457,41 @@ async fn shutdown_loses_nothing() {
     assert_eq!(counts.processed as usize, processed.len());
     assert_eq!(counts.released as usize, released.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_retried_not_lost() {
+    let node = TestNode::start().await;
+    let client = node.client();
+    let queue = queue_name("panic");
+    client
+        .create_queue(&queue, &QueueAttributes::default())
+        .await
+        .unwrap();
+    let sent = client
+        .send_message(&queue, &SendMessage::new("flaky"))
+        .await
+        .unwrap();
+
+    let (metrics, mut rx) = events();
+    let worker = Worker::new(client.clone(), queue.clone(), |job| async move {
+        assert!(job.message.receive_count > 1, "first delivery panics");
+        Ok(())
+    })
+    .with_config(config(30))
+    .with_metrics(metrics.clone());
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(async {
+        let _ = stop_rx.await;
+    }));
+    assert_eq!(
+        next_settlement(&mut rx).await,
+        Event::Retried(sent.message_id.clone())
+    );
+    assert_eq!(
+        next_settlement(&mut rx).await,
+        Event::Processed(sent.message_id.clone())
+    );
+    stop_tx.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    assert_eq!(metrics.counters.snapshot().handler_runs, 2);
+}
