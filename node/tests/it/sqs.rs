@@ -568,6 +568,30 @@ async fn visibility_changes_and_receipt_handles_follow_sqs() {
         .unwrap_err();
     assert_eq!(error_parts(&gone).0, "InvalidParameterValue");
 
+    // A handle is only good for the queue whose receive issued it.
+    let other = h.create("visibility-other").await;
+    h.send(&url, "second").await;
+    let held = h
+        .client
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap();
+    let wrong_queue = h
+        .client
+        .delete_message()
+        .queue_url(&other)
+        .receipt_handle(held.messages()[0].receipt_handle().unwrap())
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(
+        wrong_queue.is_receipt_handle_is_invalid(),
+        "{wrong_queue:?}"
+    );
+
     let garbage = h
         .client
         .delete_message()
@@ -1149,6 +1173,29 @@ async fn signatures_are_verified_when_access_keys_are_configured() {
     // The SDK signs with the configured key: everything works.
     let url = h.create("signed").await;
     h.send(&url, "hello").await;
+
+    // Some SDKs (JS v3) post to the queue URL itself: the signed path is then the queue's.
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("eu-west-1"))
+        .credentials_provider(Credentials::new(
+            KEY_ID,
+            SECRET,
+            None,
+            None,
+            "trireme-tests",
+        ))
+        .endpoint_url(&url)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    let on_queue_path = Client::from_conf(config);
+    on_queue_path
+        .send_message()
+        .queue_url(&url)
+        .message_body("via the queue path")
+        .send()
+        .await
+        .unwrap();
 
     let wrong_secret = client(h.address, KEY_ID, "not-the-secret");
     let error = wrong_secret.list_queues().send().await.unwrap_err();
