@@ -1,0 +1,766 @@
+//! The checker: reads a [`History`] and lists every broken promise of spec/queue-core.md that
+//! the history can show. It is Jepsen's total-queue check (nothing acknowledged lost, nothing
+//! unexpected; duplicates allowed, as at-least-once delivery allows them) plus the queue-core
+//! rules about receipt handles, receive counts and visibility.
+//!
+//! Every rule is stated so that unknown outcomes can only excuse, never convict: a call whose
+//! outcome is unknown may have happened or not, and the checker assumes whichever is kinder to
+//! the node. Times are compared through real-time order: op A precedes op B when A completed
+//! before B was invoked.
+//!
+//! This module must never read anything but the history.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::history::{Call, History, Op, Outcome};
+use crate::workload::body_is_intact;
+
+/// One broken promise, with what the history shows.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Violation {
+    /// S1: a send was acknowledged, no delete of its message may have happened, and the drain
+    /// did not find it.
+    Lost {
+        body: String,
+        delivered_before: bool,
+    },
+    /// S2: a receive delivered a body no send carried, or a body whose payload is damaged.
+    Unexpected { body: String, message_id: String },
+    /// S2: one body came back under two message ids, or one id with two bodies.
+    Mismatched {
+        message_id: String,
+        bodies: Vec<String>,
+    },
+    /// S3 / I8: a receive invoked after an acknowledged delete of a message delivered it.
+    Resurrected {
+        message_id: String,
+        deleted_at_ms: u64,
+        delivered_at_ms: u64,
+    },
+    /// I1: two deliveries of one message carried the same receive count (the same receipt
+    /// handle issued twice, e.g. a receive acknowledged and then lost).
+    HandleReissued {
+        message_id: String,
+        receive_count: u32,
+    },
+    /// I5: a delivery that started after another had completed carried a receive count not
+    /// above it.
+    ReceiveCountWentDown {
+        message_id: String,
+        earlier: u32,
+        later: u32,
+    },
+    /// I2 / S4: a delete with a handle superseded by a delivery that completed before the
+    /// delete was sent succeeded, and no delete with a newer handle could explain it.
+    StaleDeleteSucceeded {
+        message_id: String,
+        handle_count: u32,
+        newer_count: u32,
+    },
+    /// I4: a message was delivered again while an earlier delivery's visibility timeout had
+    /// certainly not expired, and nobody changed that delivery's visibility.
+    DeliveredWhileInvisible {
+        message_id: String,
+        receive_count: u32,
+        visible_from_ms: u64,
+        redelivered_by_ms: u64,
+    },
+    /// L3: after the drain the node still counted messages in the queue.
+    NotDrained {
+        ready: u64,
+        in_flight: u64,
+        delayed: u64,
+    },
+    /// L3: the drain never got the queue's counts (the node never answered after healing).
+    DrainUnconfirmed,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+/// A delivery as the checker sees it: which message, which count, and when.
+#[derive(Clone, Debug)]
+struct Seen {
+    receive_count: u32,
+    invoked_at_ms: u64,
+    completed_at_ms: u64,
+    visibility_s: u32,
+}
+
+/// Checks `history`; an empty list means every rule held.
+#[must_use]
+pub fn check(history: &History) -> Vec<Violation> {
+    let mut violations = BTreeSet::new();
+    let ops = &history.ops;
+
+    // Sends: every body ever attempted, and the acknowledged ones.
+    let mut attempted: BTreeSet<&str> = BTreeSet::new();
+    let mut acknowledged: Vec<&str> = Vec::new();
+    for op in ops {
+        if let Call::Send { body, .. } = &op.call {
+            attempted.insert(body);
+            if op.outcome().acknowledged() {
+                acknowledged.push(body);
+            }
+        }
+    }
+
+    // Deliveries by message, and the body each id carried.
+    let mut deliveries: BTreeMap<&str, Vec<Seen>> = BTreeMap::new();
+    let mut bodies_of: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut ids_of: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for op in ops {
+        let (Call::Receive { visibility_s, .. }, Some((completed_at_ms, Outcome::Received(got)))) =
+            (&op.call, &op.completed)
+        else {
+            continue;
+        };
+        for delivery in got {
+            if !attempted.contains(delivery.body.as_str()) || !body_is_intact(&delivery.body) {
+                violations.insert(Violation::Unexpected {
+                    body: delivery.body.clone(),
+                    message_id: delivery.message_id.clone(),
+                });
+            }
+            bodies_of
+                .entry(&delivery.message_id)
+                .or_default()
+                .insert(&delivery.body);
+            ids_of
+                .entry(&delivery.body)
+                .or_default()
+                .insert(&delivery.message_id);
+            deliveries
+                .entry(&delivery.message_id)
+                .or_default()
+                .push(Seen {
+                    receive_count: delivery.receive_count,
+                    invoked_at_ms: op.invoked_at_ms,
+                    completed_at_ms: *completed_at_ms,
+                    visibility_s: *visibility_s,
+                });
+        }
+    }
+    for op in ops {
+        if let (Call::Send { body, .. }, Some((_, Outcome::Sent { message_id }))) =
+            (&op.call, &op.completed)
+        {
+            ids_of.entry(body).or_default().insert(message_id);
+        }
+    }
+    for (id, bodies) in &bodies_of {
+        if bodies.len() > 1 {
+            violations.insert(Violation::Mismatched {
+                message_id: (*id).to_owned(),
+                bodies: bodies.iter().map(|b| (*b).to_owned()).collect(),
+            });
+        }
+    }
+    for (body, ids) in &ids_of {
+        if ids.len() > 1 {
+            for id in ids {
+                violations.insert(Violation::Mismatched {
+                    message_id: (*id).to_owned(),
+                    bodies: vec![(*body).to_owned()],
+                });
+            }
+        }
+    }
+
+    check_receive_counts(&deliveries, &mut violations);
+    check_deletes(ops, &deliveries, &mut violations);
+    check_visibility(ops, &deliveries, &mut violations);
+    check_lost(ops, &acknowledged, &ids_of, &deliveries, &mut violations);
+    check_drained(ops, &mut violations);
+    violations.into_iter().collect()
+}
+
+/// I1 and I5: counts of one message are distinct, and grow along real-time order.
+fn check_receive_counts(
+    deliveries: &BTreeMap<&str, Vec<Seen>>,
+    violations: &mut BTreeSet<Violation>,
+) {
+    for (id, seen) in deliveries {
+        let mut counts = BTreeSet::new();
+        for delivery in seen {
+            if !counts.insert(delivery.receive_count) {
+                violations.insert(Violation::HandleReissued {
+                    message_id: (*id).to_owned(),
+                    receive_count: delivery.receive_count,
+                });
+            }
+        }
+        for earlier in seen {
+            for later in seen {
+                if earlier.completed_at_ms < later.invoked_at_ms
+                    && earlier.receive_count >= later.receive_count
+                {
+                    violations.insert(Violation::ReceiveCountWentDown {
+                        message_id: (*id).to_owned(),
+                        earlier: earlier.receive_count,
+                        later: later.receive_count,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// S3 (an acknowledged delete stays deleted) and S4 (a superseded handle never deletes).
+fn check_deletes(
+    ops: &[Op],
+    deliveries: &BTreeMap<&str, Vec<Seen>>,
+    violations: &mut BTreeSet<Violation>,
+) {
+    for op in ops {
+        let Call::Delete {
+            message_id,
+            receive_count,
+        } = &op.call
+        else {
+            continue;
+        };
+        if !op.outcome().acknowledged() {
+            continue;
+        }
+        let deleted_at_ms = op.completed_at_ms();
+        let seen = deliveries
+            .get(message_id.as_str())
+            .map_or(&[][..], Vec::as_slice);
+        for delivery in seen {
+            if delivery.invoked_at_ms > deleted_at_ms {
+                violations.insert(Violation::Resurrected {
+                    message_id: message_id.clone(),
+                    deleted_at_ms,
+                    delivered_at_ms: delivery.completed_at_ms,
+                });
+            }
+        }
+        // The newest delivery known to the world before this delete was sent.
+        let newer = seen
+            .iter()
+            .filter(|d| d.completed_at_ms < op.invoked_at_ms && d.receive_count > *receive_count)
+            .map(|d| d.receive_count)
+            .max();
+        let Some(newer_count) = newer else { continue };
+        // A delete with a newer handle that may have happened first makes this one a repeated
+        // delete of a gone message, which succeeds (spec/queue-core.md#delete, case 2).
+        let explained = ops.iter().any(|other| {
+            matches!(&other.call, Call::Delete { message_id: m, receive_count: k }
+                if m == message_id && *k > *receive_count)
+                && other.invoked_at_ms < deleted_at_ms
+                && other.outcome().may_have_happened()
+        });
+        if !explained {
+            violations.insert(Violation::StaleDeleteSucceeded {
+                message_id: message_id.clone(),
+                handle_count: *receive_count,
+                newer_count,
+            });
+        }
+    }
+}
+
+/// I4: a delivery hides its message for its visibility timeout, counted from no earlier than
+/// the receive's invocation; a later delivery completing before that is a breach, unless the
+/// holder changed the visibility meanwhile.
+fn check_visibility(
+    ops: &[Op],
+    deliveries: &BTreeMap<&str, Vec<Seen>>,
+    violations: &mut BTreeSet<Violation>,
+) {
+    for (id, seen) in deliveries {
+        for first in seen {
+            let visible_from_ms = first.invoked_at_ms + u64::from(first.visibility_s) * 1_000;
+            for second in seen {
+                // A later delivery that completed before this one started is a count inversion,
+                // reported by `check_receive_counts`.
+                if second.receive_count <= first.receive_count
+                    || second.completed_at_ms < first.invoked_at_ms
+                    || second.completed_at_ms >= visible_from_ms
+                {
+                    continue;
+                }
+                let changed = ops.iter().any(|op| {
+                    matches!(&op.call, Call::ChangeVisibility { message_id, receive_count, .. }
+                        if message_id == id && *receive_count == first.receive_count)
+                        && op.invoked_at_ms < second.completed_at_ms
+                        && op.outcome().may_have_happened()
+                });
+                if !changed {
+                    violations.insert(Violation::DeliveredWhileInvisible {
+                        message_id: (*id).to_owned(),
+                        receive_count: first.receive_count,
+                        visible_from_ms,
+                        redelivered_by_ms: second.completed_at_ms,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// S1 after the drain: an acknowledged send whose message no delete may have removed is lost.
+fn check_lost(
+    ops: &[Op],
+    acknowledged: &[&str],
+    ids_of: &BTreeMap<&str, BTreeSet<&str>>,
+    deliveries: &BTreeMap<&str, Vec<Seen>>,
+    violations: &mut BTreeSet<Violation>,
+) {
+    let possibly_deleted: BTreeSet<&str> = ops
+        .iter()
+        .filter_map(|op| match &op.call {
+            Call::Delete { message_id, .. } if op.outcome().may_have_happened() => {
+                Some(message_id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    for body in acknowledged {
+        let ids = ids_of.get(body);
+        let gone = ids.is_some_and(|ids| ids.iter().any(|id| possibly_deleted.contains(id)));
+        if !gone {
+            let delivered_before =
+                ids.is_some_and(|ids| ids.iter().any(|id| deliveries.contains_key(id)));
+            violations.insert(Violation::Lost {
+                body: (*body).to_owned(),
+                delivered_before,
+            });
+        }
+    }
+}
+
+/// L3: the last counts the drain read show an empty queue.
+fn check_drained(ops: &[Op], violations: &mut BTreeSet<Violation>) {
+    let last = ops
+        .iter()
+        .filter_map(|op| match (&op.call, &op.completed) {
+            (
+                Call::Stats,
+                Some((
+                    at,
+                    Outcome::Stats {
+                        ready,
+                        in_flight,
+                        delayed,
+                    },
+                )),
+            ) => Some((*at, *ready, *in_flight, *delayed)),
+            _ => None,
+        })
+        .max_by_key(|(at, ..)| *at);
+    match last {
+        None => {
+            violations.insert(Violation::DrainUnconfirmed);
+        }
+        Some((_, 0, 0, 0)) => {}
+        Some((_, ready, in_flight, delayed)) => {
+            violations.insert(Violation::NotDrained {
+                ready,
+                in_flight,
+                delayed,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Delivery, OpId};
+    use crate::workload::body;
+
+    /// A small history builder: each call is invoked and completed at the given times.
+    struct Script {
+        history: History,
+    }
+
+    impl Script {
+        fn new() -> Script {
+            Script {
+                history: History::default(),
+            }
+        }
+
+        fn op(&mut self, client: u32, call: Call, at: u64, done: u64, outcome: Outcome) -> OpId {
+            let id = self.history.invoke(client, call, at);
+            self.history.complete(id, outcome, done);
+            id
+        }
+
+        fn send(&mut self, seq: u64, id: &str, at: u64) -> String {
+            let body = body(0, seq);
+            self.op(
+                0,
+                Call::Send {
+                    body: body.clone(),
+                    delay_s: None,
+                },
+                at,
+                at + 1,
+                Outcome::Sent {
+                    message_id: id.to_owned(),
+                },
+            );
+            body
+        }
+
+        fn receive(&mut self, client: u32, at: u64, done: u64, got: &[(&str, &str, u32)]) {
+            let got = got
+                .iter()
+                .map(|(id, body, count)| Delivery {
+                    message_id: (*id).to_owned(),
+                    body: (*body).to_owned(),
+                    receive_count: *count,
+                })
+                .collect();
+            self.op(
+                client,
+                Call::Receive {
+                    max: 10,
+                    wait_s: 0,
+                    visibility_s: 5,
+                },
+                at,
+                done,
+                Outcome::Received(got),
+            );
+        }
+
+        fn delete(&mut self, client: u32, id: &str, count: u32, at: u64, outcome: Outcome) {
+            self.op(
+                client,
+                Call::Delete {
+                    message_id: id.to_owned(),
+                    receive_count: count,
+                },
+                at,
+                at + 1,
+                outcome,
+            );
+        }
+
+        fn drained(&mut self, at: u64) {
+            self.op(
+                0,
+                Call::Stats,
+                at,
+                at + 1,
+                Outcome::Stats {
+                    ready: 0,
+                    in_flight: 0,
+                    delayed: 0,
+                },
+            );
+        }
+
+        fn check(&self) -> Vec<Violation> {
+            check(&self.history)
+        }
+    }
+
+    fn unknown() -> Outcome {
+        Outcome::Unknown {
+            reason: "timeout".to_owned(),
+        }
+    }
+
+    fn refused() -> Outcome {
+        Outcome::Refused {
+            code: "FailedPrecondition".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_clean_history_with_a_redelivery_passes() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        // Visibility (5 s) expires; another client gets it again and deletes it.
+        s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
+        s.delete(2, "m1", 2, 6_100, Outcome::Ok);
+        // The first holder's delete comes late: refused as stale.
+        s.delete(1, "m1", 1, 6_200, refused());
+        s.drained(7_000);
+        assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn an_acknowledged_send_never_delivered_nor_deleted_is_lost() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.drained(1_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::Lost {
+                body: b,
+                delivered_before: false
+            }]
+        );
+    }
+
+    #[test]
+    fn a_message_delivered_then_gone_without_a_delete_is_lost() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.delete(1, "m1", 1, 20, refused());
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::Lost {
+                body: b,
+                delivered_before: true
+            }]
+        );
+    }
+
+    #[test]
+    fn a_send_with_unknown_outcome_may_be_missing() {
+        let mut s = Script::new();
+        s.op(
+            0,
+            Call::Send {
+                body: body(0, 1),
+                delay_s: None,
+            },
+            0,
+            5,
+            unknown(),
+        );
+        s.drained(1_000);
+        assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn a_delete_with_unknown_outcome_excuses_the_missing_message() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.delete(1, "m1", 1, 20, unknown());
+        s.drained(10_000);
+        assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn a_delivery_after_an_acknowledged_delete_is_a_resurrection() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.delete(1, "m1", 1, 20, Outcome::Ok);
+        s.receive(2, 9_000, 9_001, &[("m1", &b, 2)]);
+        s.delete(2, "m1", 2, 9_010, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::Resurrected {
+                message_id: "m1".to_owned(),
+                deleted_at_ms: 21,
+                delivered_at_ms: 9_001
+            }]
+        );
+    }
+
+    #[test]
+    fn a_receive_concurrent_with_the_delete_may_still_deliver() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        // Invoked before the delete completed, so the node may have served it first; its
+        // delivery completed after the delete was sent, so handle 1 was not yet known stale.
+        s.receive(2, 5_010, 5_030, &[("m1", &b, 2)]);
+        s.delete(2, "m1", 2, 5_031, Outcome::Ok);
+        s.delete(1, "m1", 1, 5_020, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn the_same_receive_count_twice_is_a_reissued_handle() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.receive(2, 6_000, 6_001, &[("m1", &b, 1)]);
+        s.delete(2, "m1", 1, 6_002, Outcome::Ok);
+        s.drained(10_000);
+        let found = s.check();
+        assert!(found.contains(&Violation::HandleReissued {
+            message_id: "m1".to_owned(),
+            receive_count: 1
+        }));
+        assert!(found.contains(&Violation::ReceiveCountWentDown {
+            message_id: "m1".to_owned(),
+            earlier: 1,
+            later: 1
+        }));
+    }
+
+    #[test]
+    fn a_lower_count_after_a_higher_one_went_down() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 3)]);
+        s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
+        s.delete(2, "m1", 2, 6_002, unknown());
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::ReceiveCountWentDown {
+                message_id: "m1".to_owned(),
+                earlier: 3,
+                later: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn a_superseded_handle_that_deletes_is_caught() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
+        // Client 1 deletes with the superseded handle 1 and the node says yes; nobody had
+        // deleted with handle 2.
+        s.delete(1, "m1", 1, 6_100, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::StaleDeleteSucceeded {
+                message_id: "m1".to_owned(),
+                handle_count: 1,
+                newer_count: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn a_body_never_sent_or_damaged_is_unexpected() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        let forged = body(7, 7);
+        let damaged = format!("{b}x");
+        s.receive(
+            1,
+            10,
+            11,
+            &[("m1", &b, 1), ("m2", &forged, 1), ("m3", &damaged, 1)],
+        );
+        s.delete(1, "m1", 1, 20, Outcome::Ok);
+        s.delete(1, "m2", 1, 20, Outcome::Ok);
+        s.delete(1, "m3", 1, 20, Outcome::Ok);
+        s.drained(1_000);
+        assert_eq!(
+            s.check(),
+            vec![
+                Violation::Unexpected {
+                    body: damaged,
+                    message_id: "m3".to_owned()
+                },
+                Violation::Unexpected {
+                    body: forged,
+                    message_id: "m2".to_owned()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn one_id_with_two_bodies_is_mismatched() {
+        let mut s = Script::new();
+        let b1 = s.send(1, "m1", 0);
+        let b2 = s.send(2, "m2", 0);
+        s.receive(1, 10, 11, &[("m1", &b2, 1)]);
+        s.delete(1, "m1", 1, 20, Outcome::Ok);
+        s.delete(1, "m2", 1, 20, unknown());
+        s.drained(1_000);
+        assert_eq!(b1, body(0, 1));
+        // m1 came back with m2's body: that body now has two ids.
+        assert_eq!(
+            s.check(),
+            vec![
+                Violation::Mismatched {
+                    message_id: "m1".to_owned(),
+                    bodies: vec![b2.clone()]
+                },
+                Violation::Mismatched {
+                    message_id: "m2".to_owned(),
+                    bodies: vec![b2]
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_redelivery_inside_the_visibility_timeout_is_caught() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.receive(2, 3_000, 3_001, &[("m1", &b, 2)]);
+        s.delete(2, "m1", 2, 3_002, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::DeliveredWhileInvisible {
+                message_id: "m1".to_owned(),
+                receive_count: 1,
+                visible_from_ms: 5_010,
+                redelivered_by_ms: 3_001
+            }]
+        );
+    }
+
+    #[test]
+    fn a_visibility_change_excuses_an_early_redelivery() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.op(
+            1,
+            Call::ChangeVisibility {
+                message_id: "m1".to_owned(),
+                receive_count: 1,
+                timeout_s: 0,
+            },
+            100,
+            101,
+            Outcome::Ok,
+        );
+        s.receive(2, 200, 201, &[("m1", &b, 2)]);
+        s.delete(2, "m1", 2, 300, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn counts_left_after_the_drain_or_no_counts_fail() {
+        let mut s = Script::new();
+        s.op(
+            0,
+            Call::Stats,
+            0,
+            1,
+            Outcome::Stats {
+                ready: 1,
+                in_flight: 0,
+                delayed: 0,
+            },
+        );
+        assert_eq!(
+            s.check(),
+            vec![Violation::NotDrained {
+                ready: 1,
+                in_flight: 0,
+                delayed: 0
+            }]
+        );
+        assert_eq!(
+            check(&History::default()),
+            vec![Violation::DrainUnconfirmed]
+        );
+    }
+}

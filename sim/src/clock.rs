@@ -1,0 +1,33 @@
+//! The node's clock in simulation: turmoil's simulated time since the Unix epoch. The harness
+//! fixes the epoch (`Builder::epoch`), so a seed replays the same timestamps.
+//!
+//! This module must never read the real clock.
+
+use std::time::Duration;
+
+use trireme_core::Millis;
+use trireme_node::clock::Clock;
+
+/// Simulated wall-clock time of the host it is read on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimClock;
+
+impl Clock for SimClock {
+    fn now(&self) -> Millis {
+        let since_epoch =
+            turmoil::since_epoch().expect("the node reads its clock inside the simulation");
+        Millis(millis(since_epoch))
+    }
+}
+
+/// Milliseconds of a simulated duration.
+#[must_use]
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).expect("u64 ms lasts 584 million years")
+}
+
+/// Simulated milliseconds since the simulation started, read on the current host.
+#[must_use]
+pub fn sim_now_ms() -> u64 {
+    millis(turmoil::sim_elapsed().expect("read inside the simulation"))
+}

@@ -1,0 +1,315 @@
+//! One simulated run: a turmoil world with one Trireme node and a few client hosts, the seed's
+//! fault plan applied step by step during the safety phase, a heal, the clients' drain, and the
+//! checker over the history.
+//!
+//! The node is the real `trireme-node` (engine, redb storage, gRPC service) started with
+//! [`Node::start`] on a simulated disk ([`SimDisk`]), simulated TCP and the simulated clock.
+//! Its random source is seeded from the run's seed and its boot number, so two boots never
+//! draw the same message ids (as two boots seeded by the operating system would not).
+//!
+//! This module must never let real time, real files or an unseeded random source into a run.
+
+use std::cell::{Cell, RefCell};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use trireme_node::Node;
+use trireme_node::config::Config;
+use trireme_node::storage::Storage;
+use turmoil::net::TcpListener;
+
+use crate::checker::{Violation, check};
+use crate::clock::{SimClock, millis};
+use crate::disk::{DiskMode, Power, SimDisk};
+use crate::faults::{Action, Plan, plan};
+use crate::history::History;
+use crate::net;
+use crate::workload::{
+    ClientSetup, DELAY_S_MAX, NODE_HOST, Phases, QUEUE_VISIBILITY_S, VISIBILITY_S_MAX, run_client,
+};
+
+/// Where the node keeps its database on its simulated disk.
+const DATABASE_PATH: &str = "/data/trireme.redb";
+/// redb's page cache on the simulated node (small: the data set is small).
+const DB_CACHE_BYTES: usize = 4 * 1024 * 1024;
+/// The simulated wall clock at the start of every run: 2026-01-01T00:00:00Z.
+const EPOCH_S: u64 = 1_767_225_600;
+/// A run that has not finished by then failed (its drain never ended).
+const RUN_S_MAX: u64 = 240;
+/// The safety phase, unless the options say otherwise.
+pub const SAFETY_MS_DEFAULT: u64 = 30_000;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    /// Length of the safety phase (faults and the random mix).
+    pub safety_ms: u64,
+    /// The disk under the node.
+    pub disk: DiskMode,
+    /// At least one crash in the plan.
+    pub force_crash: bool,
+}
+
+impl Options {
+    /// The default run of `seed`.
+    #[must_use]
+    pub fn seed(seed: u64) -> Options {
+        Options {
+            seed,
+            safety_ms: SAFETY_MS_DEFAULT,
+            disk: DiskMode::Honest,
+            force_crash: false,
+        }
+    }
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub plan: Plan,
+    pub history: History,
+    /// Broken promises the checker found.
+    pub violations: Vec<Violation>,
+    /// turmoil's error, if the run did not finish (a host failed, or the drain never ended).
+    pub error: Option<String>,
+    /// The history's digest: equal for two runs of one seed.
+    pub digest: u64,
+    /// Simulated time the run took.
+    pub simulated_ms: u64,
+    /// How many times the node started.
+    pub boots: u64,
+}
+
+impl Report {
+    /// Whether the run finished and every rule held.
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.violations.is_empty()
+    }
+
+    /// A few lines for a person: the mix, the counts, and what went wrong.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        let (acknowledged, refused, unknown) = self.history.outcome_counts();
+        let mut text = format!(
+            "seed {}: {} ops ({acknowledged} acknowledged, {refused} refused, {unknown} unknown), \
+             {} faults, {} boots, {} simulated ms, digest {:016x}\n  mix: {:?}\n",
+            self.seed,
+            self.history.ops.len(),
+            self.history.faults.len(),
+            self.boots,
+            self.simulated_ms,
+            self.digest,
+            self.plan.mix,
+        );
+        if let Some(error) = &self.error {
+            text.push_str(&format!("  run error: {error}\n"));
+        }
+        for violation in self.violations.iter().take(20) {
+            text.push_str(&format!("  violation: {violation}\n"));
+        }
+        if self.violations.len() > 20 {
+            text.push_str(&format!("  … and {} more\n", self.violations.len() - 20));
+        }
+        text
+    }
+}
+
+/// The seed of the node's random source on its `boot`-th start.
+fn node_seed(seed: u64, boot: u64) -> u64 {
+    seed.rotate_left(17) ^ boot.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x00de_5eed
+}
+
+fn client_host(client: u32) -> String {
+    format!("client{client}")
+}
+
+/// Runs `options` to the end and checks the history.
+#[must_use]
+pub fn run(options: &Options) -> Report {
+    let plan = plan(options.seed, options.safety_ms, options.force_crash);
+    let mix = plan.mix.clone();
+    let mut builder = turmoil::Builder::new();
+    builder
+        .rng_seed(options.seed)
+        .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_S))
+        .simulation_duration(Duration::from_secs(RUN_S_MAX))
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(0))
+        .max_message_latency(Duration::from_millis(mix.latency_ms_max));
+    if mix.random_order {
+        builder.enable_random_order();
+    }
+    builder.fs().sync_probability(mix.sync_probability);
+    if mix.torn_writes {
+        builder.fs().block_size(4096);
+    }
+    let mut sim = builder.build();
+
+    let history = Rc::new(RefCell::new(History::default()));
+    let power = Power::new();
+    let boots = Rc::new(Cell::new(0_u64));
+    {
+        let power = power.clone();
+        let boots = boots.clone();
+        let seed = options.seed;
+        let disk_mode = options.disk;
+        sim.host(NODE_HOST, move || {
+            let power = power.clone();
+            let boots = boots.clone();
+            async move {
+                boots.set(boots.get() + 1);
+                let disk = SimDisk::open(Path::new(DATABASE_PATH), power, disk_mode)?;
+                let storage = Storage::open_backend(disk, DB_CACHE_BYTES)?;
+                let listener =
+                    TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), net::GRPC_PORT)).await?;
+                let mut config = Config::with_data_dir("/data");
+                config.sqs = None;
+                config.seed = Some(node_seed(seed, boots.get()));
+                config.db_cache_bytes = DB_CACHE_BYTES;
+                let mut node = Node::start(
+                    &config,
+                    storage,
+                    net::incoming(listener),
+                    Arc::new(SimClock),
+                )?;
+                node.serve_until_failure().await?;
+                Ok(())
+            }
+        });
+    }
+    // Every visibility or delay a message can be under when the drain starts has passed after
+    // this long, with room for two long polls.
+    let drain_quiet_ms =
+        u64::from(VISIBILITY_S_MAX.max(QUEUE_VISIBILITY_S) + DELAY_S_MAX) * 1_000 + 6_000;
+    let phases = Phases {
+        safety_end_ms: options.safety_ms,
+        drain_quiet_ms,
+    };
+    for client in 0..mix.clients {
+        sim.client(
+            client_host(client),
+            run_client(ClientSetup {
+                client,
+                seed: options.seed,
+                phases,
+                history: history.clone(),
+            }),
+        );
+    }
+
+    let mut node_up = true;
+    let mut next = 0;
+    let mut error = None;
+    loop {
+        let now_ms = millis(sim.elapsed());
+        while let Some((at, action)) = plan.actions.get(next) {
+            if *at > now_ms {
+                break;
+            }
+            apply(
+                &mut sim,
+                action,
+                &mix,
+                &power,
+                &mut node_up,
+                now_ms,
+                &history,
+            );
+            next += 1;
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(failure) => {
+                error = Some(failure.to_string());
+                break;
+            }
+        }
+    }
+    let simulated_ms = millis(sim.elapsed());
+    // Stop the node inside the simulation: its storage must not outlive the simulated disk.
+    power.cut();
+    sim.crash(NODE_HOST);
+    drop(sim);
+
+    let history = Rc::try_unwrap(history)
+        .map(RefCell::into_inner)
+        .unwrap_or_else(|shared| shared.borrow().clone());
+    let violations = if error.is_none() {
+        check(&history)
+    } else {
+        Vec::new()
+    };
+    Report {
+        seed: options.seed,
+        digest: history.digest(),
+        plan,
+        history,
+        violations,
+        error,
+        simulated_ms,
+        boots: boots.get(),
+    }
+}
+
+fn apply(
+    sim: &mut turmoil::Sim<'_>,
+    action: &Action,
+    mix: &crate::faults::Mix,
+    power: &Power,
+    node_up: &mut bool,
+    now_ms: u64,
+    history: &Rc<RefCell<History>>,
+) {
+    let normal_latency = Duration::from_millis(mix.latency_ms_max);
+    match action {
+        Action::CrashNode => {
+            if !*node_up {
+                return;
+            }
+            power.cut();
+            sim.crash(NODE_HOST);
+            *node_up = false;
+        }
+        Action::RestartNode => {
+            if *node_up {
+                return;
+            }
+            power.restore();
+            sim.bounce(NODE_HOST);
+            *node_up = true;
+        }
+        Action::Partition(client) => sim.partition(client_host(*client), NODE_HOST),
+        Action::Repair(client) => sim.repair(client_host(*client), NODE_HOST),
+        Action::Hold(client) => sim.hold(client_host(*client), NODE_HOST),
+        Action::Release(client) => sim.release(client_host(*client), NODE_HOST),
+        Action::SlowLink(client, ms) => sim.set_link_max_message_latency(
+            client_host(*client),
+            NODE_HOST,
+            Duration::from_millis(*ms),
+        ),
+        Action::NormalLink(client) => {
+            sim.set_link_max_message_latency(client_host(*client), NODE_HOST, normal_latency);
+        }
+        Action::Heal => {
+            for client in 0..mix.clients {
+                let host = client_host(client);
+                sim.release(host.as_str(), NODE_HOST);
+                sim.repair(host.as_str(), NODE_HOST);
+                sim.set_link_max_message_latency(host.as_str(), NODE_HOST, normal_latency);
+            }
+            if !*node_up {
+                power.restore();
+                sim.bounce(NODE_HOST);
+                *node_up = true;
+            }
+        }
+    }
+    history.borrow_mut().fault(now_ms, format!("{action:?}"));
+}

@@ -1,0 +1,191 @@
+//! The history of a run: every call a client invoked and how it completed, stamped with
+//! simulated time, in the order they happened. The checker reads nothing else.
+//!
+//! A call that failed without a definite answer from the node (a timeout, a dead connection, a
+//! crash mid-call) completes [`Outcome::Unknown`]: it may or may not have taken effect, as in
+//! Jepsen's `:info`. This module must never guess an outcome.
+
+use std::fmt::Write as _;
+
+/// One call's arguments, as far as the checker needs them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// `CreateQueue` of the run's queue (idempotent).
+    CreateQueue,
+    /// `SendMessage` with a body no other send uses.
+    Send { body: String, delay_s: Option<u32> },
+    /// `ReceiveMessages`.
+    Receive {
+        max: u32,
+        wait_s: u32,
+        /// The visibility timeout in effect for what this receive delivers (the override, or the
+        /// queue's default when none was given).
+        visibility_s: u32,
+    },
+    /// `DeleteMessage` with the handle of the delivery `(message_id, receive_count)`.
+    Delete {
+        message_id: String,
+        receive_count: u32,
+    },
+    /// `ChangeVisibility` with the handle of the delivery `(message_id, receive_count)`.
+    ChangeVisibility {
+        message_id: String,
+        receive_count: u32,
+        timeout_s: u32,
+    },
+    /// `GetQueue`, for the queue's counts after the drain.
+    Stats,
+}
+
+/// One message as a receive delivered it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub message_id: String,
+    pub body: String,
+    pub receive_count: u32,
+}
+
+/// How a call completed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The call succeeded; for other calls than these, with nothing to record.
+    Ok,
+    /// A send succeeded and the node named the message.
+    Sent { message_id: String },
+    /// A receive answered, possibly empty.
+    Received(Vec<Delivery>),
+    /// The queue's counts.
+    Stats {
+        ready: u64,
+        in_flight: u64,
+        delayed: u64,
+    },
+    /// The node refused the call; it changed nothing.
+    Refused { code: String },
+    /// No definite answer: the call may or may not have taken effect.
+    Unknown { reason: String },
+}
+
+impl Outcome {
+    /// Whether the call may have taken effect (it succeeded, or nobody knows).
+    #[must_use]
+    pub fn may_have_happened(&self) -> bool {
+        !matches!(self, Outcome::Refused { .. })
+    }
+
+    /// Whether the node acknowledged the call.
+    #[must_use]
+    pub fn acknowledged(&self) -> bool {
+        !matches!(self, Outcome::Refused { .. } | Outcome::Unknown { .. })
+    }
+}
+
+/// One invoked call and, once it returned, its completion. Times are simulated milliseconds
+/// since the start of the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Op {
+    pub client: u32,
+    pub call: Call,
+    pub invoked_at_ms: u64,
+    /// `None` while the call is open (only in a history cut short).
+    pub completed: Option<(u64, Outcome)>,
+}
+
+impl Op {
+    /// The completion time, or `u64::MAX` for a call that never returned.
+    #[must_use]
+    pub fn completed_at_ms(&self) -> u64 {
+        self.completed.as_ref().map_or(u64::MAX, |(at, _)| *at)
+    }
+
+    /// The outcome; an open call counts as unknown.
+    #[must_use]
+    pub fn outcome(&self) -> Outcome {
+        self.completed.as_ref().map_or_else(
+            || Outcome::Unknown {
+                reason: "never returned".to_owned(),
+            },
+            |(_, outcome)| outcome.clone(),
+        )
+    }
+}
+
+/// Index of an op in its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OpId(pub usize);
+
+/// Every op of a run, in invocation order, and the faults the harness injected.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub ops: Vec<Op>,
+    /// `(simulated ms, what happened)` for each fault and each heal, in time order.
+    pub faults: Vec<(u64, String)>,
+}
+
+impl History {
+    /// Records the invocation of `call` by `client` at `at_ms`.
+    pub fn invoke(&mut self, client: u32, call: Call, at_ms: u64) -> OpId {
+        self.ops.push(Op {
+            client,
+            call,
+            invoked_at_ms: at_ms,
+            completed: None,
+        });
+        OpId(self.ops.len() - 1)
+    }
+
+    /// Records the completion of `op` at `at_ms`.
+    pub fn complete(&mut self, op: OpId, outcome: Outcome, at_ms: u64) {
+        let entry = &mut self.ops[op.0];
+        assert!(entry.completed.is_none(), "an op completes once");
+        assert!(
+            at_ms >= entry.invoked_at_ms,
+            "an op completes after it starts"
+        );
+        entry.completed = Some((at_ms, outcome));
+    }
+
+    /// Records a fault or a heal.
+    pub fn fault(&mut self, at_ms: u64, what: String) {
+        self.faults.push((at_ms, what));
+    }
+
+    /// A digest of everything recorded (FNV-1a over a canonical rendering): the same seed must
+    /// give the same digest, run after run.
+    #[must_use]
+    pub fn digest(&self) -> u64 {
+        let mut text = String::new();
+        for op in &self.ops {
+            let _ = writeln!(text, "{op:?}");
+        }
+        for fault in &self.faults {
+            let _ = writeln!(text, "{fault:?}");
+        }
+        fnv1a(text.as_bytes())
+    }
+
+    /// Counts of ops by outcome class, for the run summary: (acknowledged, refused, unknown).
+    #[must_use]
+    pub fn outcome_counts(&self) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        for op in &self.ops {
+            match op.outcome() {
+                Outcome::Refused { .. } => counts.1 += 1,
+                Outcome::Unknown { .. } => counts.2 += 1,
+                _ => counts.0 += 1,
+            }
+        }
+        counts
+    }
+}
+
+/// 64-bit FNV-1a: small, stable across platforms and Rust versions (unlike `DefaultHasher`).
+#[must_use]
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}

@@ -1,0 +1,110 @@
+//! gRPC over turmoil's simulated TCP: the node's incoming connections and the clients' channels.
+//!
+//! turmoil's TCP drops segments during a partition and never retransmits them, so a connection
+//! that lived through a partition can be dead without either side noticing. Clients therefore
+//! run HTTP/2 keepalive (a dead connection is closed and the lazy channel reconnects) and every
+//! call has its own deadline (see `workload`).
+//!
+//! This module must never block on a connection at construction: hosts start together, and an
+//! eager connect would race the node's bind.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
+use tonic::transport::{Channel, Endpoint, Uri};
+use turmoil::net::{TcpListener, TcpStream};
+
+/// The port the node serves gRPC on.
+pub const GRPC_PORT: u16 = 7100;
+
+/// Accepted connections queued before the accept loop waits for the server to take them.
+const ACCEPT_QUEUE_MAX: usize = 64;
+
+/// Client keepalive: how often an HTTP/2 ping goes out, and how long it may go unanswered.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(1_000);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// How long a client waits for a TCP connection before the call fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+/// One accepted simulated connection, in the shape tonic's server takes.
+#[derive(Debug)]
+pub struct Accepted(TcpStream);
+
+impl Connected for Accepted {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for Accepted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Accepted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// The connections `listener` accepts, as a stream for `Node::start`. The accept loop runs as
+/// a task of the calling host and ends with it (a crash drops it).
+#[must_use]
+pub fn incoming(listener: TcpListener) -> ReceiverStream<std::io::Result<Accepted>> {
+    let (connections, stream) = mpsc::channel(ACCEPT_QUEUE_MAX);
+    tokio::spawn(async move {
+        loop {
+            let accepted = listener.accept().await.map(|(tcp, _peer)| Accepted(tcp));
+            // A closed receiver means the server stopped: nothing will accept any more.
+            if connections.send(accepted).await.is_err() {
+                return;
+            }
+        }
+    });
+    ReceiverStream::new(stream)
+}
+
+/// A lazy gRPC channel to `host:port` over simulated TCP, with keepalive; it connects on the
+/// first call and reconnects after a connection dies.
+#[must_use]
+pub fn channel(host: &str, port: u16) -> Channel {
+    let address = format!("http://{host}:{port}");
+    Endpoint::from_shared(address)
+        .expect("a host name and a port make a valid URI")
+        .connect_timeout(CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+        .connect_with_connector_lazy(tower::service_fn(|uri: Uri| async move {
+            let host = uri
+                .host()
+                .expect("the endpoint URI names a host")
+                .to_owned();
+            let port = uri.port_u16().expect("the endpoint URI names a port");
+            let tcp = TcpStream::connect((host.as_str(), port)).await?;
+            Ok::<_, std::io::Error>(TokioIo::new(tcp))
+        }))
+}
