@@ -516,8 +516,10 @@ async fn release_all<H>(shared: &Shared<H>, messages: &[Message]) {
         {
             Ok(outcome) => {
                 for id in &outcome.successful {
-                    let index: usize = id.parse().expect("entry ids are the indexes sent");
-                    shared.metrics.released(&chunk[index]);
+                    match id.parse::<usize>().ok().and_then(|i| chunk.get(i)) {
+                        Some(message) => shared.metrics.released(message),
+                        None => warn!(entry = %id, "the node answered an entry id it was not sent"),
+                    }
                 }
                 for failed in &outcome.failed {
                     warn!(entry = %failed.id, code = %failed.code, "release failed: the message returns after its visibility timeout");
@@ -634,10 +636,13 @@ async fn supervise<H, Fut>(
     }
 }
 
-/// Resolves once shutdown's grace period ends (or the worker is gone).
+/// Resolves once shutdown's grace period ends; never if the worker is gone.
 async fn released(release: &mut watch::Receiver<bool>) {
-    // An error means the sender, owned by `run`, is gone: nothing will settle this message.
-    let _ = release.wait_for(|released| *released).await;
+    if release.wait_for(|released| *released).await.is_err() {
+        // The sender, owned by `run`, is gone: the worker was dropped (a crash), and this task
+        // is being aborted with it. A crash releases nothing; the timeout brings messages back.
+        std::future::pending::<()>().await;
+    }
 }
 
 /// One heartbeat. Returns whether heartbeats should go on.

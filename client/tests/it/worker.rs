@@ -224,7 +224,7 @@ async fn a_crashed_workers_messages_come_back_after_the_timeout() {
             std::future::pending::<Result<(), HandlerError>>().await
         }
     })
-    .with_config(config(2));
+    .with_config(config(4));
     let running = tokio::spawn(worker.run(std::future::pending()));
     let mut started = BTreeSet::new();
     while started.len() < 3 {
@@ -235,6 +235,9 @@ async fn a_crashed_workers_messages_come_back_after_the_timeout() {
     // The crash: the worker stops at once, with no release and no more heartbeats.
     running.abort();
     assert!(running.await.unwrap_err().is_cancelled());
+    // A crash releases nothing: the last heartbeat keeps the messages hidden for a while yet.
+    let early = client.receive_messages(&queue, &poll(0)).await.unwrap();
+    assert!(early.is_empty(), "released by a crash: {early:?}");
 
     let back = receive_until(&client, &queue, 3, 10).await;
     let ids: BTreeSet<MessageId> = back.iter().map(|m| m.message_id.clone()).collect();
