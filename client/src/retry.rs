@@ -101,12 +101,11 @@ impl Failure {
 }
 
 /// Whether a locally made status message is a connector's failure to open the connection.
+/// hyper-util's connector words a refused or timed-out TCP connect "tcp connect error" and a
+/// failed name lookup "dns error"; tonic passes that text on as the status message.
 fn is_connect_error(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
-    message.contains("connect error")
-        || message.contains("connection refused")
-        || message.contains("connect timed out")
-        || message.contains("timed out connecting")
+    message.contains("tcp connect error") || message.contains("dns error")
 }
 
 #[cfg(test)]
@@ -130,6 +129,14 @@ mod tests {
         let failure = Failure::of_status(&status);
         assert_eq!(failure, Failure::NotSent);
         assert!(failure.retryable(Idempotence::NotIdempotent));
+    }
+
+    #[test]
+    fn a_failed_name_lookup_is_not_sent_either() {
+        assert_eq!(
+            Failure::of_status(&Status::unavailable("dns error")),
+            Failure::NotSent
+        );
     }
 
     #[test]
