@@ -1,0 +1,341 @@
+//! The invariants (I1–I12), the reachability witnesses and the liveness claim L3 of
+//! `spec/queue-core.md`, as stateright properties. Each invariant is also a plain public
+//! function of the state, so a conformance test can check a state built from the core.
+//! This module only reads states; it must never change one.
+//!
+//! # How stateright 0.31 checks `eventually`, and why L3 is not vacuous here
+//!
+//! Read in `stateright-0.31.0/src/checker/bfs.rs` (the DFS checker does the same): every path
+//! carries one bit per `eventually` property. The bit is cleared at the first state on the path
+//! where the condition holds. A discovery (a counterexample) is recorded only at a *terminal*
+//! state: one where every action's `next_state` is `None` or outside `within_boundary`. A
+//! successor that was already generated makes its parent non-terminal and is not explored again,
+//! with the bits of the first path that reached it; a cycle therefore never reports anything
+//! (the false pass the toolchain notes warn about), and neither does a state skipped by
+//! `target_max_depth`.
+//!
+//! L3 is stated so that none of this hides a counterexample:
+//! - The condition is `settled && every sent message is gone`. It is false in every free-phase
+//!   state, so no bit is cleared before `Settle`; in particular the initial state (nothing sent)
+//!   does not satisfy it.
+//! - Free-phase states are never terminal: `Settle` is enabled in each of them and always
+//!   changes the state.
+//! - The settle phase is acyclic: each consumer step deletes a message, delivers one (raising
+//!   its receive count), moves one to `D`, or advances time, and none of those is ever undone
+//!   there, so `(now, messages gone, receive counts + moves)` grows at every step.
+//! - A settled state with every message gone has no action (the consumer has nothing to do),
+//!   and no later state can lose that, so along settle paths the bit is a function of the state:
+//!   the checker's merging of paths at an already generated state cannot lose a bit.
+//! - The default configuration sets neither `within_boundary` nor `target_max_depth`, so every
+//!   settle path runs to its terminal state; the planted bug `RestoreNeverFires` shows a
+//!   terminal state with a message left is reported.
+//!
+//! Time advances in the settle phase only while a delay or visibility timeout is still to end,
+//! not to let retention clear what the consumer did not: otherwise every message would expire
+//! after `RETENTION` ticks and L3 would hold for any consumer, broken or not.
+
+use stateright::Property;
+
+use super::action::Action;
+use super::state::{Events, Gone, MessageState, ReceiptHandle, Slot, State, WorkerId};
+use super::{DEDUP_WINDOW, QueueCore, RETENTION, VISIBILITY_TOTAL_MAX};
+
+/// Name of I1.
+pub const HANDLE_FRESH: &str = "I1 handle-fresh";
+/// Name of I2.
+pub const STALE_NEVER_DELETES: &str = "I2 stale-never-deletes";
+/// Name of I3 (with I11, also L1 waiters-end).
+pub const NO_IDLE_WAITER: &str = "I3 no-idle-waiter";
+/// Name of I4.
+pub const EXCLUSIVE_DELIVERY: &str = "I4 exclusive-delivery";
+/// Name of I5.
+pub const RECEIVE_COUNT: &str = "I5 receive-count";
+/// Name of I6.
+pub const CONSERVATION: &str = "I6 conservation";
+/// Name of I7.
+pub const DEAD_LETTER_ONLY_PAST_MAX: &str = "I7 dead-letter-only-past-max";
+/// Name of I8.
+pub const DELETED_STAYS_DELETED: &str = "I8 deleted-stays-deleted";
+/// Name of I9.
+pub const DEDUP: &str = "I9 dedup";
+/// Name of I10.
+pub const FIRST_RECEIVE_KNOWN: &str = "I10 first-receive-known";
+/// Name of I11 (also L1 with I3, and L2 restore).
+pub const TIMERS_FIRE: &str = "I11 timers-fire";
+/// Name of I12.
+pub const VISIBILITY_CAP: &str = "I12 visibility-cap";
+/// Name of L3.
+pub const DRAIN: &str = "L3 drain";
+/// Witness: a worker holds a superseded handle of a message still in that handle's queue, so the
+/// delete it may attempt classifies as stale.
+pub const STALE_HANDLE_HELD: &str = "stale delete attempted";
+/// Witness: a received message is stored, so a forged handle (`seq` never issued) may be
+/// presented for it and classifies as never issued.
+pub const UNISSUED_HANDLE_PRESENTABLE: &str = "forged-handle delete attempted";
+/// Witness: a worker holds a handle of a stored message, and may present it at the other queue.
+pub const HANDLE_FOR_OTHER_QUEUE_HELD: &str = "wrong-queue delete attempted";
+
+/// Every invariant name, in page order.
+pub const INVARIANTS: [&str; 12] = [
+    HANDLE_FRESH,
+    STALE_NEVER_DELETES,
+    NO_IDLE_WAITER,
+    EXCLUSIVE_DELIVERY,
+    RECEIVE_COUNT,
+    CONSERVATION,
+    DEAD_LETTER_ONLY_PAST_MAX,
+    DELETED_STAYS_DELETED,
+    DEDUP,
+    FIRST_RECEIVE_KNOWN,
+    TIMERS_FIRE,
+    VISIBILITY_CAP,
+];
+
+/// Every property of the model: the invariants, the `sometimes` witnesses, and L3.
+pub fn all() -> Vec<Property<QueueCore>> {
+    vec![
+        Property::always(HANDLE_FRESH, |_, s| handle_fresh(s)),
+        Property::always(STALE_NEVER_DELETES, |_, s| stale_never_deletes(s)),
+        Property::always(NO_IDLE_WAITER, |_, s| no_idle_waiter(s)),
+        Property::always(EXCLUSIVE_DELIVERY, |_, s| exclusive_delivery(s)),
+        Property::always(RECEIVE_COUNT, |_, s| receive_count(s)),
+        Property::always(CONSERVATION, |_, s| conservation(s)),
+        Property::always(DEAD_LETTER_ONLY_PAST_MAX, dead_letter_only_past_max),
+        Property::always(DELETED_STAYS_DELETED, |_, s| deleted_stays_deleted(s)),
+        Property::always(DEDUP, |_, s| dedup(s)),
+        Property::always(FIRST_RECEIVE_KNOWN, |_, s| first_receive_known(s)),
+        Property::always(TIMERS_FIRE, |_, s| timers_fire(s)),
+        Property::always(VISIBILITY_CAP, |_, s| visibility_cap(s)),
+        Property::sometimes(STALE_HANDLE_HELD, |_, s: &State| stale_handle_held(s).is_some()),
+        Property::sometimes(UNISSUED_HANDLE_PRESENTABLE, |m, s: &State| {
+            unissued_handle(m, s).is_some()
+        }),
+        Property::sometimes(HANDLE_FOR_OTHER_QUEUE_HELD, |_, s: &State| {
+            handle_for_other_queue(s).is_some()
+        }),
+        Property::sometimes("waiter served by a send", |_, s: &State| {
+            s.ghost_events.contains(Events::WAITER_SERVED_BY_SEND)
+        }),
+        Property::sometimes("waiter served by a visibility restore", |_, s: &State| {
+            s.ghost_events.contains(Events::WAITER_SERVED_BY_RESTORE)
+        }),
+        Property::sometimes("moved to the dead-letter queue", |_, s: &State| {
+            s.stored().any(|(_, _, life)| life.source.is_some())
+        }),
+        Property::sometimes("redriven", |_, s: &State| s.ghost_events.contains(Events::REDRIVEN)),
+        Property::sometimes("deduplicated send", |_, s: &State| {
+            s.messages
+                .iter()
+                .any(|slot| matches!(slot, Slot::Duplicate { .. }))
+        }),
+        Property::sometimes("expired by retention", |_, s: &State| {
+            s.messages
+                .iter()
+                .filter_map(Slot::message)
+                .any(|m| m.gone == Some(Gone::Expired))
+        }),
+        Property::sometimes("deleted after visibility expired, before a new receive", |_, s: &State| {
+            s.ghost_events.contains(Events::DELETED_AFTER_TIMEOUT)
+        }),
+        Property::sometimes("settle starts with a message in flight", |_, s: &State| {
+            s.settled
+                && s.stored()
+                    .any(|(_, _, life)| matches!(life.state, MessageState::InFlight { .. }))
+        }),
+        Property::eventually(DRAIN, |_, s| drained(s)),
+    ]
+}
+
+/// The delete a worker may attempt with a superseded handle of a message still in that handle's
+/// queue (classifies as stale), if the state has one. A refusal changes nothing, so the state in
+/// which the refused delete is enabled is its witness; the checker tries every enabled action,
+/// I2 shows none of them succeeds, and the tests apply this one and read the refusal.
+pub fn stale_handle_held(s: &State) -> Option<Action> {
+    s.workers.iter().enumerate().find_map(|(worker, held)| {
+        held.held.iter().flatten().find_map(|h| {
+            let life = s.stored_in(h.handle.message, h.handle.queue)?;
+            let stale = h.ghost_superseded && life.handle.is_some_and(|n| h.handle.seq < n);
+            stale.then_some(Action::Delete {
+                by: Some(WorkerId(u8::try_from(worker).expect("few workers"))),
+                queue: h.handle.queue,
+                handle: h.handle,
+            })
+        })
+    })
+}
+
+/// A forged delete (`seq` one past the newest issued) of a received message that is still
+/// stored, if the state has one.
+pub fn unissued_handle(model: &QueueCore, s: &State) -> Option<Action> {
+    s.stored().find_map(|(message, queue, life)| {
+        life.handle.map(|_| Action::Delete {
+            by: None,
+            queue,
+            handle: ReceiptHandle {
+                queue,
+                incarnation: model.attributes(queue).incarnation,
+                message,
+                seq: life.receive_seq + 1,
+            },
+        })
+    })
+}
+
+/// A delete with a held handle of a stored message, presented at the other queue, if the state
+/// has one.
+pub fn handle_for_other_queue(s: &State) -> Option<Action> {
+    s.workers.iter().enumerate().find_map(|(worker, held)| {
+        held.held.iter().flatten().find_map(|h| {
+            s.message(h.handle.message)?.queue?;
+            Some(Action::Delete {
+                by: Some(WorkerId(u8::try_from(worker).expect("few workers"))),
+                queue: h.handle.queue.other(),
+                handle: h.handle,
+            })
+        })
+    })
+}
+
+/// I1: the newest handle of a stored message is its receive sequence number, an in-flight
+/// message has one, and the handles workers hold for one message are pairwise distinct.
+pub fn handle_fresh(s: &State) -> bool {
+    let records_fresh = s.stored().all(|(_, _, life)| {
+        let follows_seq = life.handle.is_none_or(|seq| seq == life.receive_seq);
+        let in_flight_has_handle =
+            !matches!(life.state, MessageState::InFlight { .. }) || life.handle.is_some();
+        follows_seq && in_flight_has_handle
+    });
+    let held_distinct = (0..s.messages.len()).all(|m| {
+        let held: Vec<_> = s
+            .workers
+            .iter()
+            .filter_map(|worker| worker.held[m])
+            .map(|held| held.handle)
+            .collect();
+        held.iter()
+            .enumerate()
+            .all(|(i, a)| held[i + 1..].iter().all(|b| a != b))
+    });
+    records_fresh && held_distinct
+}
+
+/// I2: no delete or visibility change with a superseded handle ever succeeded.
+pub fn stale_never_deletes(s: &State) -> bool {
+    !s.ghost_deleted_with_stale
+}
+
+/// I3: no queue has both an open waiter and a ready message.
+pub fn no_idle_waiter(s: &State) -> bool {
+    super::QueueId::ALL
+        .into_iter()
+        .all(|q| s.queue(q).waiters.is_empty() || !s.has_ready(q))
+}
+
+/// I4: no receive ever delivered a message that was not ready.
+pub fn exclusive_delivery(s: &State) -> bool {
+    !s.ghost_served_in_flight
+}
+
+/// I5: the receive count equals the deliveries of the current life.
+pub fn receive_count(s: &State) -> bool {
+    s.stored()
+        .all(|(_, _, life)| life.receive_count == life.ghost_deliveries)
+}
+
+/// I6: every sent and stored message is in exactly one queue, or gone with a reason, and its
+/// record exists exactly while it is in a queue.
+pub fn conservation(s: &State) -> bool {
+    s.messages.iter().filter_map(Slot::message).all(|m| {
+        m.queue.is_some() != m.gone.is_some() && m.queue.is_some() == m.life.is_some()
+    })
+}
+
+/// I7: a message moved into a dead-letter queue sits in its source's dead-letter queue and
+/// reached the source's `maxReceiveCount`.
+pub fn dead_letter_only_past_max(model: &QueueCore, s: &State) -> bool {
+    s.stored().all(|(_, queue, life)| match life.source {
+        None => true,
+        Some(source) => model.attributes(source).redrive.is_some_and(|policy| {
+            policy.dead_letter_queue == queue && life.receive_count >= policy.max_receive_count
+        }),
+    })
+}
+
+/// I8: a message a delete made gone stays gone `Deleted`, out of every queue.
+pub fn deleted_stays_deleted(s: &State) -> bool {
+    s.messages
+        .iter()
+        .filter_map(Slot::message)
+        .filter(|m| m.ghost_deleted)
+        .all(|m| m.gone == Some(Gone::Deleted) && m.queue.is_none() && m.life.is_none())
+}
+
+/// I9: two stored messages sent to the same queue with the deduplication id were sent at least
+/// `DEDUP_WINDOW` apart.
+pub fn dedup(s: &State) -> bool {
+    let sent: Vec<_> = s
+        .messages
+        .iter()
+        .filter_map(Slot::message)
+        .filter(|m| m.ghost_dedup)
+        .collect();
+    sent.iter().enumerate().all(|(i, a)| {
+        sent[i + 1..]
+            .iter()
+            .all(|b| a.ghost_sent_to != b.ghost_sent_to || a.sent_at.abs_diff(b.sent_at) >= DEDUP_WINDOW)
+    })
+}
+
+/// I10: `first_receive_at` is set exactly when the receive count is positive, and then
+/// `first_receive_at <= received_at <= now`.
+pub fn first_receive_known(s: &State) -> bool {
+    s.stored().all(|(_, _, life)| {
+        if life.first_receive_at.is_some() != (life.receive_count > 0) {
+            return false;
+        }
+        match (life.first_receive_at, life.received_at) {
+            (None, _) => true,
+            (Some(first), Some(latest)) => first <= latest && latest <= s.now,
+            (Some(_), None) => false,
+        }
+    })
+}
+
+/// I11: nothing due is left unfired: no delay ended, no visibility expired before now, no
+/// waiter past its deadline, no message past its retention.
+pub fn timers_fire(s: &State) -> bool {
+    let messages = s.stored().all(|(id, _, life)| {
+        let sent_at = s.message(id).expect("stored").sent_at;
+        let state_due = match life.state {
+            MessageState::Delayed { until } => until <= s.now,
+            MessageState::InFlight { until } => until < s.now,
+            MessageState::Ready { .. } => false,
+        };
+        !state_due && sent_at + RETENTION > s.now
+    });
+    let waiters = s
+        .queues
+        .iter()
+        .all(|q| q.waiters.iter().all(|w| w.deadline > s.now));
+    messages && waiters
+}
+
+/// I12: an in-flight message becomes visible no later than `VISIBILITY_TOTAL_MAX` after its
+/// latest receive.
+pub fn visibility_cap(s: &State) -> bool {
+    s.stored().all(|(_, _, life)| match life.state {
+        MessageState::InFlight { until } => life
+            .received_at
+            .is_some_and(|received| until <= received + VISIBILITY_TOTAL_MAX),
+        MessageState::Delayed { .. } | MessageState::Ready { .. } => true,
+    })
+}
+
+/// L3's goal: the free phase ended and every sent message is gone with a reason.
+pub fn drained(s: &State) -> bool {
+    s.settled
+        && s.messages
+            .iter()
+            .filter_map(Slot::message)
+            .all(|m| m.gone.is_some() && m.queue.is_none())
+}
