@@ -119,7 +119,8 @@ impl Client {
     /// nodes that are not up yet. Must be called inside a Tokio runtime.
     ///
     /// # Errors
-    /// [`Error::InvalidEndpoint`] when the list is empty or an address is not a valid URI.
+    /// [`Error::InvalidEndpoint`] when the list is empty or an address is not a valid URI;
+    /// [`Error::InvalidArgument`] for a retry policy that allows no attempt.
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
         if config.endpoints.is_empty() {
             return Err(Error::InvalidEndpoint {
@@ -127,10 +128,12 @@ impl Client {
                 message: "at least one endpoint is needed".to_owned(),
             });
         }
-        assert!(
-            config.retry.attempts_max >= 1,
-            "a retry policy must allow one attempt"
-        );
+        if config.retry.attempts_max == 0 {
+            return Err(Error::InvalidArgument {
+                field: Some("retry.attempts_max".to_owned()),
+                message: "a retry policy must allow at least one attempt".to_owned(),
+            });
+        }
         // The longest attempt is a full long poll plus the request timeout; the channel's own
         // timeout is only a backstop above that.
         let channel_timeout =
@@ -866,5 +869,36 @@ fn page(names: Vec<String>, next_page_token: String) -> QueuePage {
     QueuePage {
         names: names.into_iter().map(QueueName::from_server).collect(),
         next_page_token: (!next_page_token.is_empty()).then_some(next_page_token),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_needs_an_endpoint_and_an_attempt() {
+        let none: [&str; 0] = [];
+        assert!(matches!(
+            Client::connect(none),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+        let mut config = ClientConfig::new(["http://127.0.0.1:7100"]);
+        config.retry.attempts_max = 0;
+        assert!(matches!(
+            Client::new(config),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            Client::connect(["http://bad host"]),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn bare_addresses_get_the_http_scheme() {
+        let client = Client::connect(["127.0.0.1:7100", "https://n2:7100"]).unwrap();
+        let endpoints: Vec<&str> = client.endpoints().collect();
+        assert_eq!(endpoints, ["http://127.0.0.1:7100", "https://n2:7100"]);
     }
 }
