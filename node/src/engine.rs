@@ -592,6 +592,10 @@ impl Task {
 
     /// How long to sleep before the next timer must fire; `None` when no timer is set.
     fn sleep_until_deadline(&self) -> Option<Duration> {
+        if !self.abandoned.is_empty() {
+            // Served messages nobody took: make them visible without waiting for a request.
+            return Some(Duration::ZERO);
+        }
         let deadline = self.queues.next_deadline()?;
         let now = self.clock.now();
         // A deadline at or before `now` fires right away, but at least 1 ms later than the last
@@ -798,5 +802,144 @@ async fn sleep(duration: Option<Duration>) {
     match duration {
         Some(duration) => tokio::time::sleep(duration).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use std::collections::BTreeMap;
+    use trireme_core::QueueAttributes;
+
+    fn start(dir: &std::path::Path) -> Engine {
+        let storage = Storage::open_path(dir, 8 * 1024 * 1024).unwrap();
+        let handles = HandleCodec::new(b"engine-test-key-0123456789").unwrap();
+        Engine::start(
+            storage,
+            Arc::new(SystemClock),
+            handles,
+            EngineSettings::default(),
+            Some(7),
+        )
+        .unwrap()
+    }
+
+    fn name() -> QueueName {
+        QueueName::try_from("grouped").unwrap()
+    }
+
+    fn send(engine: &Engine, body: &str) -> Command {
+        Command::Send {
+            queue: name(),
+            id: engine.new_message_id(),
+            body: body.to_owned(),
+            attributes: BTreeMap::new(),
+            delay_s: None,
+            dedup: None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_sends_share_group_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = start(dir.path());
+        engine
+            .execute(Command::CreateQueue {
+                name: name(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            })
+            .await
+            .unwrap();
+        let commands: Vec<Command> = (0..200).map(|i| send(&engine, &format!("m{i}"))).collect();
+        let results = engine.execute_all(commands).await;
+        assert!(results.iter().all(Result::is_ok));
+        engine.close().await;
+        let storage = Storage::open_path(dir.path(), 8 * 1024 * 1024).unwrap();
+        // One commit for the create, and far fewer than one per send for the 200 sends.
+        assert!(storage.revision() >= 2);
+        assert!(
+            storage.revision() <= 20,
+            "200 queued sends took {} commits",
+            storage.revision()
+        );
+        let messages = storage
+            .load()
+            .unwrap()
+            .into_iter()
+            .filter(|record| matches!(record, trireme_core::Record::Message(_)))
+            .count();
+        assert_eq!(messages, 200);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn closed_engine_refuses_commands_and_restart_restores_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = start(dir.path());
+        engine
+            .execute(Command::CreateQueue {
+                name: name(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            })
+            .await
+            .unwrap();
+        let sent = engine.execute(send(&engine, "kept")).await.unwrap();
+        engine.close().await;
+        assert!(matches!(
+            engine.execute(send(&engine, "late")).await,
+            Err(EngineError::ShuttingDown)
+        ));
+        let Outcome::Sent { id, .. } = sent else {
+            panic!("{sent:?}")
+        };
+        let engine = start(dir.path());
+        let view = engine.message(&name(), id).await.unwrap().unwrap();
+        assert_eq!(view.body, "kept");
+        assert_eq!(
+            engine.queue(&name()).await.unwrap().unwrap().counts.ready,
+            1
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropped_long_poll_is_cancelled_in_the_core() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = start(dir.path());
+        engine
+            .execute(Command::CreateQueue {
+                name: name(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            })
+            .await
+            .unwrap();
+        let receive = Command::Receive {
+            queue: name(),
+            max: 1,
+            visibility_s: None,
+            wait_s: Some(20),
+            waiter: engine.new_waiter_id(),
+        };
+        let polling = engine.clone();
+        let poll = tokio::spawn(async move { polling.execute(receive).await });
+        for _ in 0..500 {
+            if engine.waiters(&name()).await.unwrap().len() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(engine.waiters(&name()).await.unwrap().len(), 1);
+        poll.abort();
+        let mut cancelled = false;
+        for _ in 0..500 {
+            if engine.waiters(&name()).await.unwrap().is_empty() {
+                cancelled = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(cancelled, "the dropped long poll stayed open");
     }
 }
