@@ -89,8 +89,14 @@ fn assert_refused(
     }
     // Only the advance to the current time, which every action does first, may change anything.
     let seen = checker.model().advanced(state);
-    assert_eq!(next.messages, seen.messages, "{name}: a refusal changed messages");
-    assert_eq!(next.workers, seen.workers, "{name}: a refusal changed handles");
+    assert_eq!(
+        next.messages, seen.messages,
+        "{name}: a refusal changed messages"
+    );
+    assert_eq!(
+        next.workers, seen.workers,
+        "{name}: a refusal changed handles"
+    );
 }
 
 /// Checks the model with `bug` planted breadth-first (shortest counterexample) until each of
@@ -100,7 +106,9 @@ fn assert_bug_found(bug: Bug, names: &[&'static str]) {
     let started = Instant::now();
     let checker = model
         .checker()
-        .finish_when(HasDiscoveries::AllOf(names.iter().copied().collect::<BTreeSet<_>>()))
+        .finish_when(HasDiscoveries::AllOf(
+            names.iter().copied().collect::<BTreeSet<_>>(),
+        ))
         .spawn_bfs()
         .join();
     for &name in names {
@@ -128,18 +136,36 @@ fn every_invariant_and_l3_has_a_planted_bug() {
 /// Each planted bug and the properties it must turn red.
 const PLANTED: &[(Bug, &[&str])] = &[
     (Bug::SameHandleEveryReceive, &[properties::HANDLE_FRESH]),
-    (Bug::ClearHandleOnRestore, &[properties::STALE_NEVER_DELETES]),
+    (
+        Bug::ClearHandleOnRestore,
+        &[properties::STALE_NEVER_DELETES],
+    ),
     (Bug::SendDoesNotServe, &[properties::NO_IDLE_WAITER]),
-    (Bug::ServeInFlightToWaiter, &[properties::EXCLUSIVE_DELIVERY]),
-    (Bug::ReceiveCountNotIncremented, &[properties::RECEIVE_COUNT]),
+    (
+        Bug::ServeInFlightToWaiter,
+        &[properties::EXCLUSIVE_DELIVERY],
+    ),
+    (
+        Bug::ReceiveCountNotIncremented,
+        &[properties::RECEIVE_COUNT],
+    ),
     (Bug::DeadLetterMoveLoses, &[properties::CONSERVATION]),
-    (Bug::DeadLetterOneEarly, &[properties::DEAD_LETTER_ONLY_PAST_MAX]),
-    (Bug::DeleteLeavesReadyMessage, &[properties::DELETED_STAYS_DELETED]),
+    (
+        Bug::DeadLetterOneEarly,
+        &[properties::DEAD_LETTER_ONLY_PAST_MAX],
+    ),
+    (
+        Bug::DeleteLeavesReadyMessage,
+        &[properties::DELETED_STAYS_DELETED],
+    ),
     (Bug::DedupExpiresEarly, &[properties::DEDUP]),
     (Bug::ZeroMeansNone, &[properties::FIRST_RECEIVE_KNOWN]),
     (Bug::RetentionSkipsInFlight, &[properties::TIMERS_FIRE]),
     (Bug::NoVisibilityCap, &[properties::VISIBILITY_CAP]),
-    (Bug::RestoreNeverFires, &[properties::DRAIN, properties::TIMERS_FIRE]),
+    (
+        Bug::RestoreNeverFires,
+        &[properties::DRAIN, properties::TIMERS_FIRE],
+    ),
     (
         Bug::HandleSeqResetByRedrive,
         &[properties::HANDLE_FRESH, properties::STALE_NEVER_DELETES],
@@ -156,12 +182,18 @@ fn planted(bug: Bug) -> &'static [&'static str] {
 
 #[test]
 fn same_handle_every_receive_breaks_handle_freshness() {
-    assert_bug_found(Bug::SameHandleEveryReceive, planted(Bug::SameHandleEveryReceive));
+    assert_bug_found(
+        Bug::SameHandleEveryReceive,
+        planted(Bug::SameHandleEveryReceive),
+    );
 }
 
 #[test]
 fn clearing_the_handle_on_restore_lets_a_stale_handle_delete() {
-    assert_bug_found(Bug::ClearHandleOnRestore, planted(Bug::ClearHandleOnRestore));
+    assert_bug_found(
+        Bug::ClearHandleOnRestore,
+        planted(Bug::ClearHandleOnRestore),
+    );
 }
 
 #[test]
@@ -171,7 +203,10 @@ fn a_send_that_does_not_serve_leaves_a_waiter_idle() {
 
 #[test]
 fn serving_an_in_flight_message_to_a_waiter_breaks_exclusive_delivery() {
-    assert_bug_found(Bug::ServeInFlightToWaiter, planted(Bug::ServeInFlightToWaiter));
+    assert_bug_found(
+        Bug::ServeInFlightToWaiter,
+        planted(Bug::ServeInFlightToWaiter),
+    );
 }
 
 #[test]
@@ -212,7 +247,10 @@ fn zero_as_none_loses_a_first_receive_at_time_zero() {
 
 #[test]
 fn retention_that_skips_in_flight_messages_leaves_a_timer_unfired() {
-    assert_bug_found(Bug::RetentionSkipsInFlight, planted(Bug::RetentionSkipsInFlight));
+    assert_bug_found(
+        Bug::RetentionSkipsInFlight,
+        planted(Bug::RetentionSkipsInFlight),
+    );
 }
 
 #[test]
@@ -249,7 +287,9 @@ fn the_settle_phase_terminates_from_every_free_state_sampled() {
             if !seen.insert(state.clone()) {
                 continue;
             }
-            let mut settled = model.step(&state, &Action::Settle).expect("Settle is enabled");
+            let mut settled = model
+                .step(&state, &Action::Settle)
+                .expect("Settle is enabled");
             let mut steps = 0;
             while let Some(action) = model.actions(&settled).first().copied() {
                 settled = model

@@ -251,7 +251,8 @@ impl QueueCore {
             return self.consumer_action(state).into_iter().collect();
         }
         let mut actions = Vec::new();
-        if let Some(message) = MessageId::all().find(|id| state.messages[id.index()] == Slot::Unsent)
+        if let Some(message) =
+            MessageId::all().find(|id| state.messages[id.index()] == Slot::Unsent)
         {
             for &queue in &self.send_queues {
                 for delay in DELAYS {

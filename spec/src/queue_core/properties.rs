@@ -37,7 +37,7 @@
 use stateright::Property;
 
 use super::action::Action;
-use super::state::{Events, Gone, MessageState, ReceiptHandle, Slot, State, WorkerId};
+use super::state::{Events, Gone, HeldHandle, MessageState, ReceiptHandle, Slot, State, WorkerId};
 use super::{DEDUP_WINDOW, QueueCore, RETENTION, VISIBILITY_TOTAL_MAX};
 
 /// Name of I1.
@@ -106,7 +106,9 @@ pub fn all() -> Vec<Property<QueueCore>> {
         Property::always(FIRST_RECEIVE_KNOWN, |_, s| first_receive_known(s)),
         Property::always(TIMERS_FIRE, |_, s| timers_fire(s)),
         Property::always(VISIBILITY_CAP, |_, s| visibility_cap(s)),
-        Property::sometimes(STALE_HANDLE_HELD, |_, s: &State| stale_handle_held(s).is_some()),
+        Property::sometimes(STALE_HANDLE_HELD, |_, s: &State| {
+            stale_handle_held(s).is_some()
+        }),
         Property::sometimes(UNISSUED_HANDLE_PRESENTABLE, |m, s: &State| {
             unissued_handle(m, s).is_some()
         }),
@@ -122,7 +124,9 @@ pub fn all() -> Vec<Property<QueueCore>> {
         Property::sometimes("moved to the dead-letter queue", |_, s: &State| {
             s.stored().any(|(_, _, life)| life.source.is_some())
         }),
-        Property::sometimes("redriven", |_, s: &State| s.ghost_events.contains(Events::REDRIVEN)),
+        Property::sometimes("redriven", |_, s: &State| {
+            s.ghost_events.contains(Events::REDRIVEN)
+        }),
         Property::sometimes("deduplicated send", |_, s: &State| {
             s.messages
                 .iter()
@@ -134,9 +138,10 @@ pub fn all() -> Vec<Property<QueueCore>> {
                 .filter_map(Slot::message)
                 .any(|m| m.gone == Some(Gone::Expired))
         }),
-        Property::sometimes("deleted after visibility expired, before a new receive", |_, s: &State| {
-            s.ghost_events.contains(Events::DELETED_AFTER_TIMEOUT)
-        }),
+        Property::sometimes(
+            "deleted after visibility expired, before a new receive",
+            |_, s: &State| s.ghost_events.contains(Events::DELETED_AFTER_TIMEOUT),
+        ),
         Property::sometimes("settle starts with a message in flight", |_, s: &State| {
             s.settled
                 && s.stored()
@@ -151,12 +156,12 @@ pub fn all() -> Vec<Property<QueueCore>> {
 /// which the refused delete is enabled is its witness; the checker tries every enabled action,
 /// I2 shows none of them succeeds, and the tests apply this one and read the refusal.
 pub fn stale_handle_held(s: &State) -> Option<Action> {
-    s.workers.iter().enumerate().find_map(|(worker, held)| {
-        held.held.iter().flatten().find_map(|h| {
+    free_workers(s).find_map(|(worker, held)| {
+        held.iter().flatten().find_map(|h| {
             let life = s.stored_in(h.handle.message, h.handle.queue)?;
             let stale = h.ghost_superseded && life.handle.is_some_and(|n| h.handle.seq < n);
             stale.then_some(Action::Delete {
-                by: Some(WorkerId(u8::try_from(worker).expect("few workers"))),
+                by: Some(worker),
                 queue: h.handle.queue,
                 handle: h.handle,
             })
@@ -167,6 +172,9 @@ pub fn stale_handle_held(s: &State) -> Option<Action> {
 /// A forged delete (`seq` one past the newest issued) of a received message that is still
 /// stored, if the state has one.
 pub fn unissued_handle(model: &QueueCore, s: &State) -> Option<Action> {
+    if s.settled {
+        return None;
+    }
     s.stored().find_map(|(message, queue, life)| {
         life.handle.map(|_| Action::Delete {
             by: None,
@@ -184,16 +192,24 @@ pub fn unissued_handle(model: &QueueCore, s: &State) -> Option<Action> {
 /// A delete with a held handle of a stored message, presented at the other queue, if the state
 /// has one.
 pub fn handle_for_other_queue(s: &State) -> Option<Action> {
-    s.workers.iter().enumerate().find_map(|(worker, held)| {
-        held.held.iter().flatten().find_map(|h| {
+    free_workers(s).find_map(|(worker, held)| {
+        held.iter().flatten().find_map(|h| {
             s.message(h.handle.message)?.queue?;
             Some(Action::Delete {
-                by: Some(WorkerId(u8::try_from(worker).expect("few workers"))),
+                by: Some(worker),
                 queue: h.handle.queue.other(),
                 handle: h.handle,
             })
         })
     })
+}
+
+/// The free-phase workers that may act in `s` (the free phase, not waiting on a long poll), with
+/// the handles they hold.
+fn free_workers(s: &State) -> impl Iterator<Item = (WorkerId, &[Option<HeldHandle>])> {
+    WorkerId::free()
+        .filter(|&worker| !s.settled && !s.is_waiting(worker))
+        .map(|worker| (worker, &s.workers[worker.index()].held[..]))
 }
 
 /// I1: the newest handle of a stored message is its receive sequence number, an in-flight
@@ -245,9 +261,10 @@ pub fn receive_count(s: &State) -> bool {
 /// I6: every sent and stored message is in exactly one queue, or gone with a reason, and its
 /// record exists exactly while it is in a queue.
 pub fn conservation(s: &State) -> bool {
-    s.messages.iter().filter_map(Slot::message).all(|m| {
-        m.queue.is_some() != m.gone.is_some() && m.queue.is_some() == m.life.is_some()
-    })
+    s.messages
+        .iter()
+        .filter_map(Slot::message)
+        .all(|m| m.queue.is_some() != m.gone.is_some() && m.queue.is_some() == m.life.is_some())
 }
 
 /// I7: a message moved into a dead-letter queue sits in its source's dead-letter queue and
@@ -280,9 +297,9 @@ pub fn dedup(s: &State) -> bool {
         .filter(|m| m.ghost_dedup)
         .collect();
     sent.iter().enumerate().all(|(i, a)| {
-        sent[i + 1..]
-            .iter()
-            .all(|b| a.ghost_sent_to != b.ghost_sent_to || a.sent_at.abs_diff(b.sent_at) >= DEDUP_WINDOW)
+        sent[i + 1..].iter().all(|b| {
+            a.ghost_sent_to != b.ghost_sent_to || a.sent_at.abs_diff(b.sent_at) >= DEDUP_WINDOW
+        })
     })
 }
 

@@ -397,7 +397,11 @@ impl<'m> Transition<'m> {
         let now = self.now();
         let model = self.model;
         let incarnation = model.attributes(queue).incarnation;
-        let sent_at = self.state.message(id).expect("delivered messages are stored").sent_at;
+        let sent_at = self
+            .state
+            .message(id)
+            .expect("delivered messages are stored")
+            .sent_at;
         let life = self.life_mut(id);
         let was_ready = matches!(life.state, MessageState::Ready { .. });
         if !(model.has(Bug::ReceiveCountNotIncremented) && life.receive_count > 0) {
@@ -518,8 +522,7 @@ impl<'m> Transition<'m> {
         gone_refusal: Option<Refusal>,
     ) -> Result<Classified, Refusal> {
         let id = handle.message;
-        if handle.queue != queue || handle.incarnation != self.model.attributes(queue).incarnation
-        {
+        if handle.queue != queue || handle.incarnation != self.model.attributes(queue).incarnation {
             return Err(Refusal::ReceiptHandleInvalid {
                 reason: InvalidReason::WrongQueue,
             });
@@ -607,7 +610,8 @@ impl<'m> Transition<'m> {
             .stored_in(id, queue)
             .and_then(|life| life.received_at)
             .expect("a message with a current handle was received");
-        if now + timeout > received_at + VISIBILITY_TOTAL_MAX && !self.model.has(Bug::NoVisibilityCap)
+        if now + timeout > received_at + VISIBILITY_TOTAL_MAX
+            && !self.model.has(Bug::NoVisibilityCap)
         {
             return Outcome::Refused(Refusal::VisibilityCapExceeded { message_id: id });
         }
