@@ -166,13 +166,22 @@ pub fn send_request(queue: &str, body: &str) -> pb::SendMessageRequest {
 }
 
 /// Polls `condition` every 20 ms until it holds; panics after 15 s or 750 attempts.
-pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+pub async fn eventually<F, Fut>(what: &str, condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    for _ in 0..750 {
+    eventually_within(what, Duration::from_secs(15), condition).await;
+}
+
+/// Polls `condition` every 20 ms until it holds; panics after `limit` (at most 3,000 attempts).
+pub async fn eventually_within<F, Fut>(what: &str, limit: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    for _ in 0..3_000 {
         if condition().await {
             return;
         }
