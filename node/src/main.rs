@@ -2,7 +2,7 @@
 //! directory, binds the gRPC listener, prints where it listens, and runs the node until SIGTERM
 //! or Ctrl-C, then shuts down gracefully.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -18,6 +18,8 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("invalid log filter {:?}", config.log))?;
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour only for a person at a terminal, never into log files or pipes.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Text => subscriber.init(),

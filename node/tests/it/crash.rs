@@ -392,3 +392,35 @@ async fn sigterm_answers_open_long_polls_empty_and_exits_cleanly() {
     let answer = waiting.await.unwrap().unwrap().into_inner();
     assert!(answer.messages.is_empty());
 }
+
+#[test]
+fn help_documents_every_flag() {
+    use clap::CommandFactory;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_trireme-node"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    let command = trireme_node::config::Args::command();
+    let mut flags = 0;
+    for argument in command.get_arguments() {
+        let Some(long) = argument.get_long() else {
+            continue;
+        };
+        flags += 1;
+        assert!(
+            help.contains(&format!("--{long}")),
+            "--{long} is missing from --help"
+        );
+        let documented = argument
+            .get_help()
+            .is_some_and(|text| !text.to_string().is_empty());
+        assert!(documented, "--{long} has no help text");
+    }
+    assert!(flags >= 20, "only {flags} flags found");
+    assert!(
+        help.contains("7100"),
+        "the default gRPC port is not documented"
+    );
+}
