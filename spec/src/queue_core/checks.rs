@@ -309,3 +309,61 @@ fn the_settle_phase_terminates_from_every_free_state_sampled() {
         frontier = next;
     }
 }
+
+mod walks {
+    //! Random walks through the public step function, the way a conformance test drives it.
+    //! They go past the checker's bounds: no cap on receives, and the large configuration's
+    //! options, so they sample what the exhaustive check leaves out.
+
+    use proptest::prelude::*;
+    use stateright::{Expectation, Model};
+
+    use super::super::{Action, QueueCore, State, properties};
+
+    fn assert_invariants(model: &QueueCore, state: &State) -> Result<(), TestCaseError> {
+        for property in model.properties() {
+            if property.expectation == Expectation::Always {
+                prop_assert!(
+                    (property.condition)(model, state),
+                    "{} broken in {state:?}",
+                    property.name
+                );
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn random_walks_keep_every_invariant_and_settle_drained(
+            choices in proptest::collection::vec(any::<u16>(), 1..80),
+            large in any::<bool>(),
+        ) {
+            let model = if large { QueueCore::large() } else { QueueCore::default() };
+            let mut state = State::initial();
+            for choice in choices {
+                let actions = model.actions(&state);
+                prop_assume!(!actions.is_empty());
+                let action = actions[usize::from(choice) % actions.len()];
+                state = model
+                    .step_with_reply(&state, &action)
+                    .expect("an action from actions() is enabled")
+                    .0;
+                assert_invariants(&model, &state)?;
+            }
+            if !state.settled {
+                state = model.step(&state, &Action::Settle).expect("Settle changes the state");
+            }
+            let mut steps = 0;
+            while let Some(action) = model.actions(&state).first().copied() {
+                state = model.step(&state, &action).expect("a consumer step changes the state");
+                assert_invariants(&model, &state)?;
+                steps += 1;
+                prop_assert!(steps <= 60, "the settle phase does not end");
+            }
+            prop_assert!(properties::drained(&state), "settled but not drained: {state:?}");
+        }
+    }
+}

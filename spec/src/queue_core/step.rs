@@ -693,3 +693,362 @@ impl<'m> Transition<'m> {
         Outcome::Purged { count }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{
+        Action, Delivery, Gone, InvalidReason, MessageId, MessageState, Outcome, QueueCore,
+        QueueId, ReceiptHandle, Refusal, Reply, Slot, State, WorkerId,
+    };
+
+    const M0: MessageId = MessageId(0);
+    const M1: MessageId = MessageId(1);
+    const W0: WorkerId = WorkerId(0);
+    const W1: WorkerId = WorkerId(1);
+
+    /// Applies `actions` in order, each of which must be enabled, and returns the last state and
+    /// every reply.
+    fn run(model: &QueueCore, actions: &[Action]) -> (State, Vec<Reply>) {
+        let mut state = State::initial();
+        let mut replies = Vec::new();
+        for action in actions {
+            let (next, reply) = model
+                .step_with_reply(&state, action)
+                .unwrap_or_else(|| panic!("{action:?} is not enabled in {state:?}"));
+            state = next;
+            replies.push(reply);
+        }
+        (state, replies)
+    }
+
+    fn send(message: MessageId, dedup: bool) -> Action {
+        Action::Send {
+            queue: QueueId::Q,
+            message,
+            delay: 0,
+            dedup,
+        }
+    }
+
+    fn receive(worker: WorkerId, visibility: u8) -> Action {
+        Action::Receive {
+            queue: QueueId::Q,
+            worker,
+            max: 1,
+            visibility,
+            wait: 0,
+        }
+    }
+
+    fn handle(queue: QueueId, message: MessageId, seq: u8) -> ReceiptHandle {
+        ReceiptHandle {
+            queue,
+            incarnation: 1,
+            message,
+            seq,
+        }
+    }
+
+    fn delete(by: WorkerId, seq: u8) -> Action {
+        Action::Delete {
+            by: Some(by),
+            queue: QueueId::Q,
+            handle: handle(QueueId::Q, M0, seq),
+        }
+    }
+
+    fn delivered(reply: &Reply) -> &[Delivery] {
+        match &reply.outcome {
+            Outcome::Received { delivered } => delivered,
+            other => panic!("not a receive: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn visibility_zero_is_restored_by_the_next_action_in_the_same_tick() {
+        let model = QueueCore::default();
+        let (state, replies) = run(&model, &[send(M0, false), receive(W0, 0), receive(W1, 2)]);
+        assert_eq!(delivered(&replies[2])[0].handle, handle(QueueId::Q, M0, 2));
+        assert_eq!(state.now, 0);
+    }
+
+    #[test]
+    fn newest_handle_deletes_after_the_visibility_timeout_expired() {
+        let model = QueueCore::default();
+        let (state, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 2),
+                Action::Tick,
+                Action::Tick,
+                delete(W0, 1),
+            ],
+        );
+        assert_eq!(
+            replies[4].outcome,
+            Outcome::Deleted {
+                already_gone: false
+            }
+        );
+        assert_eq!(state.message(M0).unwrap().gone, Some(Gone::Deleted));
+    }
+
+    #[test]
+    fn delete_with_superseded_handle_is_refused() {
+        let model = QueueCore::default();
+        let (state, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 0),
+                receive(W1, 2),
+                delete(W0, 1),
+                delete(W1, 2),
+            ],
+        );
+        assert_eq!(
+            replies[3].outcome,
+            Outcome::Refused(Refusal::StaleReceiptHandle { message_id: M0 })
+        );
+        assert_eq!(
+            replies[4].outcome,
+            Outcome::Deleted {
+                already_gone: false
+            }
+        );
+        assert!(!state.ghost_deleted_with_stale);
+    }
+
+    #[test]
+    fn repeated_delete_succeeds_as_already_gone() {
+        let model = QueueCore::default();
+        let (_, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 2),
+                delete(W0, 1),
+                Action::Delete {
+                    by: None,
+                    queue: QueueId::Q,
+                    handle: handle(QueueId::Q, M0, 1),
+                },
+            ],
+        );
+        assert_eq!(replies[3].outcome, Outcome::Deleted { already_gone: true });
+    }
+
+    #[test]
+    fn never_issued_and_wrong_queue_handles_are_refused() {
+        let model = QueueCore::default();
+        let forged = |seq| Action::Delete {
+            by: None,
+            queue: QueueId::Q,
+            handle: handle(QueueId::Q, M0, seq),
+        };
+        let (_, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 2),
+                forged(0),
+                forged(2),
+                Action::Delete {
+                    by: Some(W0),
+                    queue: QueueId::D,
+                    handle: handle(QueueId::Q, M0, 1),
+                },
+            ],
+        );
+        let never_issued = Outcome::Refused(Refusal::ReceiptHandleInvalid {
+            reason: InvalidReason::NeverIssued,
+        });
+        assert_eq!(replies[2].outcome, never_issued);
+        assert_eq!(replies[3].outcome, never_issued);
+        assert_eq!(
+            replies[4].outcome,
+            Outcome::Refused(Refusal::ReceiptHandleInvalid {
+                reason: InvalidReason::WrongQueue
+            })
+        );
+    }
+
+    #[test]
+    fn a_send_within_the_dedup_window_replies_with_the_first_message() {
+        let model = QueueCore::default();
+        let (state, replies) = run(&model, &[send(M0, true), Action::Tick, send(M1, true)]);
+        assert_eq!(
+            replies[2].outcome,
+            Outcome::Sent {
+                message: M0,
+                duplicate: true
+            }
+        );
+        assert_eq!(state.messages[1], Slot::Duplicate { of: M0 });
+    }
+
+    #[test]
+    fn a_send_after_the_dedup_window_is_stored() {
+        let model = QueueCore::default();
+        let (state, _) = run(
+            &model,
+            &[send(M0, true), Action::Tick, Action::Tick, send(M1, true)],
+        );
+        assert_eq!(state.message(M1).unwrap().queue, Some(QueueId::Q));
+    }
+
+    #[test]
+    fn dead_letter_move_keeps_the_receive_count_and_drops_the_handle() {
+        let model = QueueCore::default();
+        let (state, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 0),
+                receive(W1, 0),
+                receive(W0, 0),
+            ],
+        );
+        assert!(delivered(&replies[3]).is_empty());
+        let moved = state.message(M0).unwrap();
+        assert_eq!(moved.queue, Some(QueueId::D));
+        let life = moved.life.unwrap();
+        assert_eq!(life.receive_count, 2);
+        assert_eq!(life.handle, None);
+        assert_eq!(life.source, Some(QueueId::Q));
+    }
+
+    #[test]
+    fn redrive_resets_the_receive_count_but_not_the_handle_sequence() {
+        let model = QueueCore::default();
+        let (state, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 0),
+                receive(W1, 0),
+                receive(W0, 0),
+                Action::Redrive {
+                    from: QueueId::D,
+                    to: None,
+                    max: 2,
+                },
+                receive(W1, 2),
+                delete(W0, 1),
+            ],
+        );
+        assert_eq!(
+            replies[4].outcome,
+            Outcome::Redriven {
+                moved: 1,
+                failed: 0
+            }
+        );
+        let delivery = delivered(&replies[5])[0];
+        assert_eq!(delivery.receive_count, 1);
+        assert_eq!(delivery.handle.seq, 3);
+        assert_eq!(
+            replies[6].outcome,
+            Outcome::Refused(Refusal::StaleReceiptHandle { message_id: M0 })
+        );
+        assert_eq!(state.message(M0).unwrap().queue, Some(QueueId::Q));
+    }
+
+    #[test]
+    fn a_waiter_is_served_by_the_send_that_makes_a_message_ready() {
+        let model = QueueCore::default();
+        let long_poll = Action::Receive {
+            queue: QueueId::Q,
+            worker: W0,
+            max: 2,
+            visibility: 2,
+            wait: 2,
+        };
+        let (state, replies) = run(&model, &[long_poll, send(M0, false)]);
+        assert_eq!(replies[0].outcome, Outcome::Waiting);
+        assert_eq!(replies[1].answered.len(), 1);
+        assert_eq!(replies[1].answered[0].worker, W0);
+        assert_eq!(replies[1].answered[0].delivered[0].message, M0);
+        assert!(!state.is_waiting(W0));
+    }
+
+    #[test]
+    fn a_waiter_past_its_deadline_is_answered_empty() {
+        let model = QueueCore::default();
+        let long_poll = Action::Receive {
+            queue: QueueId::Q,
+            worker: W0,
+            max: 2,
+            visibility: 2,
+            wait: 2,
+        };
+        let (state, replies) = run(&model, &[long_poll, Action::Tick, Action::Tick]);
+        assert!(replies[1].answered.is_empty());
+        assert_eq!(replies[2].answered.len(), 1);
+        assert!(replies[2].answered[0].delivered.is_empty());
+        assert!(!state.is_waiting(W0));
+    }
+
+    #[test]
+    fn a_visibility_change_past_the_cap_is_refused() {
+        let model = QueueCore::default();
+        let change = |timeout| Action::ChangeVisibility {
+            by: W0,
+            queue: QueueId::Q,
+            handle: handle(QueueId::Q, M0, 1),
+            timeout,
+        };
+        let (state, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 2),
+                Action::Tick,
+                change(2),
+                Action::Tick,
+                change(2),
+            ],
+        );
+        assert_eq!(replies[3].outcome, Outcome::VisibilityChanged);
+        assert_eq!(
+            replies[5].outcome,
+            Outcome::Refused(Refusal::VisibilityCapExceeded { message_id: M0 })
+        );
+        let life = state.message(M0).unwrap().life.unwrap();
+        assert_eq!(life.state, MessageState::InFlight { until: 3 });
+    }
+
+    #[test]
+    fn retention_expires_an_in_flight_message() {
+        let model = QueueCore::default();
+        let (state, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                Action::Tick,
+                Action::Tick,
+                Action::Tick,
+                receive(W0, 2),
+                Action::Tick,
+                // The worker's copy of a gone message's handle is dropped; the model offers the
+                // repeated delete without a holder.
+                Action::Delete {
+                    by: None,
+                    queue: QueueId::Q,
+                    handle: handle(QueueId::Q, M0, 1),
+                },
+            ],
+        );
+        assert_eq!(state.message(M0).unwrap().gone, Some(Gone::Expired));
+        assert_eq!(replies[6].outcome, Outcome::Deleted { already_gone: true });
+    }
+
+    #[test]
+    fn an_action_that_is_not_enabled_is_not_a_step() {
+        let model = QueueCore::default();
+        let (state, _) = run(&model, &[send(M0, false)]);
+        assert_eq!(model.step(&state, &send(M0, false)), None);
+        assert_eq!(model.step_with_reply(&state, &delete(W0, 1)), None);
+    }
+}
