@@ -358,6 +358,34 @@ impl IntoResponse for SqsError {
     }
 }
 
+impl SqsError {
+    /// The error as the older query protocol answers it (an XML `ErrorResponse`), for clients
+    /// that post form-encoded requests: they cannot read JSON, and the message tells them to
+    /// upgrade.
+    #[must_use]
+    pub fn into_query_response(self, request_id: &str) -> Response {
+        let wire = self.wire();
+        let escape = |text: &str| {
+            text.replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('"', "&quot;")
+        };
+        let body = format!(
+            "<?xml version=\"1.0\"?><ErrorResponse><Error><Type>{}</Type><Code>{}</Code><Message>{}</Message><Detail/></Error><RequestId>{}</RequestId></ErrorResponse>",
+            wire.fault,
+            escape(&wire.query_code),
+            escape(&self.to_string()),
+            escape(request_id)
+        );
+        let mut response = (wire.status, body).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+        response
+    }
+}
+
 impl From<Reject> for SqsError {
     fn from(reject: Reject) -> Self {
         match reject {
@@ -610,6 +638,23 @@ mod tests {
             assert_eq!(body["__type"], shape, "{error:?}");
             assert!(!body["message"].as_str().unwrap().is_empty());
         }
+    }
+
+    #[tokio::test]
+    async fn query_protocol_clients_get_an_xml_error() {
+        let response = SqsError::Serialization {
+            reason: "JSON only <here>".into(),
+        }
+        .into_query_response("r-1");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let body = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(
+            text.contains("<Code>SerializationException</Code>"),
+            "{text}"
+        );
+        assert!(text.contains("JSON only &lt;here&gt;"), "{text}");
+        assert!(text.contains("<RequestId>r-1</RequestId>"), "{text}");
     }
 
     #[test]

@@ -122,6 +122,10 @@ async fn serve(
         action = %action,
         queue = tracing::field::Empty
     );
+    let form_encoded = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
     let mut response = async {
         let result = match axum::body::to_bytes(body, limits::request_bytes_max).await {
             Ok(body) => sqs.answer(&method, &uri, &headers, &body, &action).await,
@@ -149,7 +153,11 @@ async fn serve(
                 } else {
                     debug!(code = %wire.query_code, "refused");
                 }
-                error.into_response()
+                if form_encoded {
+                    error.into_query_response(&request_id)
+                } else {
+                    error.into_response()
+                }
             }
         }
     }

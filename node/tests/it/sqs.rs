@@ -93,9 +93,23 @@ impl Harness {
 
     /// A raw HTTP/1.1 POST with the SQS JSON headers; returns status, headers and body.
     async fn raw(&self, path: &str, target: &str, body: &str) -> (u16, String, serde_json::Value) {
+        let (status, head, body) = self
+            .raw_text(path, target, "application/x-amz-json-1.0", body)
+            .await;
+        (status, head, serde_json::from_str(&body).unwrap())
+    }
+
+    /// A raw HTTP/1.1 POST; returns status, lower-cased headers and the body text.
+    async fn raw_text(
+        &self,
+        path: &str,
+        target: &str,
+        content_type: &str,
+        body: &str,
+    ) -> (u16, String, String) {
         let mut stream = TcpStream::connect(self.address).await.unwrap();
         let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nX-Amz-Target: {target}\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nX-Amz-Target: {target}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             self.address,
             body.len()
         );
@@ -104,11 +118,7 @@ impl Harness {
         stream.read_to_string(&mut response).await.unwrap();
         let (head, body) = response.split_once("\r\n\r\n").unwrap();
         let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-        (
-            status,
-            head.to_ascii_lowercase(),
-            serde_json::from_str(body).unwrap(),
-        )
+        (status, head.to_ascii_lowercase(), body.to_owned())
     }
 }
 
@@ -1152,6 +1162,22 @@ async fn error_shapes_on_the_wire() {
     assert_eq!(status, 200);
     assert!(headers.contains("x-amzn-requestid: "), "{headers}");
     assert_eq!(body, serde_json::json!({}));
+
+    // A client of the older query protocol gets an error it can read, telling it to upgrade.
+    let (status, headers, text) = h
+        .raw_text(
+            "/",
+            "",
+            "application/x-www-form-urlencoded",
+            "Action=ListQueues&Version=2012-11-05",
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(headers.contains("content-type: text/xml"), "{headers}");
+    assert!(
+        text.contains("<ErrorResponse>") && text.contains("JSON 1.0"),
+        "{text}"
+    );
 
     let (status, _, body) = h.raw("/", "AmazonSQS.Frobnicate", "{}").await;
     assert_eq!(status, 400);
