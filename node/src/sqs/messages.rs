@@ -82,6 +82,8 @@ impl Sqs {
     ) -> Result<BatchResponse<SendMessageBatchResultEntry>, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let entries = required(request.entries, "Entries")?;
+        // A missing queue refuses the whole batch, as in SQS, not each entry.
+        self.view(&queue).await?;
         let ids = check_batch(
             entries.iter().map(|entry| entry.id.as_deref()),
             "SendMessageBatchRequestEntry",
@@ -198,6 +200,8 @@ impl Sqs {
     ) -> Result<BatchResponse<BatchIdEntry>, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let entries = required(request.entries, "Entries")?;
+        // A missing queue refuses the whole batch, as in SQS, not each entry.
+        self.view(&queue).await?;
         let ids = check_batch(
             entries.iter().map(|entry| entry.id.as_deref()),
             "DeleteMessageBatchRequestEntry",
@@ -237,6 +241,8 @@ impl Sqs {
     ) -> Result<BatchResponse<BatchIdEntry>, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let entries = required(request.entries, "Entries")?;
+        // A missing queue refuses the whole batch, as in SQS, not each entry.
+        self.view(&queue).await?;
         let ids = check_batch(
             entries.iter().map(|entry| entry.id.as_deref()),
             "ChangeMessageVisibilityBatchRequestEntry",

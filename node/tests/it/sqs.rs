@@ -730,6 +730,16 @@ async fn malformed_batches_are_refused_whole() {
         .unwrap_err()
         .into_service_error();
     assert!(empty.is_empty_batch_request(), "{empty:?}");
+    let missing = h
+        .client
+        .send_message_batch()
+        .queue_url(h.url("no-such-queue"))
+        .entries(entry("a"))
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(missing.is_queue_does_not_exist(), "{missing:?}");
     let mut eleven = h.client.send_message_batch().queue_url(&url);
     for index in 0..11 {
         eleven = eleven.entries(entry(&format!("e{index}")));
