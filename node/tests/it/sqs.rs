@@ -1315,6 +1315,46 @@ async fn redrive_allow_policy_is_kept_and_enforced() {
     let policy: serde_json::Value =
         serde_json::from_str(&attributes[&QueueAttributeName::RedriveAllowPolicy]).unwrap();
     assert_eq!(policy["redrivePermission"], "denyAll");
+    // With All, the policy shows when it is not the default; a default one only when named.
+    let all = |url: String| {
+        let client = h.client.clone();
+        async move {
+            client
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(QueueAttributeName::All)
+                .send()
+                .await
+                .unwrap()
+                .attributes
+                .unwrap()
+        }
+    };
+    assert!(
+        all(closed.clone())
+            .await
+            .contains_key(&QueueAttributeName::RedriveAllowPolicy)
+    );
+    let open = h.create("open-dlq").await;
+    assert!(
+        !all(open.clone())
+            .await
+            .contains_key(&QueueAttributeName::RedriveAllowPolicy)
+    );
+    let named = h
+        .client
+        .get_queue_attributes()
+        .queue_url(&open)
+        .attribute_names(QueueAttributeName::RedriveAllowPolicy)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    assert_eq!(
+        named[&QueueAttributeName::RedriveAllowPolicy],
+        r#"{"redrivePermission":"allowAll"}"#
+    );
     let refused = h
         .client
         .create_queue()
