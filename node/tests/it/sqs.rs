@@ -1189,6 +1189,16 @@ async fn error_shapes_on_the_wire() {
         "{text}"
     );
 
+    // The older AttributeNames member still selects system attributes.
+    let wire_url = h.url("wire");
+    h.send(&wire_url, "old style").await;
+    let legacy = format!(r#"{{"QueueUrl":"{wire_url}","AttributeNames":["All"]}}"#);
+    let (status, _, body) = h.raw("/", "AmazonSQS.ReceiveMessage", &legacy).await;
+    assert_eq!(status, 200);
+    let attributes = &body["Messages"][0]["Attributes"];
+    assert_eq!(attributes["ApproximateReceiveCount"], "1", "{body}");
+    assert!(attributes["SentTimestamp"].is_string(), "{body}");
+
     let (status, _, body) = h.raw("/", "AmazonSQS.Frobnicate", "{}").await;
     assert_eq!(status, 400);
     assert!(
