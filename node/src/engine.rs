@@ -873,6 +873,28 @@ mod tests {
         assert_eq!(messages, 200);
     }
 
+    /// The simulation runs each node on a current-thread runtime, where the commit runs inline.
+    #[tokio::test(flavor = "current_thread")]
+    async fn engine_commits_on_a_current_thread_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = start(dir.path());
+        engine
+            .execute(Command::CreateQueue {
+                name: name(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            })
+            .await
+            .unwrap();
+        let results = engine
+            .execute_all((0..10).map(|i| send(&engine, &format!("m{i}"))).collect())
+            .await;
+        assert!(results.iter().all(Result::is_ok));
+        engine.close().await;
+        let storage = Storage::open_path(dir.path(), 8 * 1024 * 1024).unwrap();
+        assert_eq!(storage.load().unwrap().len(), 11);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn closed_engine_refuses_commands_and_restart_restores_them() {
         let dir = tempfile::tempdir().unwrap();
