@@ -3,6 +3,7 @@
 //! every refusal, and persistence. Time is a `Millis` value the test sets; nothing sleeps.
 
 mod admin;
+mod conformance;
 mod dead_letter;
 mod persistence;
 mod races;
