@@ -22,7 +22,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 use trireme_core::{
     Command, Delivery, MessageId, MessageView, Millis, Outcome, QueueName, QueueView, Queues,
@@ -230,6 +230,8 @@ pub struct Engine {
     link: Arc<EngineLink>,
     handles: HandleCodec,
     redrives: RedriveTasks,
+    /// Set by the task when storage failed and it stopped: the node must stop too.
+    failure: watch::Receiver<Option<String>>,
 }
 
 impl Engine {
@@ -270,7 +272,9 @@ impl Engine {
             rng: Mutex::new(rng),
             next_waiter: AtomicU64::new(1),
         });
+        let (failure_tx, failure) = watch::channel(None);
         let task = Task {
+            failure: failure_tx,
             queues,
             storage: Some(storage),
             clock,
@@ -287,7 +291,19 @@ impl Engine {
             redrives: RedriveTasks::new(link.clone()),
             link,
             handles,
+            failure,
         })
+    }
+
+    /// Resolves with the reason when the engine stopped because storage failed; never resolves
+    /// while the engine works (or after a graceful close).
+    pub async fn failed(&self) -> String {
+        let mut failure = self.failure.clone();
+        match failure.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().expect("waited for Some"),
+            // The task ended without a failure (closed): nothing will ever fail.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Applies one command durably: the reply comes after its changes are fsynced. A `Receive`
@@ -502,6 +518,8 @@ impl Answer {
 }
 
 struct Task {
+    /// Where a storage failure is announced to the node.
+    failure: watch::Sender<Option<String>>,
     queues: Queues,
     /// `None` once closed or after a storage failure.
     storage: Option<Storage>,
@@ -573,6 +591,7 @@ impl Task {
             if let Err(error) = self.commit() {
                 error!(%error, "storage failed; the node stops taking commands");
                 self.fail_all(answers, wakeups, &error);
+                self.failure.send_replace(Some(error.to_string()));
                 break;
             }
             for answer in answers {
@@ -871,6 +890,75 @@ mod tests {
             .filter(|record| matches!(record, trireme_core::Record::Message(_)))
             .count();
         assert_eq!(messages, 200);
+    }
+
+    /// An in-memory disk whose syncs fail once `broken` is set.
+    #[derive(Debug)]
+    struct BreakableDisk {
+        inner: redb::backends::InMemoryBackend,
+        broken: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl redb::StorageBackend for BreakableDisk {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            self.inner.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            if self.broken.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other("disk failed"));
+            }
+            self.inner.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.inner.write(offset, data)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failed_sync_refuses_the_batch_and_stops_the_engine() {
+        let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let disk = BreakableDisk {
+            inner: redb::backends::InMemoryBackend::new(),
+            broken: broken.clone(),
+        };
+        let storage = Storage::open_backend(disk, 1 << 20).unwrap();
+        let handles = HandleCodec::new(b"engine-test-key-0123456789").unwrap();
+        let engine = Engine::start(
+            storage,
+            Arc::new(SystemClock),
+            handles,
+            EngineSettings::default(),
+            Some(3),
+        )
+        .unwrap();
+        engine
+            .execute(Command::CreateQueue {
+                name: name(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            })
+            .await
+            .unwrap();
+        broken.store(true, Ordering::SeqCst);
+        let refused = engine.execute(send(&engine, "lost")).await;
+        assert!(
+            matches!(refused, Err(EngineError::Storage { .. })),
+            "{refused:?}"
+        );
+        let reason = tokio::time::timeout(Duration::from_secs(10), engine.failed())
+            .await
+            .expect("the failure was not announced");
+        assert!(reason.contains("disk failed"), "{reason}");
+        assert!(matches!(
+            engine.execute(send(&engine, "later")).await,
+            Err(EngineError::ShuttingDown)
+        ));
     }
 
     /// The simulation runs each node on a current-thread runtime, where the commit runs inline.

@@ -167,12 +167,20 @@ impl Node {
         &self.engine
     }
 
-    /// Resolves when the gRPC server stops by itself (it failed).
+    /// Resolves when a server stops by itself or the engine stops after a storage failure:
+    /// either way the node can no longer serve, and the process should exit.
     ///
     /// # Errors
-    /// `Serve` with the server's error.
+    /// `Serve` with the server's error, `Engine` with the storage failure.
     pub async fn serve_until_failure(&mut self) -> Result<(), NodeError> {
-        match first_to_end(&mut self.servers).await {
+        let engine = self.engine.clone();
+        let ended = tokio::select! {
+            ended = first_to_end(&mut self.servers) => ended,
+            reason = engine.failed() => {
+                return Err(NodeError::Engine(EngineError::Storage { reason }));
+            }
+        };
+        match ended {
             Ok(Ok(())) => Ok(()),
             Ok(Err(reason)) => Err(NodeError::Serve { reason }),
             Err(error) => Err(NodeError::Serve {
