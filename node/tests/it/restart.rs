@@ -143,3 +143,15 @@ async fn deduplication_window_and_deleted_queue_name_survive_a_restart() {
         .unwrap_err();
     assert_eq!(recreate.code(), Code::FailedPrecondition);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_on_the_same_data_directory_is_refused() {
+    let node = TestNode::start().await;
+    let config = trireme_node::config::Config::with_data_dir(node.dir.path());
+    let second = trireme_node::open_storage(&config);
+    let error = second.expect_err("two nodes opened one database");
+    assert!(
+        error.to_string().contains(node.dir.path().to_str().unwrap()),
+        "{error}"
+    );
+}
