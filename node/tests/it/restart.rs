@@ -151,7 +151,9 @@ async fn a_second_node_on_the_same_data_directory_is_refused() {
     let second = trireme_node::open_storage(&config);
     let error = second.expect_err("two nodes opened one database");
     assert!(
-        error.to_string().contains(node.dir.path().to_str().unwrap()),
+        error
+            .to_string()
+            .contains(node.dir.path().to_str().unwrap()),
         "{error}"
     );
 }
