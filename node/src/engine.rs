@@ -892,6 +892,64 @@ mod tests {
         assert_eq!(messages, 200);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thousand_idle_long_polls_are_each_served_once_by_sends() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = start(dir.path());
+        engine
+            .execute(Command::CreateQueue {
+                name: name(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            })
+            .await
+            .unwrap();
+        let mut polls = Vec::new();
+        for _ in 0..1_000 {
+            let receive = Command::Receive {
+                queue: name(),
+                max: 10,
+                visibility_s: Some(600),
+                wait_s: Some(20),
+                waiter: engine.new_waiter_id(),
+            };
+            let polling = engine.clone();
+            polls.push(tokio::spawn(async move { polling.execute(receive).await }));
+        }
+        let mut parked = 0;
+        for _ in 0..1_000 {
+            parked = engine.waiters(&name()).await.unwrap().len();
+            if parked == 1_000 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(parked, 1_000);
+        let results = engine
+            .execute_all(
+                (0..1_000)
+                    .map(|i| send(&engine, &format!("m{i}")))
+                    .collect(),
+            )
+            .await;
+        assert!(results.iter().all(Result::is_ok));
+        let mut delivered = std::collections::BTreeSet::new();
+        for poll in polls {
+            let outcome = tokio::time::timeout(Duration::from_secs(30), poll)
+                .await
+                .expect("a waiter was never answered")
+                .unwrap()
+                .unwrap();
+            let Outcome::Received(deliveries) = outcome else {
+                panic!("{outcome:?}")
+            };
+            assert_eq!(deliveries.len(), 1, "each send serves the oldest waiter");
+            assert!(delivered.insert(deliveries[0].message));
+        }
+        assert_eq!(delivered.len(), 1_000);
+        assert!(engine.waiters(&name()).await.unwrap().is_empty());
+    }
+
     /// An in-memory disk whose syncs fail once `broken` is set.
     #[derive(Debug)]
     struct BreakableDisk {
