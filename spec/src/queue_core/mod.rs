@@ -19,16 +19,32 @@
 //!
 //! # Reductions (what the bounds leave out)
 //!
-//! - Messages are sent in id order (`m1` only after `m0`). Message ids are otherwise
-//!   interchangeable; the order only fixes which one wins a tie of `Ready { since }`, which
-//!   receives break by id anyway.
+//! The page's constants give a state space far beyond a CI budget (receives with a visibility
+//! of 0 take no time, so even one tick is unbounded). What the default check leaves out:
+//!
+//! - **Receives** ([`QueueCore::receives_max`], `within_boundary`): at most 3 receives in the
+//!   free phase, summed over the messages still stored and all their lives. Enough for two
+//!   receives in `Q`, the dead-letter move and one receive in `D` or after a redrive; not for a
+//!   second trip through `D`, nor for both messages received twice while both are stored.
+//! - **Long polls** ([`QueueCore::long_polls`]): a waiter takes a full batch with visibility 2;
+//!   long polls with `max = 1` or visibility 0 (chains of waiters served with visibility 0) are
+//!   checked only by the step tests and the random walks.
+//! - **Sends** go to `Q` only, so every message in `D` has a source and a redrive never fails;
+//!   the random walks of the large configuration send to `D` too.
+//! - Messages are sent in id order (`m1` only after `m0`); ids are otherwise interchangeable,
+//!   and the order only fixes which one wins a tie of `Ready { since }`.
 //! - A worker with an open long poll does nothing else until it is served, answered empty or
 //!   cancelled (a worker is one synchronous client).
-//! - A worker keeps only the newest handle it received for each message; superseded handles in
-//!   the model are those another worker's later receive superseded.
+//! - A worker keeps only the newest handle it received for each message, and drops its handle
+//!   of a message once the message is gone (every delete with it would succeed as
+//!   `already_gone`; the model offers that delete without a holder).
 //! - Queues are never created, changed or deleted; attributes are fixed (`QueueAttributes`).
 //!   `PURGE_INTERVAL`, queue-name reuse and message sizes are not modelled (as the page says).
-//!   Sends go to `Q` only unless the large configuration also sends to `D`.
+//!
+//! The full check also merges states through [`QueueCore::representative`] (worker symmetry,
+//! the inert parts of a settled state, timestamps nothing reads again); those merges are exact.
+//! The large configuration (`TRIREME_MODEL_LARGE=1`) raises the receive bound to 4 and the
+//! free phase to `T_MAX_LARGE` ticks.
 //!
 //! # How each liveness claim is checked
 //!
@@ -84,7 +100,7 @@ pub const RECEIVES_MAX_LARGE: u8 = 4;
 /// `(max, visibility)` of long polls in the default configuration: a waiter takes a full batch
 /// with a non-zero visibility.
 pub const LONG_POLLS: &[(u8, Tick)] = &[(BATCH_MAX, VISIBILITIES[1])];
-/// `(max, visibility)` of long polls in the large configuration: every combination.
+/// `(max, visibility)` of long polls of [`QueueCore::unbounded_options`]: every combination.
 pub const LONG_POLLS_LARGE: &[(u8, Tick)] = &[
     (1, VISIBILITIES[0]),
     (1, VISIBILITIES[1]),
@@ -192,15 +208,23 @@ impl Default for QueueCore {
 }
 
 impl QueueCore {
-    /// The larger configuration: one more tick, and sends to the dead-letter queue too (so a
-    /// redrive to the source can fail for a message that has none).
+    /// The larger configuration for the exhaustive check: one more tick and one more receive.
     pub fn large() -> Self {
         QueueCore {
             t_max: T_MAX_LARGE,
-            send_queues: vec![QueueId::Q, QueueId::D],
             receives_max: RECEIVES_MAX_LARGE,
+            ..QueueCore::default()
+        }
+    }
+
+    /// Every option of the page's action set: the large configuration, with sends to the
+    /// dead-letter queue (so a redrive to the source can fail) and every long-poll option. Its
+    /// state space is far too large to check exhaustively; random walks use it.
+    pub fn unbounded_options() -> Self {
+        QueueCore {
+            send_queues: vec![QueueId::Q, QueueId::D],
             long_polls: LONG_POLLS_LARGE,
-            bug: None,
+            ..QueueCore::large()
         }
     }
 

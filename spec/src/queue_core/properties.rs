@@ -26,9 +26,13 @@
 //! - A settled state with every message gone has no action (the consumer has nothing to do),
 //!   and no later state can lose that, so along settle paths the bit is a function of the state:
 //!   the checker's merging of paths at an already generated state cannot lose a bit.
-//! - The default configuration sets neither `within_boundary` nor `target_max_depth`, so every
-//!   settle path runs to its terminal state; the planted bug `RestoreNeverFires` shows a
-//!   terminal state with a message left is reported.
+//! - `within_boundary` bounds the free phase only (a state all of whose successors were outside
+//!   would count as terminal): settled states are always inside, and a free-phase state always
+//!   has its `Settle` successor, so the bound never makes a state terminal. No check sets
+//!   `target_max_depth`. Every settle path thus runs to its terminal state; the planted bug
+//!   `RestoreNeverFires` shows a terminal state with a message left is reported.
+//! - The full check merges states through `QueueCore::representative`. Merging is the same
+//!   "already generated" case as above, and `drained` reads only what the representative keeps.
 //!
 //! Time advances in the settle phase only while a delay or visibility timeout is still to end,
 //! not to let retention clear what the consumer did not: otherwise every message would expire
