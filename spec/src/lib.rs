@@ -7,3 +7,4 @@
 #![forbid(unsafe_code)]
 
 pub mod queue_core;
+pub mod replication;

@@ -1,0 +1,14 @@
+//! The model of spec/replication.md: a message's record replicated on three replicas without a
+//! leader, checked exhaustively with stateright over a bounded space.
+//!
+//! `record` is the merge (a join-semilattice, with property tests for its laws); `protocol` is
+//! the state machine of replicas, coordinators and a lossy network; `model` wires it to the
+//! checker with the invariants, liveness checks and scenarios the page names. Nothing here is
+//! used by the node: the code is written against the page, and the page against this model.
+
+pub mod model;
+pub mod protocol;
+pub mod record;
+
+pub use model::{Action, ReplicationModel};
+pub use protocol::{Bug, Config, State};

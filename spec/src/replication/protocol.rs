@@ -1,0 +1,1437 @@
+//! The replication protocol as a state machine over a lossy network (spec/replication.md).
+//!
+//! Three replicas hold one message's record in the source queue and in its dead-letter queue;
+//! two coordinators run the operations of spec/replication.md#operations; the network is a
+//! multiset that delivers in any order, drops and duplicates. Every step is a pure function of
+//! the state. Ghost fields (`Ghost`) record what clients were told, so the invariants can be
+//! stated; the protocol never reads them.
+
+use super::record::{Body, Claim, MergeRules, Record, join_all};
+
+/// Replicas of the message (the replication factor).
+pub const REPLICAS: usize = 3;
+/// Coordinators (each also plays the client that called it).
+pub const COORDINATORS: usize = 2;
+/// Acks a write needs before the coordinator answers its client.
+pub const WRITE_QUORUM: usize = 2;
+/// Replies a read needs before the coordinator decides.
+pub const READ_QUORUM: usize = 2;
+/// Bitmask with one bit per replica.
+pub const ALL_REPLICAS: u8 = 0b111;
+/// Steps the heal schedule may take before it is declared stuck (a liveness failure).
+pub const HEAL_STEPS_MAX: u32 = 2_000;
+
+/// The queues of the model: the source queue and its dead-letter queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Queue {
+    Source,
+    DeadLetter,
+}
+
+impl Queue {
+    pub fn index(self) -> usize {
+        match self {
+            Queue::Source => 0,
+            Queue::DeadLetter => 1,
+        }
+    }
+}
+
+/// A protocol rule switched off on purpose, to show the checker catches its absence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// A received live copy outranks the tombstone of its generation in the merge.
+    TombstoneNotDominant,
+    /// Collection drops a tombstone after two replicas hold it instead of three.
+    CollectAfterTwo,
+    /// Collection drops whatever the replica holds, not only the confirmed tombstone.
+    UnconditionalDrop,
+    /// Delete sends its conditional tombstone without first reading a quorum.
+    DeleteWithoutQuorumCheck,
+    /// A claim is delivered at its first ack.
+    DeliverBeforeQuorum,
+    /// Reads decide on one reply.
+    ReadQuorumOne,
+    /// Receive counts merge by last writer instead of max.
+    ReceiveCountLastWriter,
+    /// A dead-letter move tombstones the source before the dead-letter copy is acknowledged.
+    SourceTombstonedFirst,
+    /// A coordinator may store a hint for a replica that did not ack and count it toward W.
+    HintCountsTowardQuorum,
+    /// A replacement replica serves reads and writes before merging from both peers.
+    RebuildingReplicaServes,
+    /// The disk of a replaced replica comes back with its old data.
+    ReplacedDiskReturns,
+    /// Packets older than the horizon are still accepted.
+    NoPacketHorizon,
+}
+
+/// Bounds and switches of one model run (spec/replication.md#model-bounds).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub name: &'static str,
+    /// Whether the dead-letter queue, moves and redrive are in play.
+    pub dead_letter: bool,
+    /// A claim that finds this many receives moves the message instead (with `dead_letter`).
+    pub max_receive_count: u8,
+    /// Whether the message starts already sent and stored on all replicas (send not explored).
+    pub start_sent: bool,
+    /// Drops, duplicates and replica crashes, together.
+    pub faults_max: u8,
+    pub claims_max: u8,
+    pub deletes_max: u8,
+    pub collects_max: u8,
+    pub redrives_max: u8,
+    /// Times the clock may jump past the tombstone horizon.
+    pub horizons_max: u8,
+    /// Anti-entropy pushes (each merges one replica's records into another's).
+    pub anti_entropy_max: u8,
+    /// Replicas replaced by an empty one after being away past the horizon.
+    pub replacements_max: u8,
+    /// Whether the free phase may end in the heal schedule (liveness).
+    pub heal: bool,
+    pub bug: Option<Bug>,
+}
+
+impl Config {
+    pub fn has(&self, bug: Bug) -> bool {
+        self.bug == Some(bug)
+    }
+
+    pub fn merge_rules(&self) -> MergeRules {
+        MergeRules {
+            tombstone_dominant: !self.has(Bug::TombstoneNotDominant),
+            receive_count_by_max: !self.has(Bug::ReceiveCountLastWriter),
+        }
+    }
+
+    fn read_quorum(&self) -> usize {
+        if self.has(Bug::ReadQuorumOne) {
+            1
+        } else {
+            READ_QUORUM
+        }
+    }
+
+    fn deliver_quorum(&self) -> usize {
+        if self.has(Bug::DeliverBeforeQuorum) {
+            1
+        } else {
+            WRITE_QUORUM
+        }
+    }
+
+    fn collect_quorum(&self) -> usize {
+        if self.has(Bug::CollectAfterTwo) {
+            2
+        } else {
+            REPLICAS
+        }
+    }
+}
+
+/// A receipt handle as the client holds it: the claim and the generation it was issued in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Handle {
+    pub generation: u8,
+    pub claim: Claim,
+}
+
+/// One replica's durable state. A replica fsyncs before it acks, so a crash loses nothing it
+/// acknowledged; a write lost in the crash is indistinguishable from a dropped packet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Replica {
+    pub up: bool,
+    /// Down while the clock passed the tombstone horizon: may be replaced.
+    pub away_past_horizon: bool,
+    /// Peers this replacement must still merge from; until then it answers nothing
+    /// (spec/replication.md#stragglers-and-replacement).
+    pub rebuilding: u8,
+    /// Records by queue index.
+    pub store: [Record; 2],
+    /// The old disk of a replaced replica (kept only for the planted bug that lets it return).
+    pub retired: Option<[Record; 2]>,
+}
+
+/// What a coordinator is doing. Each phase waits for replies tagged with its round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Idle,
+    Send {
+        acks: u8,
+    },
+    /// `deletes_acked_before`: ghost, the source generations whose delete had been
+    /// acknowledged when this receive was invoked.
+    ClaimRead {
+        deletes_acked_before: u8,
+        replies: [Option<Record>; REPLICAS],
+    },
+    ClaimWrite {
+        generation: u8,
+        claim: Claim,
+        receive_count: u8,
+        deletes_acked_before: u8,
+        acks: u8,
+    },
+    DeleteRead {
+        handle: Handle,
+        stale_at_invocation: bool,
+        replies: [Option<Record>; REPLICAS],
+    },
+    /// `conditional`: writing the tombstone under the handle; otherwise making an existing
+    /// tombstone durable on a quorum before answering "already gone".
+    DeleteWrite {
+        handle: Handle,
+        stale_at_invocation: bool,
+        conditional: bool,
+        acks: u8,
+    },
+    /// Writing the dead-letter copy (or, with the planted bug, after the source tombstone).
+    MoveTarget {
+        generation: u8,
+        expect: Option<Claim>,
+        receive_count: u8,
+        acks: u8,
+    },
+    /// Tombstoning the source copy.
+    MoveSource {
+        generation: u8,
+        expect: Option<Claim>,
+        receive_count: u8,
+        acks: u8,
+    },
+    RedriveRead {
+        replies: [Option<Record>; REPLICAS],
+    },
+    RedriveTarget {
+        generation: u8,
+        acks: u8,
+    },
+    RedriveSource {
+        generation: u8,
+        acks: u8,
+    },
+    CollectRead {
+        queue: Queue,
+        replies: [Option<Record>; REPLICAS],
+    },
+    /// All replicas hold the tombstone; waiting for the horizon to pass before dropping.
+    CollectWait {
+        queue: Queue,
+        generation: u8,
+        confirmed_era: u8,
+    },
+}
+
+impl Op {
+    /// The replies gathered so far, in a read phase.
+    fn replies_mut(&mut self) -> Option<&mut [Option<Record>; REPLICAS]> {
+        match self {
+            Op::ClaimRead { replies, .. }
+            | Op::DeleteRead { replies, .. }
+            | Op::RedriveRead { replies }
+            | Op::CollectRead { replies, .. } => Some(replies),
+            _ => None,
+        }
+    }
+
+    /// The replicas that acked so far, in a write phase.
+    fn acks_mut(&mut self) -> Option<&mut u8> {
+        match self {
+            Op::Send { acks }
+            | Op::ClaimWrite { acks, .. }
+            | Op::DeleteWrite { acks, .. }
+            | Op::MoveTarget { acks, .. }
+            | Op::MoveSource { acks, .. }
+            | Op::RedriveTarget { acks, .. }
+            | Op::RedriveSource { acks, .. } => Some(acks),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Coordinator {
+    /// Tags requests and replies; a reply of another round is ignored.
+    pub round: u8,
+    pub op: Op,
+    /// The newest receipt handle this coordinator's client holds.
+    pub handle: Option<Handle>,
+    /// Whether the current write phase already counted a hint (planted bug only).
+    pub hinted: bool,
+}
+
+/// Messages on the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Message {
+    Read {
+        queue: Queue,
+    },
+    /// Merge `record` in; ack if asked (repairs are not acknowledged).
+    Write {
+        queue: Queue,
+        record: Record,
+        ack: bool,
+    },
+    /// Conditional claim of the source copy: applied only if the replica's claim is older.
+    Claim {
+        generation: u8,
+        claim: Claim,
+        receive_count: u8,
+    },
+    /// Conditional tombstone: applied only if the replica's claim is no newer than `expect`.
+    Tombstone {
+        queue: Queue,
+        generation: u8,
+        expect: Option<Claim>,
+        reason: Reason,
+    },
+    /// Conditional drop of a confirmed tombstone.
+    Drop {
+        queue: Queue,
+        generation: u8,
+    },
+    ReadReply {
+        record: Record,
+    },
+    Ack,
+}
+
+impl Message {
+    fn to_replica(&self) -> bool {
+        !matches!(self, Message::ReadReply { .. } | Message::Ack)
+    }
+}
+
+/// Why a tombstone is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// A client's delete. Ghost: whether its handle was superseded before it was invoked.
+    Delete { stale_at_invocation: bool },
+    /// The message moved to the other queue (dead-letter move or redrive).
+    Move,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Packet {
+    pub replica: u8,
+    pub coordinator: u8,
+    pub round: u8,
+    pub message: Message,
+}
+
+/// A delivery of the source copy to a client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Delivery {
+    pub generation: u8,
+    pub claim: Claim,
+    pub receive_count: u8,
+}
+
+/// Broken invariants, one bit each (see `Violation::ALL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// A receive invoked after a delete of that generation was acknowledged delivered it.
+    Resurrection = 0,
+    StaleHandleTookEffect = 1,
+    TwoDeliveriesOfOneVersion = 2,
+    DeliveredWithoutQuorum = 3,
+    ReceiveCountWentDown = 4,
+    DroppedBeforeAllHeld = 5,
+    MovedBeforeMax = 6,
+    HealStuck = 7,
+}
+
+/// Scenarios the issue requires the checker to reach, one bit each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    OrphanClaim = 0,
+    RepairAfterAckedDelete = 1,
+    AntiEntropyAfterAckedDelete = 2,
+    RejoinWithOldCopies = 3,
+    CollectedWhileAway = 4,
+    Moved = 5,
+    Redriven = 6,
+    Replaced = 7,
+}
+
+/// What only the model knows: what clients were told, and what went wrong.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ghost {
+    pub sent_acked: bool,
+    /// A delete's tombstone reached some replica (the delete took effect, acked or not).
+    pub deleted: bool,
+    /// Source generations whose delete was acknowledged (bitmask).
+    pub deletes_acked: u8,
+    /// Deliveries of the source copy, in order.
+    pub deliveries: Vec<Delivery>,
+    /// Per queue: the generation of the newest tombstone and the replicas that stored it.
+    pub tombstone_holders: [(u8, u8); 2],
+    /// Replicas that were down while a tombstone was dropped elsewhere.
+    pub missed_collection: u8,
+    pub violations: u16,
+    pub scenarios: u16,
+}
+
+impl Ghost {
+    fn violate(&mut self, violation: Violation) {
+        self.violations |= 1 << violation as u16;
+    }
+
+    fn reach(&mut self, scenario: Scenario) {
+        self.scenarios |= 1 << scenario as u16;
+    }
+
+    pub fn violated(&self, violation: Violation) -> bool {
+        self.violations & (1 << violation as u16) != 0
+    }
+
+    pub fn reached(&self, scenario: Scenario) -> bool {
+        self.scenarios & (1 << scenario as u16) != 0
+    }
+}
+
+/// Budget spent so far (the boundary compares it with `Config`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Used {
+    pub faults: u8,
+    pub sends: u8,
+    pub claims: u8,
+    pub deletes: u8,
+    pub collects: u8,
+    pub redrives: u8,
+    pub horizons: u8,
+    pub anti_entropy: u8,
+    pub replacements: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub replicas: [Replica; REPLICAS],
+    pub coordinators: [Coordinator; COORDINATORS],
+    /// A multiset, kept sorted so equal states hash equal.
+    pub network: Vec<Packet>,
+    /// How many times the clock jumped past the tombstone horizon.
+    pub era: u8,
+    pub used: Used,
+    pub ghost: Ghost,
+    /// The heal schedule ran; nothing happens afterwards.
+    pub healed: bool,
+}
+
+/// Why a replica's record changed (for the scenario flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    Request,
+    Repair,
+    AntiEntropy,
+}
+
+fn bit(index: usize) -> u8 {
+    1 << index
+}
+
+fn count(mask: u8) -> usize {
+    mask.count_ones() as usize
+}
+
+impl State {
+    /// The initial states: nothing sent, or (with `start_sent`) the send acknowledged by
+    /// replicas 0 and 1 while the write to replica 2 is still in flight (it may arrive at any
+    /// point, or be dropped) or was lost.
+    pub fn initial(config: &Config) -> Vec<State> {
+        let replica = Replica {
+            up: true,
+            away_past_horizon: false,
+            rebuilding: 0,
+            store: [Record::default(); 2],
+            retired: None,
+        };
+        let coordinator = Coordinator {
+            round: 0,
+            op: Op::Idle,
+            handle: None,
+            hinted: false,
+        };
+        let empty = State {
+            replicas: [replica.clone(), replica.clone(), replica],
+            coordinators: [coordinator.clone(), coordinator],
+            network: Vec::new(),
+            era: 0,
+            used: Used::default(),
+            ghost: Ghost::default(),
+            healed: false,
+        };
+        if !config.start_sent {
+            return vec![empty];
+        }
+        let sent = Record::ready(0, 0);
+        let mut acked = empty;
+        acked.replicas[0].store[Queue::Source.index()] = sent;
+        acked.replicas[1].store[Queue::Source.index()] = sent;
+        acked.used.sends = 1;
+        acked.ghost.sent_acked = true;
+        let mut in_flight = acked.clone();
+        in_flight.push(Packet {
+            replica: 2,
+            coordinator: 0,
+            round: 0,
+            message: Message::Write {
+                queue: Queue::Source,
+                record: sent,
+                ack: false,
+            },
+        });
+        vec![in_flight, acked]
+    }
+
+    /// The join of every replica's record of `queue`: what the cluster knows.
+    pub fn joined(&self, queue: Queue) -> Record {
+        join_all(self.replicas.iter().map(|r| r.store[queue.index()]))
+    }
+
+    fn push(&mut self, packet: Packet) {
+        let at = self.network.partition_point(|p| *p <= packet);
+        self.network.insert(at, packet);
+    }
+
+    fn broadcast(&mut self, coordinator: usize, message: Message) {
+        let round = self.coordinators[coordinator].round;
+        for replica in 0..REPLICAS {
+            self.push(Packet {
+                replica: replica as u8,
+                coordinator: coordinator as u8,
+                round,
+                message,
+            });
+        }
+    }
+
+    /// Starts a new request round for `coordinator` and enters `op`.
+    fn begin(&mut self, coordinator: usize, op: Op) {
+        let c = &mut self.coordinators[coordinator];
+        c.round += 1;
+        c.op = op;
+        c.hinted = false;
+    }
+
+    fn finish(&mut self, coordinator: usize) {
+        self.coordinators[coordinator].op = Op::Idle;
+        self.coordinators[coordinator].hinted = false;
+    }
+
+    /// Stores `new` as replica `r`'s record of `queue`, keeping the ghost up to date.
+    fn store(&mut self, r: usize, queue: Queue, new: Record, cause: Cause) {
+        let old = self.replicas[r].store[queue.index()];
+        if old == new {
+            return;
+        }
+        if old.generation == new.generation
+            && let (Some(before), Some(after)) = (old.receive_count(), new.receive_count())
+            && after < before
+        {
+            self.ghost.violate(Violation::ReceiveCountWentDown);
+        }
+        if new.is_tombstone() {
+            let holders = &mut self.ghost.tombstone_holders[queue.index()];
+            if holders.0 != new.generation {
+                *holders = (new.generation, 0);
+            }
+            holders.1 |= bit(r);
+            if queue == Queue::Source
+                && old.is_live()
+                && old.generation == new.generation
+                && self.ghost.deletes_acked & bit(new.generation as usize) != 0
+            {
+                match cause {
+                    Cause::Repair => self.ghost.reach(Scenario::RepairAfterAckedDelete),
+                    Cause::AntiEntropy => self.ghost.reach(Scenario::AntiEntropyAfterAckedDelete),
+                    Cause::Request => {}
+                }
+            }
+        }
+        self.replicas[r].store[queue.index()] = new;
+    }
+
+    fn merge_into(&mut self, config: &Config, r: usize, queue: Queue, incoming: Record, cause: Cause) {
+        let held = self.replicas[r].store[queue.index()];
+        let merged = held.merge(incoming, config.merge_rules());
+        self.store(r, queue, merged, cause);
+    }
+
+    // ----- operations started by coordinators -------------------------------------------------
+
+    pub fn start_send(&mut self, coordinator: usize) {
+        self.used.sends += 1;
+        self.begin(coordinator, Op::Send { acks: 0 });
+        self.broadcast(
+            coordinator,
+            Message::Write {
+                queue: Queue::Source,
+                record: Record::ready(0, 0),
+                ack: true,
+            },
+        );
+    }
+
+    pub fn start_claim(&mut self, coordinator: usize) {
+        self.used.claims += 1;
+        let deletes_acked_before = self.ghost.deletes_acked;
+        self.begin(
+            coordinator,
+            Op::ClaimRead {
+                deletes_acked_before,
+                replies: [None; REPLICAS],
+            },
+        );
+        self.broadcast(
+            coordinator,
+            Message::Read {
+                queue: Queue::Source,
+            },
+        );
+    }
+
+    pub fn start_delete(&mut self, config: &Config, coordinator: usize) {
+        let handle = self.coordinators[coordinator]
+            .handle
+            .expect("delete is enabled only with a handle");
+        self.used.deletes += 1;
+        // Ghost: a receive acknowledged before this invocation superseded the handle.
+        let stale_at_invocation = self
+            .ghost
+            .deliveries
+            .iter()
+            .any(|d| d.generation == handle.generation && d.claim > handle.claim);
+        if config.has(Bug::DeleteWithoutQuorumCheck) {
+            self.send_delete_tombstone(coordinator, handle, stale_at_invocation);
+            return;
+        }
+        self.begin(
+            coordinator,
+            Op::DeleteRead {
+                handle,
+                stale_at_invocation,
+                replies: [None; REPLICAS],
+            },
+        );
+        self.broadcast(
+            coordinator,
+            Message::Read {
+                queue: Queue::Source,
+            },
+        );
+    }
+
+    fn send_delete_tombstone(&mut self, coordinator: usize, handle: Handle, stale: bool) {
+        self.begin(
+            coordinator,
+            Op::DeleteWrite {
+                handle,
+                stale_at_invocation: stale,
+                conditional: true,
+                acks: 0,
+            },
+        );
+        self.broadcast(
+            coordinator,
+            Message::Tombstone {
+                queue: Queue::Source,
+                generation: handle.generation,
+                expect: Some(handle.claim),
+                reason: Reason::Delete {
+                    stale_at_invocation: stale,
+                },
+            },
+        );
+    }
+
+    pub fn start_redrive(&mut self, coordinator: usize) {
+        self.used.redrives += 1;
+        self.begin(
+            coordinator,
+            Op::RedriveRead {
+                replies: [None; REPLICAS],
+            },
+        );
+        self.broadcast(
+            coordinator,
+            Message::Read {
+                queue: Queue::DeadLetter,
+            },
+        );
+    }
+
+    pub fn start_collect(&mut self, coordinator: usize, queue: Queue) {
+        self.used.collects += 1;
+        self.begin(
+            coordinator,
+            Op::CollectRead {
+                queue,
+                replies: [None; REPLICAS],
+            },
+        );
+        self.broadcast(coordinator, Message::Read { queue });
+    }
+
+    /// Sends the conditional drops of a confirmed tombstone (the horizon has passed).
+    pub fn collect_drop(&mut self, coordinator: usize) {
+        let Op::CollectWait {
+            queue, generation, ..
+        } = self.coordinators[coordinator].op
+        else {
+            panic!("collect_drop is enabled only while waiting");
+        };
+        self.begin(coordinator, Op::Idle);
+        self.broadcast(coordinator, Message::Drop { queue, generation });
+        self.finish(coordinator);
+    }
+
+    /// The coordinator timed out or crashed: its client learns nothing more.
+    pub fn abandon(&mut self, coordinator: usize) {
+        if let Op::ClaimWrite {
+            generation, claim, ..
+        } = self.coordinators[coordinator].op
+        {
+            let holding = self
+                .replicas
+                .iter()
+                .filter(|r| {
+                    let record = r.store[Queue::Source.index()];
+                    record.generation == generation && record.claim() == Some(claim)
+                })
+                .count();
+            if holding == 1 {
+                self.ghost.reach(Scenario::OrphanClaim);
+            }
+        }
+        self.finish(coordinator);
+    }
+
+    /// Planted bug: count a hint stored for a silent replica as its ack. The write packet to
+    /// that replica stays in the network: it is the hint, replayed later (or lost).
+    pub fn store_hint(&mut self, config: &Config, coordinator: usize) {
+        let c = &mut self.coordinators[coordinator];
+        let acks = c
+            .op
+            .acks_mut()
+            .expect("hints are enabled only in write phases");
+        let missing = (0..REPLICAS)
+            .find(|r| *acks & bit(*r) == 0)
+            .expect("a write phase short of its quorum has a silent replica");
+        *acks |= bit(missing);
+        let have = count(*acks);
+        c.hinted = true;
+        if have >= WRITE_QUORUM {
+            self.complete_write(config, coordinator);
+        }
+    }
+
+    /// Whether `coordinator` is in a write phase: a timeout there leaves an unknown outcome. (A
+    /// timeout in a read phase changes nothing a never-started operation would not.)
+    pub fn writing(&self, coordinator: usize) -> bool {
+        let mut op = self.coordinators[coordinator].op;
+        op.acks_mut().is_some()
+    }
+
+    /// Whether `coordinator` is in a write phase that a hint could complete.
+    pub fn can_hint(&self, coordinator: usize) -> bool {
+        let c = &self.coordinators[coordinator];
+        let mut op = c.op;
+        match op.acks_mut() {
+            Some(acks) => !c.hinted && count(*acks) == WRITE_QUORUM - 1,
+            None => false,
+        }
+    }
+
+    // ----- faults and background work ---------------------------------------------------------
+
+    pub fn crash(&mut self, r: usize) {
+        self.used.faults += 1;
+        self.replicas[r].up = false;
+    }
+
+    /// The replica comes back with its durable records (spec#stragglers-and-replacement).
+    pub fn restart(&mut self, r: usize) {
+        let replica = &mut self.replicas[r];
+        replica.up = true;
+        replica.away_past_horizon = false;
+        let replica = &self.replicas[r];
+        let behind = [Queue::Source, Queue::DeadLetter].iter().any(|queue| {
+            let held = replica.store[queue.index()];
+            let others = join_all(
+                (0..REPLICAS)
+                    .filter(|o| *o != r)
+                    .map(|o| self.replicas[o].store[queue.index()]),
+            );
+            held != Record::default() && held.le(&others) && held != others
+        });
+        if behind {
+            self.ghost.reach(Scenario::RejoinWithOldCopies);
+        }
+        if self.ghost.missed_collection & bit(r) != 0 {
+            self.ghost.missed_collection &= !bit(r);
+            self.ghost.reach(Scenario::CollectedWhileAway);
+        }
+    }
+
+    /// A replica away past the horizon is replaced by an empty one, which must merge from both
+    /// peers before it answers anything (spec#stragglers-and-replacement).
+    pub fn replace(&mut self, r: usize) {
+        self.used.replacements += 1;
+        let replica = &mut self.replicas[r];
+        replica.retired = Some(replica.store);
+        replica.store = [Record::default(); 2];
+        replica.rebuilding = ALL_REPLICAS & !bit(r);
+        replica.up = true;
+        replica.away_past_horizon = false;
+        self.ghost.reach(Scenario::Replaced);
+    }
+
+    /// Planted bug: the replaced replica's old disk comes back and is used as is.
+    pub fn old_disk_returns(&mut self, r: usize) {
+        let replica = &mut self.replicas[r];
+        replica.store = replica.retired.take().expect("only a replaced replica has an old disk");
+        replica.rebuilding = 0;
+    }
+
+    /// Replica `from` pushes its records to replica `to`, which merges them.
+    pub fn anti_entropy(&mut self, config: &Config, from: usize, to: usize) {
+        for queue in [Queue::Source, Queue::DeadLetter] {
+            let incoming = self.replicas[from].store[queue.index()];
+            self.merge_into(config, to, queue, incoming, Cause::AntiEntropy);
+        }
+        if self.replicas[from].rebuilding == 0 {
+            self.replicas[to].rebuilding &= !bit(from);
+        }
+    }
+
+    /// Whether an anti-entropy push from `from` to `to` would change anything.
+    pub fn anti_entropy_useful(&self, config: &Config, from: usize, to: usize) -> bool {
+        let (f, t) = (&self.replicas[from], &self.replicas[to]);
+        if !f.up || !t.up {
+            return false;
+        }
+        let clears = t.rebuilding & bit(from) != 0 && f.rebuilding == 0;
+        clears
+            || [0, 1].iter().any(|q| {
+                t.store[*q].merge(f.store[*q], config.merge_rules()) != t.store[*q]
+            })
+    }
+
+    /// The clock passes the tombstone horizon: every packet in flight is now too old to be
+    /// accepted, every operation in progress has timed out, and down replicas are stragglers.
+    pub fn pass_horizon(&mut self, config: &Config) {
+        self.used.horizons += 1;
+        self.era += 1;
+        if !config.has(Bug::NoPacketHorizon) {
+            self.network.clear();
+        }
+        for replica in &mut self.replicas {
+            if !replica.up {
+                replica.away_past_horizon = true;
+            }
+        }
+        for c in 0..COORDINATORS {
+            if !matches!(self.coordinators[c].op, Op::CollectWait { .. }) {
+                self.finish(c);
+            }
+        }
+    }
+
+    pub fn drop_packet(&mut self, index: usize) {
+        self.used.faults += 1;
+        self.network.remove(index);
+    }
+
+    pub fn duplicate_packet(&mut self, index: usize) {
+        self.used.faults += 1;
+        let packet = self.network[index];
+        self.push(packet);
+    }
+
+    /// Whether the packet at `index` can be delivered now (its replica is up).
+    pub fn deliverable(&self, index: usize) -> bool {
+        let packet = &self.network[index];
+        !packet.message.to_replica() || self.replicas[packet.replica as usize].up
+    }
+
+    pub fn deliver(&mut self, config: &Config, index: usize) {
+        let packet = self.network.remove(index);
+        if packet.message.to_replica() {
+            self.on_request(config, packet);
+        } else {
+            self.on_reply(config, packet);
+        }
+    }
+
+    // ----- replicas ---------------------------------------------------------------------------
+
+    /// Replies reach their coordinator in the step that produced them (spec#model-bounds): a
+    /// lost reply is the coordinator timing out, a slow one is its next requests being slow.
+    fn reply(&mut self, config: &Config, request: &Packet, message: Message) {
+        self.on_reply(config, Packet { message, ..*request });
+    }
+
+    fn on_request(&mut self, config: &Config, packet: Packet) {
+        let r = packet.replica as usize;
+        if self.replicas[r].rebuilding != 0 && !config.has(Bug::RebuildingReplicaServes) {
+            // Lost its memory of claims and tombstones: it must not vote (spec#stragglers).
+            return;
+        }
+        match packet.message {
+            Message::Read { queue } => {
+                let record = self.replicas[r].store[queue.index()];
+                self.reply(config, &packet, Message::ReadReply { record });
+            }
+            Message::Write { queue, record, ack } => {
+                let cause = if ack { Cause::Request } else { Cause::Repair };
+                self.merge_into(config, r, queue, record, cause);
+                if ack {
+                    self.reply(config, &packet, Message::Ack);
+                }
+            }
+            Message::Claim {
+                generation,
+                claim,
+                receive_count,
+            } => {
+                let held = self.replicas[r].store[Queue::Source.index()];
+                // Compare-and-set on the version: the claim must be strictly newer than the
+                // replica's current claim of this generation (spec#claim).
+                let accept = match held.generation.cmp(&generation) {
+                    std::cmp::Ordering::Greater => false,
+                    std::cmp::Ordering::Less => true,
+                    std::cmp::Ordering::Equal => match held.body {
+                        Body::Tombstone => false,
+                        Body::Absent => true,
+                        Body::Live { claim: current, .. } => {
+                            current.map_or(0, |c| c.seq) < claim.seq
+                        }
+                    },
+                };
+                if accept {
+                    let record = Record::claimed(generation, claim, receive_count);
+                    self.merge_into(config, r, Queue::Source, record, Cause::Request);
+                    self.reply(config, &packet, Message::Ack);
+                }
+            }
+            Message::Tombstone {
+                queue,
+                generation,
+                expect,
+                reason,
+            } => {
+                let held = self.replicas[r].store[queue.index()];
+                // Applied only if the replica knows no claim newer than the caller's handle
+                // (spec#delete); an existing tombstone of the generation is acked again.
+                let accept = match held.generation.cmp(&generation) {
+                    std::cmp::Ordering::Greater => false,
+                    std::cmp::Ordering::Less => true,
+                    std::cmp::Ordering::Equal => match held.body {
+                        Body::Tombstone | Body::Absent => true,
+                        Body::Live { claim, .. } => claim <= expect,
+                    },
+                };
+                if accept {
+                    if let Reason::Delete {
+                        stale_at_invocation,
+                    } = reason
+                        && held != Record::tombstone(generation)
+                    {
+                        self.ghost.deleted = true;
+                        if stale_at_invocation {
+                            self.ghost.violate(Violation::StaleHandleTookEffect);
+                        }
+                    }
+                    self.merge_into(config, r, queue, Record::tombstone(generation), Cause::Request);
+                    self.reply(config, &packet, Message::Ack);
+                }
+            }
+            Message::Drop { queue, generation } => {
+                let held = self.replicas[r].store[queue.index()];
+                if held == Record::tombstone(generation) || config.has(Bug::UnconditionalDrop) {
+                    let (holders_generation, holders) =
+                        self.ghost.tombstone_holders[queue.index()];
+                    if held.is_tombstone()
+                        && (holders_generation != generation || holders != ALL_REPLICAS)
+                    {
+                        self.ghost.violate(Violation::DroppedBeforeAllHeld);
+                    }
+                    self.store(r, queue, Record::default(), Cause::Request);
+                    for (other, replica) in self.replicas.iter().enumerate() {
+                        if !replica.up {
+                            self.ghost.missed_collection |= bit(other);
+                        }
+                    }
+                }
+            }
+            Message::ReadReply { .. } | Message::Ack => unreachable!("replies go to coordinators"),
+        }
+    }
+
+    // ----- coordinators -----------------------------------------------------------------------
+
+    fn on_reply(&mut self, config: &Config, packet: Packet) {
+        let c = packet.coordinator as usize;
+        if self.coordinators[c].round != packet.round {
+            return;
+        }
+        let r = packet.replica as usize;
+        let mut op = self.coordinators[c].op;
+        match packet.message {
+            Message::ReadReply { record } => {
+                // A reply for a phase already decided (late or duplicated) is ignored.
+                let Some(replies) = op.replies_mut() else {
+                    return;
+                };
+                replies[r] = Some(record);
+                let have = replies.iter().flatten().count();
+                self.coordinators[c].op = op;
+                let needed = if matches!(op, Op::CollectRead { .. }) {
+                    config.collect_quorum()
+                } else {
+                    config.read_quorum()
+                };
+                if have >= needed {
+                    self.decide(config, c);
+                }
+            }
+            Message::Ack => {
+                let Some(acks) = op.acks_mut() else {
+                    return;
+                };
+                *acks |= bit(r);
+                let have = count(*acks);
+                self.coordinators[c].op = op;
+                let needed = if matches!(op, Op::ClaimWrite { .. }) {
+                    config.deliver_quorum()
+                } else {
+                    WRITE_QUORUM
+                };
+                if have >= needed {
+                    self.complete_write(config, c);
+                }
+            }
+            _ => unreachable!("requests go to replicas"),
+        }
+    }
+
+    /// Sends read repairs: the merged record to every replica that replied with less.
+    fn read_repair(&mut self, queue: Queue, replies: &[Option<Record>; REPLICAS], merged: Record) {
+        for (r, reply) in replies.iter().enumerate() {
+            if let Some(record) = reply
+                && *record != merged
+            {
+                self.push(Packet {
+                    replica: r as u8,
+                    coordinator: 0,
+                    round: 0,
+                    message: Message::Write {
+                        queue,
+                        record: merged,
+                        ack: false,
+                    },
+                });
+            }
+        }
+    }
+
+    /// A read phase has its quorum: decide what to write.
+    fn decide(&mut self, config: &Config, c: usize) {
+        match self.coordinators[c].op {
+            Op::ClaimRead {
+                replies,
+                deletes_acked_before,
+            } => {
+                let merged = join_all(replies.iter().flatten().copied());
+                self.read_repair(Queue::Source, &replies, merged);
+                let Body::Live {
+                    claim,
+                    receive_count,
+                } = merged.body
+                else {
+                    // Nothing to receive: an empty reply.
+                    self.finish(c);
+                    return;
+                };
+                // Time is abstract (spec#time): any claim may have expired by the coordinator's
+                // clock, so the message may be claimed again.
+                if config.dead_letter && receive_count >= config.max_receive_count {
+                    let generation = merged.generation;
+                    if config.has(Bug::SourceTombstonedFirst) {
+                        self.begin(
+                            c,
+                            Op::MoveSource {
+                                generation,
+                                expect: claim,
+                                receive_count,
+                                acks: 0,
+                            },
+                        );
+                        self.send_move_tombstone(c, generation, claim);
+                    } else {
+                        self.begin(
+                            c,
+                            Op::MoveTarget {
+                                generation,
+                                expect: claim,
+                                receive_count,
+                                acks: 0,
+                            },
+                        );
+                        self.send_move_copy(c, generation, receive_count);
+                    }
+                    return;
+                }
+                let claim = Claim {
+                    seq: claim.map_or(0, |c| c.seq) + 1,
+                    coordinator: c as u8,
+                };
+                let generation = merged.generation;
+                self.begin(
+                    c,
+                    Op::ClaimWrite {
+                        generation,
+                        claim,
+                        receive_count: receive_count + 1,
+                        deletes_acked_before,
+                        acks: 0,
+                    },
+                );
+                self.broadcast(
+                    c,
+                    Message::Claim {
+                        generation,
+                        claim,
+                        receive_count: receive_count + 1,
+                    },
+                );
+            }
+            Op::DeleteRead {
+                handle,
+                stale_at_invocation,
+                replies,
+            } => {
+                let merged = join_all(replies.iter().flatten().copied());
+                if merged.generation == handle.generation && merged.is_tombstone() {
+                    // Already gone: make the tombstone durable on a quorum before saying so.
+                    self.begin(
+                        c,
+                        Op::DeleteWrite {
+                            handle,
+                            stale_at_invocation,
+                            conditional: false,
+                            acks: 0,
+                        },
+                    );
+                    self.broadcast(
+                        c,
+                        Message::Write {
+                            queue: Queue::Source,
+                            record: merged,
+                            ack: true,
+                        },
+                    );
+                } else if merged.generation == handle.generation
+                    && merged.claim() == Some(handle.claim)
+                {
+                    self.send_delete_tombstone(c, handle, stale_at_invocation);
+                } else {
+                    // Superseded handle, or a later life of the message: refused, nothing written.
+                    self.finish(c);
+                }
+            }
+            Op::RedriveRead { replies } => {
+                let merged = join_all(replies.iter().flatten().copied());
+                if merged.is_live() && merged.claim().is_none() {
+                    let generation = merged.generation;
+                    self.begin(c, Op::RedriveTarget { generation, acks: 0 });
+                    self.broadcast(
+                        c,
+                        Message::Write {
+                            queue: Queue::Source,
+                            record: Record::ready(generation + 1, 0),
+                            ack: true,
+                        },
+                    );
+                } else {
+                    self.finish(c);
+                }
+            }
+            Op::CollectRead { queue, replies } => {
+                let replied: Vec<Record> = replies.iter().flatten().copied().collect();
+                let first = replied[0];
+                if first.is_tombstone() && replied.iter().all(|r| *r == first) {
+                    let confirmed_era = self.era;
+                    self.coordinators[c].op = Op::CollectWait {
+                        queue,
+                        generation: first.generation,
+                        confirmed_era,
+                    };
+                } else {
+                    self.finish(c);
+                }
+            }
+            _ => unreachable!("decide is called only in read phases"),
+        }
+    }
+
+    fn send_move_copy(&mut self, c: usize, generation: u8, receive_count: u8) {
+        self.broadcast(
+            c,
+            Message::Write {
+                queue: Queue::DeadLetter,
+                record: Record::ready(generation + 1, receive_count),
+                ack: true,
+            },
+        );
+    }
+
+    fn send_move_tombstone(&mut self, c: usize, generation: u8, expect: Option<Claim>) {
+        self.broadcast(
+            c,
+            Message::Tombstone {
+                queue: Queue::Source,
+                generation,
+                expect,
+                reason: Reason::Move,
+            },
+        );
+    }
+
+    /// A write phase has its quorum of acks.
+    fn complete_write(&mut self, config: &Config, c: usize) {
+        match self.coordinators[c].op {
+            Op::Send { .. } => {
+                self.ghost.sent_acked = true;
+                self.finish(c);
+            }
+            Op::ClaimWrite {
+                generation,
+                claim,
+                receive_count,
+                deletes_acked_before,
+                ..
+            } => {
+                if deletes_acked_before & bit(generation as usize) != 0 {
+                    self.ghost.violate(Violation::Resurrection);
+                }
+                self.deliver_claim(generation, claim, receive_count);
+                self.coordinators[c].handle = Some(Handle { generation, claim });
+                self.finish(c);
+            }
+            Op::DeleteWrite { handle, .. } => {
+                self.ghost.deletes_acked |= bit(handle.generation as usize);
+                self.finish(c);
+            }
+            Op::MoveTarget {
+                generation,
+                expect,
+                receive_count,
+                ..
+            } => {
+                if receive_count < config.max_receive_count {
+                    self.ghost.violate(Violation::MovedBeforeMax);
+                }
+                if config.has(Bug::SourceTombstonedFirst) {
+                    self.ghost.reach(Scenario::Moved);
+                    self.finish(c);
+                } else {
+                    self.begin(
+                        c,
+                        Op::MoveSource {
+                            generation,
+                            expect,
+                            receive_count,
+                            acks: 0,
+                        },
+                    );
+                    self.send_move_tombstone(c, generation, expect);
+                }
+            }
+            Op::MoveSource {
+                generation,
+                expect,
+                receive_count,
+                ..
+            } => {
+                if config.has(Bug::SourceTombstonedFirst) {
+                    self.begin(
+                        c,
+                        Op::MoveTarget {
+                            generation,
+                            expect,
+                            receive_count,
+                            acks: 0,
+                        },
+                    );
+                    self.send_move_copy(c, generation, receive_count);
+                } else {
+                    self.ghost.reach(Scenario::Moved);
+                    self.finish(c);
+                }
+            }
+            Op::RedriveTarget { generation, .. } => {
+                self.begin(c, Op::RedriveSource { generation, acks: 0 });
+                self.broadcast(
+                    c,
+                    Message::Tombstone {
+                        queue: Queue::DeadLetter,
+                        generation,
+                        expect: None,
+                        reason: Reason::Move,
+                    },
+                );
+            }
+            Op::RedriveSource { .. } => {
+                self.ghost.reach(Scenario::Redriven);
+                self.finish(c);
+            }
+            _ => unreachable!("complete_write is called only in write phases"),
+        }
+    }
+
+    /// The coordinator hands the source copy to its client.
+    fn deliver_claim(&mut self, generation: u8, claim: Claim, receive_count: u8) {
+        let same_version = self
+            .ghost
+            .deliveries
+            .iter()
+            .any(|d| d.generation == generation && d.claim.seq == claim.seq);
+        if same_version {
+            self.ghost.violate(Violation::TwoDeliveriesOfOneVersion);
+        }
+        let stored = Record::claimed(generation, claim, receive_count);
+        let holding = self
+            .replicas
+            .iter()
+            .filter(|r| stored.le(&r.store[Queue::Source.index()]))
+            .count();
+        if holding < WRITE_QUORUM {
+            self.ghost.violate(Violation::DeliveredWithoutQuorum);
+        }
+        self.ghost.deliveries.push(Delivery {
+            generation,
+            claim,
+            receive_count,
+        });
+    }
+
+    /// Whether delivering `packet` could still change anything. A reply (or a read, whose only
+    /// effect is a reply) that its coordinator would ignore is dead.
+    fn alive(&self, packet: &Packet) -> bool {
+        let reads = matches!(
+            packet.message,
+            Message::Read { .. } | Message::ReadReply { .. }
+        );
+        if !reads && packet.message.to_replica() {
+            return true;
+        }
+        let coordinator = &self.coordinators[packet.coordinator as usize];
+        let mut op = coordinator.op;
+        coordinator.round == packet.round
+            && if reads {
+                op.replies_mut().is_some()
+            } else {
+                op.acks_mut().is_some()
+            }
+    }
+
+    /// Removes dead packets (delivering them is a no-op, so this changes no behaviour) and
+    /// forgets request rounds nobody can answer any more, so equal situations are equal states.
+    pub fn normalize(&mut self) {
+        let network = std::mem::take(&mut self.network);
+        let mut network: Vec<Packet> = network.into_iter().filter(|p| self.alive(p)).collect();
+        // Rounds only need to tell the current round from older ones: the current round of a
+        // busy coordinator becomes 1, everything older becomes 0 (whose replies nobody awaits).
+        for packet in &mut network {
+            let coordinator = &self.coordinators[packet.coordinator as usize];
+            let current = !matches!(coordinator.op, Op::Idle) && packet.round == coordinator.round;
+            if current {
+                packet.round = 1;
+            } else {
+                packet.round = 0;
+                packet.coordinator = 0;
+            }
+        }
+        network.sort();
+        self.network = network;
+        for coordinator in &mut self.coordinators {
+            coordinator.round = u8::from(!matches!(coordinator.op, Op::Idle));
+        }
+        self.ghost.deliveries.sort();
+    }
+
+    // ----- heal: the fair schedule that liveness is checked on --------------------------------
+
+    /// Runs the heal schedule of spec/replication.md#liveness to its end.
+    ///
+    /// Faults stop: every replica comes back, packets in flight are delivered (or, with
+    /// `deliver_pending = false`, were all lost), operations that cannot finish time out,
+    /// anti-entropy runs between every pair until nothing changes, and a fair consumer
+    /// (coordinator 0) receives and deletes until the source queue is empty.
+    pub fn heal(&mut self, config: &Config, deliver_pending: bool) {
+        let mut steps = 0u32;
+        for r in 0..REPLICAS {
+            if !self.replicas[r].up {
+                self.restart(r);
+            }
+        }
+        if !deliver_pending {
+            self.network.clear();
+        }
+        self.heal_network(config, &mut steps);
+        self.heal_anti_entropy(config, &mut steps);
+        for _ in 0..4 {
+            if !self.joined(Queue::Source).is_live() {
+                break;
+            }
+            self.start_claim(0);
+            self.heal_network(config, &mut steps);
+            let delivered = self.coordinators[0].handle;
+            if let Some(handle) = delivered
+                && self.joined(Queue::Source).claim() == Some(handle.claim)
+            {
+                self.start_delete(config, 0);
+                self.heal_network(config, &mut steps);
+            }
+            self.heal_anti_entropy(config, &mut steps);
+        }
+        if steps > HEAL_STEPS_MAX {
+            self.ghost.violate(Violation::HealStuck);
+        }
+        self.normalize();
+        self.healed = true;
+    }
+
+    fn heal_network(&mut self, config: &Config, steps: &mut u32) {
+        while !self.network.is_empty() && *steps <= HEAL_STEPS_MAX {
+            self.deliver(config, 0);
+            *steps += 1;
+        }
+        for c in 0..COORDINATORS {
+            if !matches!(self.coordinators[c].op, Op::Idle) {
+                self.abandon(c);
+            }
+        }
+    }
+
+    fn heal_anti_entropy(&mut self, config: &Config, steps: &mut u32) {
+        loop {
+            let mut changed = false;
+            for from in 0..REPLICAS {
+                for to in 0..REPLICAS {
+                    if from != to && self.anti_entropy_useful(config, from, to) {
+                        self.anti_entropy(config, from, to);
+                        changed = true;
+                        *steps += 1;
+                    }
+                }
+            }
+            if !changed || *steps > HEAL_STEPS_MAX {
+                return;
+            }
+        }
+    }
+}
