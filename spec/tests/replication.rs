@@ -1,7 +1,7 @@
 mod replication {
     use std::time::Instant;
     use stateright::{Checker, Model};
-    use trireme_spec::replication::{Config, ReplicationModel};
+    use trireme_spec::replication::{Config, ReplicationModel, Start};
 
     fn env_u8(name: &str, default: u8) -> u8 {
         std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -10,7 +10,7 @@ mod replication {
     #[test]
     fn explore() {
         let mut config = Config::quiet("explore");
-        config.start_sent = env_u8("X_SENT", 0) == 1;
+        config.start = [Start::Empty, Start::Sent, Start::Received, Start::Deleted][env_u8("X_SENT", 0) as usize];
         config.dead_letter = env_u8("X_DLQ", 0) == 1;
         config.max_receive_count = 1;
         config.faults_max = env_u8("X_FAULTS", 1);

@@ -11,4 +11,4 @@ pub mod protocol;
 pub mod record;
 
 pub use model::{Action, ReplicationModel};
-pub use protocol::{Bug, Config, State};
+pub use protocol::{Bug, Config, Start, State};

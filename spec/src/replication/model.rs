@@ -7,7 +7,7 @@
 use stateright::{Model, Property};
 
 use super::protocol::{
-    Bug, COORDINATORS, Config, Op, Queue, REPLICAS, Scenario, State, Violation,
+    Bug, COORDINATORS, Config, Op, Queue, REPLICAS, Scenario, Start, State, Violation,
 };
 
 /// One step of the model.
@@ -366,7 +366,7 @@ impl Config {
             name,
             dead_letter: false,
             max_receive_count: 0,
-            start_sent: false,
+            start: Start::Empty,
             faults_max: 0,
             claims_max: 0,
             deletes_max: 0,

@@ -74,8 +74,8 @@ pub struct Config {
     pub dead_letter: bool,
     /// A claim that finds this many receives moves the message instead (with `dead_letter`).
     pub max_receive_count: u8,
-    /// Whether the message starts already sent and stored on all replicas (send not explored).
-    pub start_sent: bool,
+    /// Where the search starts.
+    pub start: Start,
     /// Drops, duplicates and replica crashes, together.
     pub faults_max: u8,
     pub claims_max: u8,
@@ -128,6 +128,22 @@ impl Config {
             REPLICAS
         }
     }
+}
+
+/// Where a search starts. Later starting points skip the steps before them, so a bound can be
+/// spent on what follows; each is a state the earlier ones reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Start {
+    /// Nothing sent.
+    Empty,
+    /// The send acknowledged by replicas 0 and 1; the write to replica 2 is in flight or lost.
+    Sent,
+    /// Sent, then received once by coordinator 1, whose claim replicas 0 and 1 acked (replica
+    /// 2 holds the unclaimed copy, or the claim is still in flight to it).
+    Received,
+    /// Received by coordinator 1 and deleted with its handle: replicas 0 and 1 acked the
+    /// tombstone; replica 2 still holds the claimed copy.
+    Deleted,
 }
 
 /// A receipt handle as the client holds it: the claim and the generation it was issued in.
@@ -436,9 +452,7 @@ fn count(mask: u8) -> usize {
 }
 
 impl State {
-    /// The initial states: nothing sent, or (with `start_sent`) the send acknowledged by
-    /// replicas 0 and 1 while the write to replica 2 is still in flight (it may arrive at any
-    /// point, or be dropped) or was lost.
+    /// The initial states of `config.start`.
     pub fn initial(config: &Config) -> Vec<State> {
         let replica = Replica {
             up: true,
@@ -462,7 +476,7 @@ impl State {
             ghost: Ghost::default(),
             healed: false,
         };
-        if !config.start_sent {
+        if config.start == Start::Empty {
             return vec![empty];
         }
         let sent = Record::ready(0, 0);
@@ -471,18 +485,54 @@ impl State {
         acked.replicas[1].store[Queue::Source.index()] = sent;
         acked.used.sends = 1;
         acked.ghost.sent_acked = true;
-        let mut in_flight = acked.clone();
-        in_flight.push(Packet {
+        let repair_to_2 = |record| Packet {
             replica: 2,
             coordinator: 0,
             round: 0,
             message: Message::Write {
                 queue: Queue::Source,
-                record: sent,
+                record,
                 ack: false,
             },
+        };
+        if config.start == Start::Sent {
+            let mut in_flight = acked.clone();
+            in_flight.push(repair_to_2(sent));
+            return vec![in_flight, acked];
+        }
+        let claim = Claim {
+            seq: 1,
+            coordinator: 1,
+        };
+        let claimed = Record::claimed(0, claim, 1);
+        let mut received = acked;
+        received.replicas[0].store[Queue::Source.index()] = claimed;
+        received.replicas[1].store[Queue::Source.index()] = claimed;
+        received.replicas[2].store[Queue::Source.index()] = sent;
+        received.used.claims = 1;
+        received.coordinators[1].handle = Some(Handle {
+            generation: 0,
+            claim,
         });
-        vec![in_flight, acked]
+        received.ghost.deliveries.push(Delivery {
+            generation: 0,
+            claim,
+            receive_count: 1,
+        });
+        if config.start == Start::Received {
+            let mut in_flight = received.clone();
+            in_flight.push(repair_to_2(claimed));
+            return vec![in_flight, received];
+        }
+        let mut deleted = received;
+        deleted.replicas[2].store[Queue::Source.index()] = claimed;
+        for r in [0, 1] {
+            deleted.store(r, Queue::Source, Record::tombstone(0), Cause::Request);
+        }
+        deleted.used.deletes = 1;
+        deleted.ghost.deleted = true;
+        deleted.ghost.deletes_acked = 1;
+        vec![deleted]
     }
 
     /// The join of every replica's record of `queue`: what the cluster knows.
