@@ -39,8 +39,16 @@ use trireme_spec::queue_core::{
 use pair::{Pair, Whereabouts, message_id};
 use scale::{DEDUP_WINDOWS, Excluded, SECONDS, Scale, VISIBILITY_CAP};
 
-/// Random sequences per scale.
+/// Random sequences per scale, unless `TRIREME_CONFORMANCE_CASES` says otherwise (for a longer
+/// soak).
 const CASES: u32 = 500;
+
+fn cases() -> u32 {
+    std::env::var("TRIREME_CONFORMANCE_CASES").map_or(CASES, |text| {
+        text.parse()
+            .expect("TRIREME_CONFORMANCE_CASES is a decimal u32")
+    })
+}
 /// Most steps per sequence: enough for two messages to go through two receives, a move to the
 /// dead-letter queue, a redrive and a settle phase.
 const STEPS_MAX: usize = 80;
@@ -293,7 +301,8 @@ fn explore(scale: Scale, model: &QueueCore, cases: u32, seed: u64) -> (Tally, Op
 /// report on the first disagreement, and returns what the sequences reached.
 fn conform(scale: Scale, test_name: &str) -> Tally {
     let seed = seed();
-    let (tally, failure) = explore(scale, &QueueCore::large(), CASES, seed);
+    let cases = cases();
+    let (tally, failure) = explore(scale, &QueueCore::unbounded_options(), cases, seed);
     if let Some(Failure { report, picks }) = failure {
         panic!(
             "{report}\nseed {seed}, minimal picks {picks:?}\nreplay: \
@@ -301,7 +310,7 @@ fn conform(scale: Scale, test_name: &str) -> Tally {
              conformance::{test_name}"
         );
     }
-    println!("{} ({CASES} cases, seed {seed}): {tally:#?}", scale.name);
+    println!("{} ({cases} cases, seed {seed}): {tally:#?}", scale.name);
     tally
 }
 
@@ -411,7 +420,7 @@ fn every_bug_planted_in_the_model_shows_as_a_disagreement() {
         (Bug::HandleSeqResetByRedrive, SECONDS),
     ];
     for (bug, scale) in bugs {
-        let model = QueueCore::large().with_bug(bug);
+        let model = QueueCore::unbounded_options().with_bug(bug);
         let (_, failure) = explore(scale, &model, CASES, seed);
         let Some(failure) = failure else {
             panic!(

@@ -21,9 +21,9 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use trireme_core::{
-    Command, DedupId, Delivery, GoneReason, HandleProblem, Incarnation, MessageCounts, MessageId,
-    MessageState, Millis, Outcome, QueueAttributes, QueueName, Queues, ReceiptHandle,
-    RedrivePolicy, Reject, WaiterId, WaiterView, Wakeup,
+    Change, Command, DedupId, Delivery, GoneReason, HandleProblem, Incarnation, MessageCounts,
+    MessageId, MessageRecord, MessageState, Millis, Outcome, QueueAttributes, QueueName, Queues,
+    ReceiptHandle, Record, RecordKey, RedrivePolicy, Reject, WaiterId, WaiterView, Wakeup,
 };
 use trireme_spec::queue_core::{
     self as model, Action, Gone, InvalidReason, MESSAGES, MessageId as ModelMessageId, QueueCore,
@@ -49,6 +49,8 @@ pub struct Pair {
     /// Why each message left the core. The core forgets a gone message and says why only in
     /// `gone_in_last_step`, so the reason is kept here.
     gone: [Option<GoneReason>; MESSAGES],
+    /// What a shell storing every `take_changes` would hold: its message records by key.
+    persisted: BTreeMap<RecordKey, MessageRecord>,
     /// The tick of the latest purge of each queue on this path (for `Scale::admits`).
     pub purges: [Option<Tick>; 2],
     /// Every action stepped so far.
@@ -80,6 +82,9 @@ pub struct Observed {
     pub gone_now: Vec<(MessageId, GoneReason)>,
     /// Every model message: stored (with its full state), gone (with the reason) or not stored.
     pub messages: Vec<(MessageId, Whereabouts)>,
+    /// Every model message as a shell would have stored it from `take_changes` (the model's
+    /// side: the message as it is stored now). A change the core does not report shows here.
+    pub persisted: Vec<(MessageId, Option<Persisted>)>,
     /// Messages the core stores that the model does not know (always empty for the model).
     pub unknown_messages: Vec<MessageId>,
     /// Open waiters per queue, in serving order.
@@ -184,6 +189,37 @@ pub struct Stored {
     pub body: String,
 }
 
+/// The changing state of a stored message, as its persisted record holds it (the body is
+/// written once at send and not compared here).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Persisted {
+    pub queue: QueueName,
+    pub state: MessageState,
+    pub receive_count: u32,
+    pub last_seq: u32,
+    pub handle: Option<u32>,
+    pub first_receive_at: Option<Millis>,
+    pub received_at: Option<Millis>,
+    pub sent_at: Millis,
+    pub source: Option<QueueName>,
+}
+
+impl From<&Stored> for Persisted {
+    fn from(stored: &Stored) -> Persisted {
+        Persisted {
+            queue: stored.queue.clone(),
+            state: stored.state,
+            receive_count: stored.receive_count,
+            last_seq: stored.last_seq,
+            handle: stored.handle,
+            first_receive_at: stored.first_receive_at,
+            received_at: stored.received_at,
+            sent_at: stored.sent_at,
+            source: stored.source.clone(),
+        }
+    }
+}
+
 /// The core's id of model message `m`: fixed, in the model's id order.
 pub fn message_id(m: ModelMessageId) -> MessageId {
     MessageId(((u128::from(m.0) + 1) << 64) | 0x5ca1_ab1e)
@@ -213,10 +249,11 @@ fn queue_text(queue: QueueId) -> &'static str {
 }
 
 impl Pair {
-    /// Both sides before anything happened: the model's initial state (large configuration:
-    /// sends to both queues, long polls of every shape), and a core with the two queues.
+    /// Both sides before anything happened: the model's initial state (every option of the
+    /// page's action set: sends to both queues, long polls of every shape), and a core with the
+    /// two queues.
     pub fn new(scale: Scale) -> Pair {
-        Pair::with_model(scale, QueueCore::large())
+        Pair::with_model(scale, QueueCore::unbounded_options())
     }
 
     /// The same with another configuration of the model (a planted bug, for the self-test).
@@ -258,6 +295,7 @@ impl Pair {
             held: Default::default(),
             waiting_on: BTreeMap::new(),
             gone: [None; MESSAGES],
+            persisted: BTreeMap::new(),
             purges: [None; 2],
             trace: Vec::new(),
         }
@@ -506,6 +544,39 @@ impl Pair {
                 (id, whereabouts)
             })
             .collect();
+        for change in self.core.take_changes() {
+            match change {
+                Change::Put(Record::Message(record)) => {
+                    self.persisted.insert(record_key(&record), record);
+                }
+                Change::Remove(key @ RecordKey::Message(..)) => {
+                    self.persisted.remove(&key);
+                }
+                Change::Put(_) | Change::Remove(_) => {}
+            }
+        }
+        let persisted = ModelMessageId::all()
+            .map(|m| {
+                let id = message_id(m);
+                let mut records = self.persisted.values().filter(|record| record.id == id);
+                let first = records.next().map(|record| Persisted {
+                    queue: record.queue.clone(),
+                    state: record.state,
+                    receive_count: record.receive_count,
+                    last_seq: record.last_seq,
+                    handle: record.handle,
+                    first_receive_at: record.first_receive_at,
+                    received_at: record.received_at,
+                    sent_at: record.sent_at,
+                    source: record.source.clone(),
+                });
+                if records.next().is_some() {
+                    // Stored under two keys: a move whose `Remove` was not reported.
+                    unknown_messages.push(id);
+                }
+                (id, first)
+            })
+            .collect();
         for q in QueueId::ALL {
             for view in self.core.messages(&self.name(q)) {
                 if self.model_message(view.id).is_none() {
@@ -519,6 +590,7 @@ impl Pair {
             wakeups: answered,
             gone_now,
             messages,
+            persisted,
             unknown_messages,
             waiters: QueueId::ALL
                 .map(|q| (self.name(q), self.core.waiter_views(&self.name(q))))
@@ -666,7 +738,7 @@ impl Pair {
             })
             .collect();
         gone_now.sort();
-        let messages = ModelMessageId::all()
+        let messages: Vec<(MessageId, Whereabouts)> = ModelMessageId::all()
             .map(|m| {
                 let whereabouts = match &s.messages[m.index()] {
                     Slot::Unsent | Slot::Duplicate { .. } => Whereabouts::NotStored,
@@ -716,12 +788,20 @@ impl Pair {
             }
             counts
         };
+        let persisted = messages
+            .iter()
+            .map(|(id, whereabouts)| match whereabouts {
+                Whereabouts::Stored(stored) => (*id, Some(Persisted::from(stored))),
+                Whereabouts::NotStored | Whereabouts::Gone(_) => (*id, None),
+            })
+            .collect();
         Observed {
             now: scale.at(s.now),
             answer,
             wakeups,
             gone_now,
             messages,
+            persisted,
             unknown_messages: Vec::new(),
             waiters: QueueId::ALL
                 .map(|q| {
@@ -800,6 +880,9 @@ fn differing(model_seen: &Observed, core_seen: &Observed) -> Vec<String> {
     for ((id, a), (_, b)) in model_seen.messages.iter().zip(&core_seen.messages) {
         check(format!("messages[{id}]"), a == b);
     }
+    for ((id, a), (_, b)) in model_seen.persisted.iter().zip(&core_seen.persisted) {
+        check(format!("persisted[{id}]"), a == b);
+    }
     check(
         "unknown_messages".into(),
         model_seen.unknown_messages == core_seen.unknown_messages,
@@ -808,6 +891,10 @@ fn differing(model_seen: &Observed, core_seen: &Observed) -> Vec<String> {
     check("counts".into(), model_seen.counts == core_seen.counts);
     check("held".into(), model_seen.held == core_seen.held);
     parts
+}
+
+fn record_key(record: &MessageRecord) -> RecordKey {
+    RecordKey::Message(record.queue.clone(), record.id)
 }
 
 fn delivered(d: Delivery) -> Delivered {
