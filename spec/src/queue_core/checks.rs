@@ -361,8 +361,11 @@ mod walks {
             }
             let mut steps = 0;
             while let Some(action) = model.actions(&state).first().copied() {
+                let before = properties::settle_progress(&state);
                 state = model.step(&state, &action).expect("a consumer step changes the state");
                 assert_invariants(&model, &state)?;
+                // The settle phase must be acyclic for `eventually` to be exact.
+                prop_assert!(properties::settle_progress(&state) > before, "{action:?} made no progress");
                 steps += 1;
                 prop_assert!(steps <= 60, "the settle phase does not end");
             }

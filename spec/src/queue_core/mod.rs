@@ -556,6 +556,13 @@ impl Model for QueueCore {
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
         let (next, _reply) = self.apply(state, action);
+        if state.settled && self.bug.is_none() {
+            // L3 is exact only if the settle phase has no cycle (see `properties`).
+            assert!(
+                properties::settle_progress(&next) > properties::settle_progress(state),
+                "settle step {action:?} made no progress from {state:?}"
+            );
+        }
         (next != *state).then_some(next)
     }
 

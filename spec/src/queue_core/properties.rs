@@ -21,8 +21,9 @@
 //! - Free-phase states are never terminal: `Settle` is enabled in each of them and always
 //!   changes the state.
 //! - The settle phase is acyclic: each consumer step deletes a message, delivers one (raising
-//!   its receive count), moves one to `D`, or advances time, and none of those is ever undone
-//!   there, so `(now, messages gone, receive counts + moves)` grows at every step.
+//!   its receive sequence), moves one to `D`, or advances time, and none of those is undone
+//!   there, so [`settle_progress`] grows at every step; `next_state` asserts it on every settle
+//!   step the checker takes (model of the page only; a planted bug may break it).
 //! - A settled state with every message gone has no action (the consumer has nothing to do),
 //!   and no later state can lose that, so along settle paths the bit is a function of the state:
 //!   the checker's merging of paths at an already generated state cannot lose a bit.
@@ -41,7 +42,9 @@
 use stateright::Property;
 
 use super::action::Action;
-use super::state::{Events, Gone, HeldHandle, MessageState, ReceiptHandle, Slot, State, WorkerId};
+use super::state::{
+    Events, Gone, HeldHandle, MessageState, ReceiptHandle, Slot, State, Tick, WorkerId,
+};
 use super::{DEDUP_WINDOW, QueueCore, RETENTION, VISIBILITY_TOTAL_MAX};
 
 /// Name of I1.
@@ -350,6 +353,27 @@ pub fn visibility_cap(s: &State) -> bool {
             .is_some_and(|received| until <= received + VISIBILITY_TOTAL_MAX),
         MessageState::Delayed { .. } | MessageState::Ready { .. } => true,
     })
+}
+
+/// A measure every settle-phase step raises: time, then messages gone, then messages moved to a
+/// dead-letter queue, then receives (over all lives). The model asserts it on every settle step
+/// of the model of the page, which makes the settle phase acyclic, so `eventually` is exact.
+pub fn settle_progress(s: &State) -> (Tick, usize, usize, u32) {
+    let gone = s
+        .messages
+        .iter()
+        .filter_map(Slot::message)
+        .filter(|m| m.gone.is_some())
+        .count();
+    let moved = s
+        .stored()
+        .filter(|(_, _, life)| life.source.is_some())
+        .count();
+    let receives = s
+        .stored()
+        .map(|(_, _, life)| u32::from(life.receive_seq))
+        .sum();
+    (s.now, gone, moved, receives)
 }
 
 /// L3's goal: the free phase ended and every sent message is gone with a reason.
