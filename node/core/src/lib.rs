@@ -25,5 +25,6 @@ pub use message::{AttributeValue, MessageState, MessageView, message_size_bytes}
 pub use queue::{MessageCounts, QueueView, WaiterView};
 pub use queues::{GoneReason, Queues};
 pub use records::{
-    Change, DedupRecord, DeletedNameRecord, MessageRecord, QueueRecord, Record, RecordKey,
+    Change, DedupRecord, DeletedNameRecord, MessageBodyRecord, MessageRecord, QueueRecord, Record,
+    RecordKey,
 };

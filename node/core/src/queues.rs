@@ -668,7 +668,7 @@ impl Queues {
                 .expect("a retained message is stored");
             assert_eq!(&message.queue, name);
             self.dirty.insert(RecordKey::Message(name.clone(), id));
-            self.gone.push((id, GoneReason::QueueDeleted));
+            self.note_gone(id, GoneReason::QueueDeleted);
         }
         for dedup in queue.dedup.keys() {
             self.dirty
@@ -786,6 +786,8 @@ impl Queues {
                 attributes,
             },
         );
+        // The body's only `Put`: moves and state changes rewrite the state record alone.
+        self.dirty.insert(RecordKey::MessageBody(id));
         if let Some(dedup) = dedup {
             self.queues
                 .get_mut(&name)
@@ -984,7 +986,7 @@ impl Queues {
         assert!(matches!(message.state, MessageState::Ready { .. }));
         let retention_ms = self.queues[to].attributes.retention_ms();
         if message.sent_at.plus_ms(retention_ms) <= at {
-            self.gone.push((id, GoneReason::Expired));
+            self.note_gone(id, GoneReason::Expired);
             return false;
         }
         self.insert_message(
@@ -1239,10 +1241,19 @@ impl Queues {
     /// Removes a stored message for good, remembering why for `gone_in_last_step`.
     fn make_gone(&mut self, id: MessageId, reason: GoneReason) {
         self.remove_message(id);
+        self.note_gone(id, reason);
+    }
+
+    /// Bookkeeping of a message that is no longer stored: its body record goes (the state
+    /// record's key was marked when it was removed), and the reason is reported.
+    fn note_gone(&mut self, id: MessageId, reason: GoneReason) {
+        assert!(!self.messages.contains_key(&id));
+        self.dirty.insert(RecordKey::MessageBody(id));
         self.gone.push((id, reason));
     }
 
-    /// Removes a stored message and its index entries (to be gone, or to move it).
+    /// Removes a stored message and its index entries (to be gone, or to move it). Marks only
+    /// its state record: a move keeps the body record, and `note_gone` marks it for removal.
     fn remove_message(&mut self, id: MessageId) -> Message {
         let message = self
             .messages

@@ -2,6 +2,11 @@
 //! since the shell last asked (`take_changes`), and the rebuild of every index from stored
 //! records (`restore`). Waiters are not records: their connections do not survive a restart.
 //! This module never writes anything anywhere; the shell owns storage and its checksums.
+//!
+//! A message is two records: its state (`MessageRecord`, a few dozen bytes, rewritten by every
+//! receive, restore, visibility change and move) and its body (`MessageBodyRecord`, up to
+//! `message_bytes_max`, written once at send and removed when the message is gone). The body is
+//! keyed by message id alone, so a move to another queue rewrites only the state.
 
 use std::collections::BTreeMap;
 
@@ -32,7 +37,8 @@ pub struct QueueRecord {
     pub last_purge_at: Option<Millis>,
 }
 
-/// A stored message with its whole state.
+/// A stored message's state: everything about it that changes after send. Its body and
+/// attributes are in the `MessageBodyRecord` with the same id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageRecord {
     /// The message's id (with `queue`, the record's key).
@@ -55,6 +61,16 @@ pub struct MessageRecord {
     pub sent_at: Millis,
     /// The queue it was dead-lettered from.
     pub source: Option<QueueName>,
+}
+
+/// What a stored message carries, immutable after send. Written once when the message is sent
+/// and removed in the same change set as its `MessageRecord` when the message is gone; a move
+/// between queues leaves it alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageBodyRecord {
+    /// The message's id (the record's key). Ids are unique among a node's stored messages,
+    /// whatever queue holds them: `Send` refuses an id that is stored in any queue.
+    pub id: MessageId,
     /// The body, as sent.
     pub body: String,
     /// The message attributes, as sent.
@@ -88,8 +104,10 @@ pub struct DeletedNameRecord {
 pub enum Record {
     /// A queue.
     Queue(QueueRecord),
-    /// A stored message.
+    /// A stored message's state.
     Message(MessageRecord),
+    /// A stored message's body and attributes.
+    MessageBody(MessageBodyRecord),
     /// An open deduplication window.
     Dedup(DedupRecord),
     /// A name within its reuse window.
@@ -103,20 +121,24 @@ impl Record {
         match self {
             Record::Queue(record) => RecordKey::Queue(record.name.clone()),
             Record::Message(record) => RecordKey::Message(record.queue.clone(), record.id),
+            Record::MessageBody(record) => RecordKey::MessageBody(record.id),
             Record::Dedup(record) => RecordKey::Dedup(record.queue.clone(), record.dedup.clone()),
             Record::DeletedName(record) => RecordKey::DeletedName(record.name.clone()),
         }
     }
 }
 
-/// Where a record is stored. A message's key includes its queue, so a move between queues is a
-/// `Remove` of the old key and a `Put` under the new one.
+/// Where a record is stored. A message's state key includes its queue, so a move between
+/// queues is a `Remove` of the old key and a `Put` under the new one; its body key does not, so
+/// the body stays where it is.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum RecordKey {
     /// Key of a `QueueRecord`.
     Queue(QueueName),
     /// Key of a `MessageRecord`.
     Message(QueueName, MessageId),
+    /// Key of a `MessageBodyRecord`.
+    MessageBody(MessageId),
     /// Key of a `DedupRecord`.
     Dedup(QueueName, DedupId),
     /// Key of a `DeletedNameRecord`.
@@ -134,7 +156,12 @@ pub enum Change {
 
 impl Queues {
     /// Every record touched since the last call: the current record, or `Remove` when it no
-    /// longer exists. In key order, so the output is deterministic.
+    /// longer exists. In key order, so the output is deterministic. A message's body appears
+    /// only in the call after its send (`Put`) and the call after it is gone (`Remove`).
+    ///
+    /// The shell must make one call's changes durable together (one transaction): a message's
+    /// state and body records are written in the same call and removed in the same call, and
+    /// `restore` refuses one without the other.
     pub fn take_changes(&mut self) -> Vec<Change> {
         let dirty = std::mem::take(&mut self.dirty);
         dirty
@@ -157,6 +184,10 @@ impl Queues {
             .values()
             .flat_map(|queue| queue.retained.iter())
             .map(|&(_, id)| Record::Message(self.message_record(id)));
+        let bodies = self
+            .messages
+            .iter()
+            .map(|(&id, message)| Record::MessageBody(body_record(id, message)));
         let dedups = self.queues.iter().flat_map(|(name, queue)| {
             queue.dedup.iter().map(|(dedup, entry)| {
                 Record::Dedup(DedupRecord {
@@ -173,7 +204,11 @@ impl Queues {
                 deleted_at,
             })
         });
-        queues.chain(messages).chain(dedups).chain(names)
+        queues
+            .chain(messages)
+            .chain(bodies)
+            .chain(dedups)
+            .chain(names)
     }
 
     /// Rebuilds a node's queues from stored records (in any order) and advances time to `now`
@@ -183,12 +218,16 @@ impl Queues {
     ///
     /// # Panics
     /// When the records contradict each other (a message or deduplication entry of a queue
-    /// that has no record, two records under one key): storage returned state the core never
-    /// wrote, which the shell's checksums should have caught.
+    /// that has no record, a message's state without its body or a body without its state,
+    /// two records under one key): storage returned state the core never wrote, which the
+    /// shell's checksums should have caught. Refusing to start keeps the evidence; dropping
+    /// the odd record would silently lose a message. A crash cannot leave such a half, since
+    /// the shell commits each `take_changes` in one transaction.
     #[must_use]
     pub fn restore(records: impl IntoIterator<Item = Record>, now: Millis) -> Queues {
         let mut queues = Queues::new();
         let mut messages = Vec::new();
+        let mut bodies = BTreeMap::new();
         let mut dedups = Vec::new();
         // The latest time the records mention: the clock resumes there, so every event still
         // due fires at its own time during the advance to `now` below.
@@ -214,6 +253,11 @@ impl Queues {
                     }
                     messages.push(record);
                 }
+                Record::MessageBody(record) => {
+                    let id = record.id;
+                    let previous = bodies.insert(id, record);
+                    assert!(previous.is_none(), "two body records for message {id}");
+                }
                 Record::Dedup(record) => dedups.push(record),
                 Record::DeletedName(record) => {
                     latest = latest.max(record.deleted_at);
@@ -222,6 +266,12 @@ impl Queues {
             }
         }
         for record in messages {
+            let body = bodies.remove(&record.id).unwrap_or_else(|| {
+                panic!(
+                    "message {} of queue {} has no body record",
+                    record.id, record.queue
+                )
+            });
             let message = Message {
                 queue: record.queue,
                 state: record.state,
@@ -232,8 +282,8 @@ impl Queues {
                 handle: record.handle,
                 sent_at: record.sent_at,
                 source: record.source,
-                body: record.body,
-                attributes: record.attributes,
+                body: body.body,
+                attributes: body.attributes,
             };
             assert!(
                 queues.queues.contains_key(&message.queue),
@@ -242,6 +292,9 @@ impl Queues {
                 message.queue
             );
             queues.insert_message(record.id, message);
+        }
+        if let Some(orphan) = bodies.keys().next() {
+            panic!("body record of message {orphan} has no message record");
         }
         for record in dedups {
             queues
@@ -279,6 +332,10 @@ impl Queues {
                 .get(id)
                 .filter(|message| &message.queue == queue)
                 .map(|_| Record::Message(self.message_record(*id))),
+            RecordKey::MessageBody(id) => self
+                .messages
+                .get(id)
+                .map(|message| Record::MessageBody(body_record(*id, message))),
             RecordKey::Dedup(queue, dedup) => self
                 .queues
                 .get(queue)
@@ -316,9 +373,15 @@ impl Queues {
             handle: message.handle,
             sent_at: message.sent_at,
             source: message.source.clone(),
-            body: message.body.clone(),
-            attributes: message.attributes.clone(),
         }
+    }
+}
+
+fn body_record(id: MessageId, message: &Message) -> MessageBodyRecord {
+    MessageBodyRecord {
+        id,
+        body: message.body.clone(),
+        attributes: message.attributes.clone(),
     }
 }
 
@@ -377,6 +440,14 @@ mod tests {
     }
 
     /// Every observable query of `queues`, gathered in one comparable value.
+    fn body(id: u128) -> Record {
+        Record::MessageBody(MessageBodyRecord {
+            id: MessageId(id),
+            body: format!("body of {id}"),
+            attributes: BTreeMap::new(),
+        })
+    }
+
     fn observable(queues: &Queues) -> String {
         let mut out = format!(
             "now {:?}\nnext {:?}\n",
@@ -478,8 +549,6 @@ mod tests {
                 handle: received.then_some(1),
                 sent_at,
                 source: None,
-                body: "m".to_owned(),
-                attributes: BTreeMap::new(),
             })
         };
         let records = vec![
@@ -492,6 +561,8 @@ mod tests {
                 tags: BTreeMap::new(),
                 last_purge_at: None,
             }),
+            body(1),
+            body(2),
             message(
                 1,
                 MessageState::InFlight {

@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use trireme_core::{AttributeChanges, Change, Command, Millis, Queues, Record, RecordKey, Step};
+use trireme_core::{
+    AttributeChanges, AttributeValue, Change, Command, MessageBodyRecord, MessageId, Millis,
+    QueueAttributes, Queues, Record, RecordKey, Step,
+};
 
 use crate::support::{Node, START, secs};
 
@@ -208,4 +211,226 @@ fn restore_with_an_earlier_clock_keeps_the_latest_time_recorded() {
     let records: Vec<Record> = node.queues.records().collect();
     let restored = Queues::restore(records, START);
     assert_eq!(restored.now(), START.plus_ms(secs(50)));
+}
+
+/// The changes that touch a body record.
+fn body_changes(changes: &[Change]) -> Vec<&Change> {
+    changes
+        .iter()
+        .filter(|change| match change {
+            Change::Put(record) => matches!(record, Record::MessageBody(_)),
+            Change::Remove(key) => matches!(key, RecordKey::MessageBody(_)),
+        })
+        .collect()
+}
+
+/// The ids of the state records among `records`, and of the body records.
+fn split_ids(records: &[Record]) -> (Vec<MessageId>, Vec<MessageId>) {
+    let mut states: Vec<MessageId> = records
+        .iter()
+        .filter_map(|record| match record {
+            Record::Message(message) => Some(message.id),
+            _ => None,
+        })
+        .collect();
+    let mut bodies: Vec<MessageId> = records
+        .iter()
+        .filter_map(|record| match record {
+            Record::MessageBody(body) => Some(body.id),
+            _ => None,
+        })
+        .collect();
+    states.sort();
+    bodies.sort();
+    (states, bodies)
+}
+
+#[test]
+fn send_puts_the_body_once_and_receive_and_restore_put_only_the_state() {
+    let mut node = Node::new();
+    let q = node.create("jobs");
+    node.queues.take_changes();
+    let id = node.send(&q, "a large body");
+    let changes = node.queues.take_changes();
+    assert_eq!(
+        body_changes(&changes),
+        vec![&Change::Put(Record::MessageBody(MessageBodyRecord {
+            id,
+            body: "a large body".to_owned(),
+            attributes: BTreeMap::new(),
+        }))]
+    );
+    assert_eq!(changes.len(), 2, "the state and the body: {changes:?}");
+    let delivery = node.receive_one(&q);
+    let changes = node.queues.take_changes();
+    assert!(
+        matches!(&changes[..], [Change::Put(Record::Message(record))] if record.id == id),
+        "a receive rewrites the state alone: {changes:?}"
+    );
+    node.change_visibility(&q, &delivery.handle, 10)
+        .result
+        .unwrap();
+    let changes = node.queues.take_changes();
+    assert!(
+        matches!(&changes[..], [Change::Put(Record::Message(_))]),
+        "{changes:?}"
+    );
+    // The visibility timeout expires: a restore by time alone.
+    node.at(secs(10));
+    node.advance();
+    let changes = node.queues.take_changes();
+    assert!(
+        matches!(&changes[..], [Change::Put(Record::Message(record))] if record.handle == Some(1)),
+        "{changes:?}"
+    );
+}
+
+#[test]
+fn dead_letter_move_and_redrive_leave_the_body_record_alone() {
+    let mut node = Node::new();
+    let dlq = node.create("dlq");
+    let q = node.create_with_dlq("jobs", &dlq, 1);
+    let id = node.send(&q, "poison");
+    node.receive_with(&q, 1, Some(0));
+    node.queues.take_changes();
+    assert_eq!(node.receive(&q, 1), vec![], "the message moved instead");
+    let changes = node.queues.take_changes();
+    assert_eq!(body_changes(&changes), Vec::<&Change>::new(), "{changes:?}");
+    assert!(changes.contains(&Change::Remove(RecordKey::Message(q.clone(), id))));
+    assert!(changes.iter().any(|change| matches!(
+        change,
+        Change::Put(Record::Message(record)) if record.id == id && record.queue == dlq
+    )));
+    node.redrive(&dlq, None, 10).unwrap();
+    let changes = node.queues.take_changes();
+    assert_eq!(body_changes(&changes), Vec::<&Change>::new(), "{changes:?}");
+    assert!(changes.contains(&Change::Remove(RecordKey::Message(dlq.clone(), id))));
+    assert_eq!(node.view(&q, id).unwrap().body, "poison");
+}
+
+#[test]
+fn a_gone_message_takes_its_body_record_with_it() {
+    let mut node = Node::new();
+    let q = node.create_with(
+        "jobs",
+        QueueAttributes {
+            retention_s: 60,
+            ..QueueAttributes::default()
+        },
+    );
+    let purged = node.create("purged");
+    let doomed = node.create("doomed");
+    let deleted = node.send(&q, "deleted");
+    let handle = node.receive_one(&q).handle;
+    node.queues.take_changes();
+    node.delete(&q, &handle).unwrap();
+    let changes = node.queues.take_changes();
+    assert!(changes.contains(&Change::Remove(RecordKey::MessageBody(deleted))));
+
+    let in_purged = node.send(&purged, "purged");
+    node.run(Command::PurgeQueue {
+        name: purged.clone(),
+    })
+    .unwrap();
+    let in_doomed = node.send(&doomed, "doomed");
+    node.run(Command::DeleteQueue { name: doomed }).unwrap();
+    let expired = node.send(&q, "expired");
+    node.at(secs(60));
+    node.advance();
+    let changes = node.queues.take_changes();
+    for id in [in_purged, in_doomed, expired] {
+        assert!(
+            changes.contains(&Change::Remove(RecordKey::MessageBody(id))),
+            "{id}: {changes:?}"
+        );
+    }
+    let (states, bodies) = split_ids(&node.queues.records().collect::<Vec<_>>());
+    assert_eq!((states.len(), bodies.len()), (0, 0));
+}
+
+#[test]
+fn restore_of_the_split_records_equals_the_original_state() {
+    let mut node = Node::new();
+    let dlq = node.create("dlq");
+    let q = node.create_with_dlq("jobs", &dlq, 1);
+    let attributes = BTreeMap::from([
+        (
+            "trace".to_owned(),
+            AttributeValue::String {
+                data_type: "String".to_owned(),
+                value: "abc".to_owned(),
+            },
+        ),
+        (
+            "raw".to_owned(),
+            AttributeValue::Binary {
+                data_type: "Binary".to_owned(),
+                value: vec![0, 1, 2, 255],
+            },
+        ),
+    ]);
+    let with_attributes = node.fresh_id();
+    node.run(Command::Send {
+        queue: q.clone(),
+        id: with_attributes,
+        body: "x".repeat(10_000),
+        attributes: attributes.clone(),
+        delay_s: None,
+        dedup: None,
+    })
+    .unwrap();
+    // Moved to the dead-letter queue: its state is keyed by `dlq`, its body by id alone.
+    node.receive_with(&q, 1, Some(0));
+    assert_eq!(node.receive(&q, 1), vec![]);
+    let in_flight = node.send(&q, "in flight");
+    node.receive_one(&q);
+    let delayed = node.send_delayed(&q, "delayed", Some(60));
+    let mut store = BTreeMap::new();
+    apply_changes(&mut store, node.queues.take_changes());
+    let records: Vec<Record> = store.into_values().collect();
+    let (states, bodies) = split_ids(&records);
+    assert_eq!(states, vec![with_attributes, in_flight, delayed]);
+    assert_eq!(bodies, states, "one body record per message");
+    let restored = Queues::restore(records, node.now);
+    assert_eq!(snapshot(&restored), snapshot(&node.queues));
+    for queue in [&q, &dlq] {
+        let original: Vec<_> = node.queues.messages(queue).collect();
+        let copy: Vec<_> = restored.messages(queue).collect();
+        assert_eq!(copy, original);
+    }
+    let moved = restored.message(&dlq, with_attributes).unwrap();
+    assert_eq!(moved.body.len(), 10_000);
+    assert_eq!(moved.attributes, attributes);
+    assert_eq!(moved.source, Some(q));
+}
+
+#[test]
+#[should_panic(expected = "has no body record")]
+fn restore_refuses_a_message_record_without_its_body() {
+    let mut node = Node::new();
+    let q = node.create("jobs");
+    node.send(&q, "m");
+    node.send(&q, "headless");
+    let mut records: Vec<Record> = node.queues.records().collect();
+    let last_body = records
+        .iter()
+        .rposition(|record| matches!(record, Record::MessageBody(_)))
+        .unwrap();
+    records.remove(last_body);
+    let _ = Queues::restore(records, node.now);
+}
+
+#[test]
+#[should_panic(expected = "has no message record")]
+fn restore_refuses_a_body_record_without_its_message() {
+    let mut node = Node::new();
+    let q = node.create("jobs");
+    node.send(&q, "m");
+    let orphan = node.send(&q, "orphan");
+    let records: Vec<Record> = node
+        .queues
+        .records()
+        .filter(|record| !matches!(record, Record::Message(message) if message.id == orphan))
+        .collect();
+    let _ = Queues::restore(records, node.now);
 }
