@@ -96,6 +96,7 @@ struct Seen {
 pub fn check(history: &History) -> Vec<Violation> {
     let mut violations = BTreeSet::new();
     let ops = &history.ops;
+    let skew = history.clock_skew_ms;
 
     // Sends: every body ever attempted, and the acknowledged ones.
     let mut attempted: BTreeSet<&str> = BTreeSet::new();
@@ -171,9 +172,9 @@ pub fn check(history: &History) -> Vec<Violation> {
         }
     }
 
-    check_receive_counts(&deliveries, &mut violations);
-    check_deletes(ops, &deliveries, &mut violations);
-    check_visibility(ops, &deliveries, &mut violations);
+    check_receive_counts(&deliveries, skew, &mut violations);
+    check_deletes(ops, &deliveries, skew, &mut violations);
+    check_visibility(ops, &deliveries, skew, &mut violations);
     check_lost(ops, &acknowledged, &ids_of, &deliveries, &mut violations);
     check_drained(ops, &mut violations);
     violations.into_iter().collect()
@@ -182,6 +183,7 @@ pub fn check(history: &History) -> Vec<Violation> {
 /// I1 and I5: counts of one message are distinct, and grow along real-time order.
 fn check_receive_counts(
     deliveries: &BTreeMap<&str, Vec<Seen>>,
+    skew: u64,
     violations: &mut BTreeSet<Violation>,
 ) {
     for (id, seen) in deliveries {
@@ -196,7 +198,7 @@ fn check_receive_counts(
         }
         for earlier in seen {
             for later in seen {
-                if earlier.completed_at_ms < later.invoked_at_ms
+                if earlier.completed_at_ms + skew < later.invoked_at_ms
                     && earlier.receive_count >= later.receive_count
                 {
                     violations.insert(Violation::ReceiveCountWentDown {
@@ -214,6 +216,7 @@ fn check_receive_counts(
 fn check_deletes(
     ops: &[Op],
     deliveries: &BTreeMap<&str, Vec<Seen>>,
+    skew: u64,
     violations: &mut BTreeSet<Violation>,
 ) {
     for op in ops {
@@ -232,7 +235,7 @@ fn check_deletes(
             .get(message_id.as_str())
             .map_or(&[][..], Vec::as_slice);
         for delivery in seen {
-            if delivery.invoked_at_ms > deleted_at_ms {
+            if delivery.invoked_at_ms > deleted_at_ms + skew {
                 violations.insert(Violation::Resurrected {
                     message_id: message_id.clone(),
                     deleted_at_ms,
@@ -243,7 +246,9 @@ fn check_deletes(
         // The newest delivery known to the world before this delete was sent.
         let newer = seen
             .iter()
-            .filter(|d| d.completed_at_ms < op.invoked_at_ms && d.receive_count > *receive_count)
+            .filter(|d| {
+                d.completed_at_ms + skew < op.invoked_at_ms && d.receive_count > *receive_count
+            })
             .map(|d| d.receive_count)
             .max();
         let Some(newer_count) = newer else { continue };
@@ -252,7 +257,7 @@ fn check_deletes(
         let explained = ops.iter().any(|other| {
             matches!(&other.call, Call::Delete { message_id: m, receive_count: k }
                 if m == message_id && *k > *receive_count)
-                && other.invoked_at_ms < deleted_at_ms
+                && other.invoked_at_ms < deleted_at_ms + skew
                 && other.outcome().may_have_happened()
         });
         if !explained {
@@ -271,6 +276,7 @@ fn check_deletes(
 fn check_visibility(
     ops: &[Op],
     deliveries: &BTreeMap<&str, Vec<Seen>>,
+    skew: u64,
     violations: &mut BTreeSet<Violation>,
 ) {
     for (id, seen) in deliveries {
@@ -281,14 +287,14 @@ fn check_visibility(
                 // reported by `check_receive_counts`.
                 if second.receive_count <= first.receive_count
                     || second.completed_at_ms < first.invoked_at_ms
-                    || second.completed_at_ms >= visible_from_ms
+                    || second.completed_at_ms + skew >= visible_from_ms
                 {
                     continue;
                 }
                 let changed = ops.iter().any(|op| {
                     matches!(&op.call, Call::ChangeVisibility { message_id, receive_count, .. }
                         if message_id == id && *receive_count == first.receive_count)
-                        && op.invoked_at_ms < second.completed_at_ms
+                        && op.invoked_at_ms < second.completed_at_ms + skew
                         && op.outcome().may_have_happened()
                 });
                 if !changed {

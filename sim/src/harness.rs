@@ -39,6 +39,9 @@ const DB_CACHE_BYTES: usize = 4 * 1024 * 1024;
 const EPOCH_S: u64 = 1_767_225_600;
 /// A run that has not finished by then failed (its drain never ended).
 const RUN_S_MAX: u64 = 240;
+/// One simulation step. Each host's clock advances by this much per step; 2 ms keeps
+/// interleavings fine-grained at half the cost of 1 ms.
+const TICK_MS: u64 = 2;
 /// The safety phase, unless the options say otherwise.
 pub const SAFETY_MS_DEFAULT: u64 = 30_000;
 
@@ -52,6 +55,10 @@ pub struct Options {
     pub disk: DiskMode,
     /// At least one crash in the plan.
     pub force_crash: bool,
+    /// Whether the seed may also draw disk faults (unsynced writes flushed at random, torn
+    /// writes on crash). Off for the lying disk, whose unsynced state is all there is: torn
+    /// pages there make the database unreadable instead of merely old.
+    pub disk_faults: bool,
 }
 
 impl Options {
@@ -63,6 +70,7 @@ impl Options {
             safety_ms: SAFETY_MS_DEFAULT,
             disk: DiskMode::Honest,
             force_crash: false,
+            disk_faults: true,
         }
     }
 }
@@ -139,19 +147,24 @@ pub fn run(options: &Options) -> Report {
         .rng_seed(options.seed)
         .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_S))
         .simulation_duration(Duration::from_secs(RUN_S_MAX))
-        .tick_duration(Duration::from_millis(1))
+        .tick_duration(Duration::from_millis(TICK_MS))
         .min_message_latency(Duration::from_millis(0))
         .max_message_latency(Duration::from_millis(mix.latency_ms_max));
     if mix.random_order {
         builder.enable_random_order();
     }
-    builder.fs().sync_probability(mix.sync_probability);
-    if mix.torn_writes {
+    if options.disk_faults {
+        builder.fs().sync_probability(mix.sync_probability);
+    }
+    if options.disk_faults && mix.torn_writes {
         builder.fs().block_size(4096);
     }
     let mut sim = builder.build();
 
-    let history = Rc::new(RefCell::new(History::default()));
+    let history = Rc::new(RefCell::new(History {
+        clock_skew_ms: TICK_MS,
+        ..History::default()
+    }));
     let power = Power::new();
     let boots = Rc::new(Cell::new(0_u64));
     {
@@ -203,7 +216,13 @@ pub fn run(options: &Options) -> Report {
         );
     }
 
-    let mut node_up = true;
+    let mut world = World {
+        mix: &mix,
+        power: &power,
+        node_up: true,
+        links: vec![Link::default(); usize::try_from(mix.clients).expect("a few clients")],
+        history: &history,
+    };
     let mut next = 0;
     let mut error = None;
     loop {
@@ -212,15 +231,7 @@ pub fn run(options: &Options) -> Report {
             if *at > now_ms {
                 break;
             }
-            apply(
-                &mut sim,
-                action,
-                &mix,
-                &power,
-                &mut node_up,
-                now_ms,
-                &history,
-            );
+            apply(&mut sim, &mut world, action, now_ms);
             next += 1;
         }
         match sim.step() {
@@ -234,8 +245,9 @@ pub fn run(options: &Options) -> Report {
     }
     let simulated_ms = millis(sim.elapsed());
     // Stop the node inside the simulation: its storage must not outlive the simulated disk.
-    power.cut();
-    sim.crash(NODE_HOST);
+    if world.node_up {
+        crash_node(&mut sim, &power, &world.links);
+    }
     drop(sim);
 
     let history = Rc::try_unwrap(history)
@@ -258,37 +270,79 @@ pub fn run(options: &Options) -> Report {
     }
 }
 
-fn apply(
-    sim: &mut turmoil::Sim<'_>,
-    action: &Action,
-    mix: &crate::faults::Mix,
-    power: &Power,
-    node_up: &mut bool,
-    now_ms: u64,
-    history: &Rc<RefCell<History>>,
-) {
-    let normal_latency = Duration::from_millis(mix.latency_ms_max);
+/// What the harness did to each client's link to the node, so a crash can leave it as it was.
+#[derive(Clone, Copy, Debug, Default)]
+struct Link {
+    partitioned: bool,
+    held: bool,
+}
+
+/// Crashes the node as a power loss: its sockets vanish without a word. turmoil would send a
+/// FIN or RST for every socket the crash drops, drawing network randomness in the order tokio
+/// drops the node's tasks, which follows process-wide task ids and differs between two runs of
+/// one seed. So the node's healthy links are cut around the crash (what was in flight dies
+/// with the machine) and mended right after; clients notice through keepalive, as they would.
+fn crash_node(sim: &mut turmoil::Sim<'_>, power: &Power, links: &[Link]) {
+    let healthy: Vec<String> = links
+        .iter()
+        .enumerate()
+        .filter(|(_, link)| !link.partitioned && !link.held)
+        .map(|(client, _)| client_host(u32::try_from(client).expect("a few clients")))
+        .collect();
+    for host in &healthy {
+        sim.partition(host.as_str(), NODE_HOST);
+    }
+    power.cut();
+    sim.crash(NODE_HOST);
+    for host in &healthy {
+        sim.repair(host.as_str(), NODE_HOST);
+    }
+}
+
+struct World<'a> {
+    mix: &'a crate::faults::Mix,
+    power: &'a Power,
+    node_up: bool,
+    links: Vec<Link>,
+    history: &'a Rc<RefCell<History>>,
+}
+
+fn apply(sim: &mut turmoil::Sim<'_>, world: &mut World<'_>, action: &Action, now_ms: u64) {
+    let normal_latency = Duration::from_millis(world.mix.latency_ms_max);
+    let link = |client: &u32| usize::try_from(*client).expect("a few clients");
     match action {
         Action::CrashNode => {
-            if !*node_up {
+            if !world.node_up {
                 return;
             }
-            power.cut();
-            sim.crash(NODE_HOST);
-            *node_up = false;
+            crash_node(sim, world.power, &world.links);
+            world.node_up = false;
         }
         Action::RestartNode => {
-            if *node_up {
+            if world.node_up {
                 return;
             }
-            power.restore();
+            world.power.restore();
             sim.bounce(NODE_HOST);
-            *node_up = true;
+            world.node_up = true;
         }
-        Action::Partition(client) => sim.partition(client_host(*client), NODE_HOST),
-        Action::Repair(client) => sim.repair(client_host(*client), NODE_HOST),
-        Action::Hold(client) => sim.hold(client_host(*client), NODE_HOST),
-        Action::Release(client) => sim.release(client_host(*client), NODE_HOST),
+        Action::Partition(client) => {
+            sim.partition(client_host(*client), NODE_HOST);
+            world.links[link(client)].partitioned = true;
+        }
+        Action::Repair(client) => {
+            sim.repair(client_host(*client), NODE_HOST);
+            world.links[link(client)] = Link::default();
+        }
+        Action::Hold(client) => {
+            sim.hold(client_host(*client), NODE_HOST);
+            world.links[link(client)].held = true;
+        }
+        Action::Release(client) => {
+            // turmoil's release makes the link healthy, partitioned or not.
+            sim.release(client_host(*client), NODE_HOST);
+            world.links[link(client)] = Link::default();
+        }
         Action::SlowLink(client, ms) => sim.set_link_max_message_latency(
             client_host(*client),
             NODE_HOST,
@@ -298,18 +352,22 @@ fn apply(
             sim.set_link_max_message_latency(client_host(*client), NODE_HOST, normal_latency);
         }
         Action::Heal => {
-            for client in 0..mix.clients {
+            for client in 0..world.mix.clients {
                 let host = client_host(client);
                 sim.release(host.as_str(), NODE_HOST);
                 sim.repair(host.as_str(), NODE_HOST);
                 sim.set_link_max_message_latency(host.as_str(), NODE_HOST, normal_latency);
             }
-            if !*node_up {
-                power.restore();
+            world.links.fill(Link::default());
+            if !world.node_up {
+                world.power.restore();
                 sim.bounce(NODE_HOST);
-                *node_up = true;
+                world.node_up = true;
             }
         }
     }
-    history.borrow_mut().fault(now_ms, format!("{action:?}"));
+    world
+        .history
+        .borrow_mut()
+        .fault(now_ms, format!("{action:?}"));
 }

@@ -120,6 +120,11 @@ pub struct History {
     pub ops: Vec<Op>,
     /// `(simulated ms, what happened)` for each fault and each heal, in time order.
     pub faults: Vec<(u64, String)>,
+    /// How far two hosts' clocks may disagree, in ms. turmoil runs hosts one after another
+    /// within a step, each advancing its own clock through the step, so a reply sent late in
+    /// the node's step can be read early in the client's: a completion can be stamped up to one
+    /// step before the node's time of sending. Real-time order needs a gap wider than this.
+    pub clock_skew_ms: u64,
 }
 
 impl History {

@@ -98,6 +98,10 @@ pub fn channel(host: &str, port: u16) -> Channel {
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true)
+        // h2 remembers locally reset streams (a call whose deadline passed is reset) for a while
+        // measured on the real clock (`std::time::Instant`), and whether a late frame for such a
+        // stream is ignored depends on it. Remembering none keeps the real clock out of a run.
+        .http2_max_concurrent_reset_streams(0)
         .connect_with_connector_lazy(tower::service_fn(|uri: Uri| async move {
             let host = uri
                 .host()

@@ -161,7 +161,7 @@ fn outcome_of_failure(status: &Status) -> Outcome {
         // Unavailable, Cancelled, Internal, Unknown, DeadlineExceeded: the call may have been
         // applied before its answer was lost.
         code => Outcome::Unknown {
-            reason: format!("{code:?}"),
+            reason: format!("{code:?}: {}", status.message()),
         },
     }
 }

@@ -130,6 +130,18 @@ fn the_same_seed_gives_the_same_trace() {
     let second = run_named(&options).unwrap_or_else(|failure| panic!("{failure}"));
     assert!(first.boots >= 2, "the run crashed and restarted the node");
     assert_exercised(&first);
+    let first_difference = first
+        .history
+        .ops
+        .iter()
+        .zip(&second.history.ops)
+        .position(|(a, b)| a != b);
+    if let Some(at) = first_difference {
+        panic!(
+            "seed 7 replayed differently from op {at}:\n  {:?}\n  {:?}\nfaults: {:?}",
+            first.history.ops[at], second.history.ops[at], first.history.faults
+        );
+    }
     assert_eq!(first.history, second.history, "seed 7 replayed differently");
     assert_eq!(first.digest, second.digest);
     let other = run_named(&Options::seed(8)).unwrap_or_else(|failure| panic!("{failure}"));
@@ -148,6 +160,7 @@ fn a_disk_that_acknowledges_before_fsync_is_caught() {
         let options = Options {
             disk: DiskMode::LyingSync,
             force_crash: true,
+            disk_faults: false,
             ..Options::seed(seed)
         };
         let report = run_named(&options).unwrap_or_else(|failure| panic!("{failure}"));
