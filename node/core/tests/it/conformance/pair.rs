@@ -433,10 +433,55 @@ impl Pair {
                 Some((&model_seen, &core_seen)),
             ));
         }
+        if let Some(due) = self.model_next_event() {
+            let next = self.core.next_deadline();
+            if next.is_none_or(|next| next > self.scale.at(due)) {
+                return Err(self.report(
+                    &format!(
+                        "the core's next_deadline {next:?} is later than the model's next event \
+                         at tick {due} ({:?}): a shell sleeping until it would fire late",
+                        self.scale.at(due)
+                    ),
+                    None,
+                ));
+            }
+        }
         if let Some(broken) = self.broken_invariant() {
             return Err(self.report(&format!("the model breaks {broken}"), None));
         }
         Ok(reply)
+    }
+
+    /// The model's next timed event whose duration the core shares at this scale: a delay end,
+    /// a visibility restore, a waiter deadline, and retention and dedup expiry where exact.
+    /// The core's `next_deadline` may be earlier (it has events of its own, such as a dedup
+    /// entry of another length), never later.
+    fn model_next_event(&self) -> Option<Tick> {
+        let s = &self.state;
+        let messages = s.stored().flat_map(|(id, _, life)| {
+            let timer = match life.state {
+                model::MessageState::Delayed { until }
+                | model::MessageState::InFlight { until } => Some(until),
+                model::MessageState::Ready { .. } => None,
+            };
+            let sent_at = s.message(id).expect("stored").sent_at;
+            let retention = self
+                .scale
+                .retention_exact()
+                .then_some(sent_at + model::RETENTION);
+            [timer, retention]
+        });
+        let waiters = s
+            .queues
+            .iter()
+            .flat_map(|queue| queue.waiters.iter().map(|waiter| Some(waiter.deadline)));
+        let dedup = s.queues.iter().map(|queue| {
+            queue
+                .dedup
+                .filter(|_| self.scale.dedup_window_exact())
+                .map(|entry| entry.expires_at)
+        });
+        messages.chain(waiters).chain(dedup).flatten().min()
     }
 
     /// The first invariant of the page the model state breaks, if any.

@@ -189,15 +189,19 @@ impl Scale {
     // the model's state, so at an exact scale they could otherwise hide a model that departs
     // from its own constant.
 
-    fn dedup_window_exact(&self) -> bool {
+    /// Whether the model's dedup window is the core's at this scale.
+
+    pub fn dedup_window_exact(&self) -> bool {
         u64::from(self.seconds(DEDUP_WINDOW)) * 1_000 == limits::dedup_window_ms
     }
 
-    fn visibility_cap_exact(&self) -> bool {
+    /// Whether the model's visibility cap is the core's at this scale.
+    pub fn visibility_cap_exact(&self) -> bool {
         u64::from(self.seconds(VISIBILITY_TOTAL_MAX)) * 1_000 == limits::visibility_total_ms_max
     }
 
-    fn retention_exact(&self) -> bool {
+    /// Whether the model's retention is the core queues' at this scale.
+    pub fn retention_exact(&self) -> bool {
         self.seconds(RETENTION) == self.retention_s()
     }
 
