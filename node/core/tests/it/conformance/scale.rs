@@ -190,7 +190,6 @@ impl Scale {
     // from its own constant.
 
     /// Whether the model's dedup window is the core's at this scale.
-
     pub fn dedup_window_exact(&self) -> bool {
         u64::from(self.seconds(DEDUP_WINDOW)) * 1_000 == limits::dedup_window_ms
     }
