@@ -35,6 +35,8 @@ pub const QUEUE_VISIBILITY_S: u32 = 5;
 pub const VISIBILITY_S_MAX: u32 = 6;
 /// Longest send delay a client asks for.
 pub const DELAY_S_MAX: u32 = 3;
+/// Entries in one batch call (SQS allows 10).
+const BATCH_ENTRIES_MAX: u32 = 5;
 /// Longest long poll a client asks for in the safety phase.
 const WAIT_S_MAX: u32 = 3;
 /// The visibility the drain asks for: long enough that a drained message is deleted before it
@@ -166,6 +168,26 @@ fn outcome_of_failure(status: &Status) -> Outcome {
     }
 }
 
+/// The outcome of a batch entry the node did not report as successful.
+fn batch_entry_outcome(failed: Option<&pb::BatchEntryError>) -> Outcome {
+    match failed {
+        // An entry the answer does not mention: nothing is known about it.
+        None => Outcome::Unknown {
+            reason: "entry missing from the batch answer".to_owned(),
+        },
+        // The node could not apply it (shutting down, storage failure): it may or may not
+        // have been applied before the failure.
+        Some(entry) if entry.code == "ServiceUnavailable" || entry.code == "InternalError" => {
+            Outcome::Unknown {
+                reason: entry.code.clone(),
+            }
+        }
+        Some(entry) => Outcome::Refused {
+            code: entry.code.clone(),
+        },
+    }
+}
+
 impl Client {
     fn invoke(&self, call: Call) -> OpId {
         self.history
@@ -234,7 +256,12 @@ impl Client {
             let held = self.held.remove(0);
             self.settle(held).await;
         } else if self.rng.random_bool(0.45) {
-            self.send().await;
+            if self.rng.random_bool(0.2) {
+                let count = self.rng.random_range(2..=BATCH_ENTRIES_MAX);
+                self.send_batch(count).await;
+            } else {
+                self.send().await;
+            }
         } else {
             let max = self.rng.random_range(1..=10);
             let wait_s = if self.rng.random_bool(0.3) {
@@ -252,11 +279,17 @@ impl Client {
         }
     }
 
-    /// Does something with a held message: delete it, change its visibility, abandon it (it
-    /// comes back after its timeout), or keep its handle for a late delete.
+    /// Does something with a held message: delete it (alone, or in a batch with the next held
+    /// ones), change its visibility, abandon it (it comes back after its timeout), or keep its
+    /// handle for a late delete.
     async fn settle(&mut self, held: Held) {
         let roll: f64 = self.rng.random();
-        if roll < 0.55 {
+        if roll < 0.10 && !self.held.is_empty() {
+            let more = self.held.len().min(BATCH_ENTRIES_MAX as usize - 1);
+            let mut batch: Vec<Held> = self.held.drain(..more).collect();
+            batch.insert(0, held);
+            self.delete_batch(&batch).await;
+        } else if roll < 0.55 {
             self.delete(&held).await;
         } else if roll < 0.70 {
             let timeout_s = self.rng.random_range(0..=VISIBILITY_S_MAX);
@@ -297,6 +330,82 @@ impl Client {
             Err(outcome) => outcome,
         };
         self.complete(op, outcome);
+    }
+
+    /// One `SendMessageBatch` of `count` new bodies; each entry is its own op in the history.
+    async fn send_batch(&mut self, count: u32) {
+        let mut entries = Vec::new();
+        let mut ops = Vec::new();
+        for index in 0..count {
+            let body = body(self.id, self.next_seq);
+            self.next_seq += 1;
+            ops.push(self.invoke(Call::Send {
+                body: body.clone(),
+                delay_s: None,
+            }));
+            entries.push(pb::SendMessageBatchEntry {
+                id: format!("e{index}"),
+                body,
+                attributes: Default::default(),
+                delay_seconds: None,
+                deduplication_id: None,
+            });
+        }
+        let request = pb::SendMessageBatchRequest {
+            queue: QUEUE.to_owned(),
+            entries,
+        };
+        let answer = Self::answer(self.api.send_message_batch(request), CALL_SLACK).await;
+        for (index, op) in ops.into_iter().enumerate() {
+            let id = format!("e{index}");
+            let outcome = match &answer {
+                Err(outcome) => outcome.clone(),
+                Ok(response) => {
+                    if let Some(sent) = response.successful.iter().find(|r| r.id == id) {
+                        Outcome::Sent {
+                            message_id: sent.message_id.clone(),
+                        }
+                    } else {
+                        batch_entry_outcome(response.failed.iter().find(|f| f.id == id))
+                    }
+                }
+            };
+            self.complete(op, outcome);
+        }
+    }
+
+    /// One `DeleteMessageBatch` of `batch`'s handles; each entry is its own op in the history.
+    async fn delete_batch(&mut self, batch: &[Held]) {
+        let ops: Vec<OpId> = batch
+            .iter()
+            .map(|held| {
+                self.invoke(Call::Delete {
+                    message_id: held.message_id.clone(),
+                    receive_count: held.receive_count,
+                })
+            })
+            .collect();
+        let request = pb::DeleteMessageBatchRequest {
+            queue: QUEUE.to_owned(),
+            entries: batch
+                .iter()
+                .enumerate()
+                .map(|(index, held)| pb::DeleteMessageBatchEntry {
+                    id: format!("e{index}"),
+                    receipt_handle: held.handle.clone(),
+                })
+                .collect(),
+        };
+        let answer = Self::answer(self.api.delete_message_batch(request), CALL_SLACK).await;
+        for (index, op) in ops.into_iter().enumerate() {
+            let id = format!("e{index}");
+            let outcome = match &answer {
+                Err(outcome) => outcome.clone(),
+                Ok(response) if response.successful.contains(&id) => Outcome::Ok,
+                Ok(response) => batch_entry_outcome(response.failed.iter().find(|f| f.id == id)),
+            };
+            self.complete(op, outcome);
+        }
     }
 
     /// A receive; `None` when it failed (recorded as refused or unknown).

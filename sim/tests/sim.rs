@@ -44,8 +44,9 @@ fn run_named(options: &Options) -> Result<Report, String> {
     })
 }
 
-/// A run that exercised the node: sends acknowledged, messages delivered, deletes acknowledged.
-fn assert_exercised(report: &Report) {
+/// How much a run exercised the node: (sends acknowledged, messages delivered, deletes
+/// acknowledged).
+fn exercise(report: &Report) -> (usize, usize, usize) {
     let ops = &report.history.ops;
     let acknowledged = |want: fn(&Call) -> bool| {
         ops.iter()
@@ -61,8 +62,14 @@ fn assert_exercised(report: &Report) {
             _ => 0,
         })
         .sum();
+    (sends, delivered, deletes)
+}
+
+/// A run that did something: a harness that never reached the node would pass every check.
+fn assert_exercised(report: &Report) {
+    let (sends, delivered, deletes) = exercise(report);
     assert!(
-        sends >= 20 && deletes >= 10 && delivered >= 20,
+        sends >= 5 && deletes >= 3 && delivered >= 5,
         "seed {} barely ran: {sends} sends, {delivered} deliveries, {deletes} deletes acknowledged",
         report.seed
     );
@@ -73,10 +80,13 @@ fn seed_sweep() {
     let count = env_u64("TRIREME_SIM_SEEDS").unwrap_or(SWEEP_SEEDS_DEFAULT);
     let base = env_u64("TRIREME_SIM_SEED_BASE").unwrap_or(0);
     let mut failures = Vec::new();
+    let mut total = (0, 0, 0);
     for seed in base..base + count {
         match run_named(&Options::seed(seed)) {
             Ok(report) => {
                 print!("{}", report.summary());
+                let (sends, delivered, deletes) = exercise(&report);
+                total = (total.0 + sends, total.1 + delivered, total.2 + deletes);
                 if report.passed() {
                     assert_exercised(&report);
                 } else {
@@ -94,6 +104,10 @@ fn seed_sweep() {
             }
         }
     }
+    println!(
+        "{count} seeds: {} sends, {} deliveries, {} deletes acknowledged",
+        total.0, total.1, total.2
+    );
     assert!(
         failures.is_empty(),
         "{} of {count} seeds failed: {failures:?}; replay one with: {}",
