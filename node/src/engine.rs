@@ -1038,7 +1038,8 @@ mod tests {
         assert!(results.iter().all(Result::is_ok));
         engine.close().await;
         let storage = Storage::open_path(dir.path(), 8 * 1024 * 1024).unwrap();
-        assert_eq!(storage.load().unwrap().len(), 11);
+        // The queue, and each message's state and body records.
+        assert_eq!(storage.load().unwrap().len(), 21);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

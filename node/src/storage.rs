@@ -36,7 +36,8 @@ const META_REVISION: &str = "revision";
 const META_HANDLE_KEY: &str = "handle_key";
 
 /// The table layout this build writes. A database with another layout is refused at open.
-const LAYOUT_VERSION: u8 = 1;
+/// 2: a message is a state record and a body record (trireme-core `Record::MessageBody`).
+const LAYOUT_VERSION: u8 = 2;
 
 /// The file name of the database inside the data directory.
 pub const DATABASE_FILE_NAME: &str = "trireme.redb";
