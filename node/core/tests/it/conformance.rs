@@ -1,22 +1,36 @@
 //! Conformance of the core to the model of `spec/queue-core.md`: the real `Queues` and the
 //! stateright model (`trireme_spec::queue_core`) are stepped through the same actions, and after
-//! every step the full observable state (every message with its state and times, receive
-//! count, handle sequence and source, the reason a message left, the waiters in serving order
-//! with their deadlines, the reply, the waiters answered and what they got, the handles each
-//! worker holds) must be the same on both sides. Every invariant of the page is checked on the
-//! model state, and the core's own assertions run in debug builds.
+//! every step everything an observer can see must be the same on both sides: every message with
+//! its state and times, receive count, handle sequence, newest handle and source; the reason a
+//! message left (`gone_in_last_step`); the waiters of each queue in serving order with their
+//! deadlines; the reply (outcome or refusal kind, deliveries with handles and counts); the
+//! waiters answered and what they got; the handles each worker holds; the message records a
+//! shell storing every `take_changes` would hold. The core's `next_deadline` must never be later
+//! than the model's next event. Every invariant of the page is checked on the model state, and
+//! the core's own assertions run (debug builds).
 //!
 //! Random sequences pick, at every step, one of the actions the model enables in its current
-//! state (`QueueCore::actions`), so every sequence is a path of the model; `pair` translates
-//! each action into a core command. Where a model constant cannot be given to the core, the
-//! action whose outcome depends on it is left out at that scale (`scale`), and three scales
-//! together cover what one cannot: see `scale.rs` for the table.
+//! state (`QueueCore::actions`, every option of the page's action set), so every sequence is a
+//! path of the model; `pair` translates each action into a core command. Where a model
+//! constant cannot be given to the core, the actions whose outcome depends on it are left out at
+//! that scale (`scale`), and three scales (a tick of 1 s, 150 s, 4 h) together cover what one
+//! cannot: see `scale.rs` for the table.
 //!
-//! What the mapping leaves out, at every scale: queue administration (create, set attributes,
-//! delete: the model's queues and attributes are fixed), tags, message sizes and attributes,
-//! bodies other than one fixed text per message, the in-flight and waiter caps, and the
-//! combinations no scale can hold at once (a long poll together with retention expiry, a dedup
-//! window expiry or the visibility cap; a delay together with the visibility cap).
+//! What the mapping leaves out:
+//! - everything the model leaves out: queue administration (create, set attributes, delete;
+//!   the model's queues and attributes are fixed), tags, message sizes and attributes, the
+//!   in-flight and waiter caps, more than two messages and two workers;
+//! - the combinations no scale can hold at once, because the core's fixed limits do not keep
+//!   the model's ratios: a long poll (20 s at most) together with retention expiry (60 s at
+//!   least), a dedup window expiry (300 s) or the visibility cap (12 h); a delay (900 s at
+//!   most) together with the visibility cap. So the page's same-instant case of a waiter served
+//!   a message whose retention ends at that instant is not compared here;
+//! - at 1 s ticks, a second purge of a queue (the core allows one per 60 s; not modelled), and
+//!   any tick that would expire a message in the model only (time stops there, settle phases
+//!   included).
+//!
+//! Chosen traces at the end step the classic races through both sides, and a self-test plants
+//! each of the model's defects (`Bug`) to show the comparison catches a departure.
 //!
 //! A failure prints the seed, the command that replays it, the action trace, the parts that
 //! differ and both sides in full.
@@ -49,6 +63,7 @@ fn cases() -> u32 {
             .expect("TRIREME_CONFORMANCE_CASES is a decimal u32")
     })
 }
+
 /// Most steps per sequence: enough for two messages to go through two receives, a move to the
 /// dead-letter queue, a redrive and a settle phase.
 const STEPS_MAX: usize = 80;
@@ -498,8 +513,12 @@ fn receive(worker: WorkerId, queue: QueueId, visibility: u8) -> Action {
 }
 
 fn long_poll(worker: WorkerId) -> Action {
+    long_poll_on(worker, QueueId::Q)
+}
+
+fn long_poll_on(worker: WorkerId, queue: QueueId) -> Action {
     Action::Receive {
-        queue: QueueId::Q,
+        queue,
         worker,
         max: 2,
         visibility: 2,
@@ -662,6 +681,50 @@ fn waiter_past_its_deadline_is_answered_empty() {
     assert!(replies[1].answered.is_empty());
     assert_eq!(replies[2].answered.len(), 1);
     assert!(replies[2].answered[0].delivered.is_empty());
+}
+
+/// Two delays end at the same instant: both messages are ready before the waiter is served,
+/// so a waiter with a batch of two gets both (spec-questions: serve granularity).
+#[test]
+fn messages_ready_at_one_instant_are_served_to_one_batch_waiter() {
+    let delayed = |message| Action::Send {
+        queue: QueueId::Q,
+        message,
+        delay: 1,
+        dedup: false,
+    };
+    let (_, replies) = trace(
+        SECONDS,
+        &[delayed(M0), delayed(M1), long_poll(W0), Action::Tick],
+    );
+    assert_eq!(delivered_to(&replies[3], W0), vec![(M0, 1), (M1, 1)]);
+}
+
+/// A long poll on the source takes a message past `maxReceiveCount`: the message moves to the
+/// dead-letter queue, whose waiter is served at once, and the source's poller, given nothing,
+/// waits.
+#[test]
+fn dead_letter_move_during_a_receive_serves_the_dead_letter_queue_waiter() {
+    let (pair, replies) = trace(
+        SECONDS,
+        &[
+            send(M0),
+            receive(W0, QueueId::Q, 0),
+            receive(W0, QueueId::Q, 0),
+            long_poll_on(W1, QueueId::D),
+            long_poll(W0),
+        ],
+    );
+    assert_eq!(replies[4].outcome, Outcome::Waiting);
+    let served = &replies[4].answered;
+    assert_eq!(served.len(), 1);
+    assert_eq!((served[0].worker, served[0].queue), (W1, QueueId::D));
+    let delivery = served[0].delivered[0];
+    assert_eq!(
+        (delivery.message, delivery.receive_count, delivery.source),
+        (M0, 3, Some(QueueId::Q))
+    );
+    assert_eq!(pair.state.queue(QueueId::Q).waiters.len(), 1);
 }
 
 /// The model's queue attributes are fixed, so "a limit changed while in flight" is the
