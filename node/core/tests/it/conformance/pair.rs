@@ -21,9 +21,10 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use trireme_core::{
-    Change, Command, DedupId, Delivery, GoneReason, HandleProblem, Incarnation, MessageCounts,
-    MessageId, MessageRecord, MessageState, Millis, Outcome, QueueAttributes, QueueName, Queues,
-    ReceiptHandle, Record, RecordKey, RedrivePolicy, Reject, WaiterId, WaiterView, Wakeup,
+    Change, Command, DedupId, DedupRecord, Delivery, GoneReason, HandleProblem, Incarnation,
+    MessageCounts, MessageId, MessageRecord, MessageState, Millis, Outcome, QueueAttributes,
+    QueueName, Queues, ReceiptHandle, Record, RecordKey, RedrivePolicy, Reject, WaiterId,
+    WaiterView, Wakeup,
 };
 use trireme_spec::queue_core::{
     self as model, Action, Gone, InvalidReason, MESSAGES, MessageId as ModelMessageId, QueueCore,
@@ -51,6 +52,8 @@ pub struct Pair {
     gone: [Option<GoneReason>; MESSAGES],
     /// What a shell storing every `take_changes` would hold: its message records by key.
     persisted: BTreeMap<RecordKey, MessageRecord>,
+    /// The same for deduplication records.
+    persisted_dedup: BTreeMap<RecordKey, DedupRecord>,
     /// The tick of the latest purge of each queue on this path (for `Scale::admits`).
     pub purges: [Option<Tick>; 2],
     /// Every action stepped so far.
@@ -85,6 +88,10 @@ pub struct Observed {
     /// Every model message as a shell would have stored it from `take_changes` (the model's
     /// side: the message as it is stored now). A change the core does not report shows here.
     pub persisted: Vec<(MessageId, Option<Persisted>)>,
+    /// The open deduplication entry of each queue as a shell would have stored it: `(queue,
+    /// first message, window end)`. Only where the scale gives both sides the same window
+    /// (`None` elsewhere).
+    pub persisted_dedup: Option<Vec<(QueueName, MessageId, Millis)>>,
     /// Messages the core stores that the model does not know (always empty for the model).
     pub unknown_messages: Vec<MessageId>,
     /// Open waiters per queue, in serving order.
@@ -296,6 +303,7 @@ impl Pair {
             waiting_on: BTreeMap::new(),
             gone: [None; MESSAGES],
             persisted: BTreeMap::new(),
+            persisted_dedup: BTreeMap::new(),
             purges: [None; 2],
             trace: Vec::new(),
         }
@@ -597,6 +605,13 @@ impl Pair {
                 Change::Remove(key @ RecordKey::Message(..)) => {
                     self.persisted.remove(&key);
                 }
+                Change::Put(Record::Dedup(record)) => {
+                    let key = RecordKey::Dedup(record.queue.clone(), record.dedup.clone());
+                    self.persisted_dedup.insert(key, record);
+                }
+                Change::Remove(key @ RecordKey::Dedup(..)) => {
+                    self.persisted_dedup.remove(&key);
+                }
                 Change::Put(_) | Change::Remove(_) => {}
             }
         }
@@ -636,6 +651,15 @@ impl Pair {
             gone_now,
             messages,
             persisted,
+            persisted_dedup: self.scale.dedup_window_exact().then(|| {
+                let mut entries: Vec<_> = self
+                    .persisted_dedup
+                    .values()
+                    .map(|record| (record.queue.clone(), record.message, record.expires_at))
+                    .collect();
+                entries.sort();
+                entries
+            }),
             unknown_messages,
             waiters: QueueId::ALL
                 .map(|q| (self.name(q), self.core.waiter_views(&self.name(q))))
@@ -847,6 +871,22 @@ impl Pair {
             gone_now,
             messages,
             persisted,
+            persisted_dedup: scale.dedup_window_exact().then(|| {
+                let mut entries: Vec<_> = QueueId::ALL
+                    .into_iter()
+                    .filter_map(|q| {
+                        s.queue(q).dedup.map(|entry| {
+                            (
+                                self.name(q),
+                                message_id(entry.message),
+                                scale.at(entry.expires_at),
+                            )
+                        })
+                    })
+                    .collect();
+                entries.sort();
+                entries
+            }),
             unknown_messages: Vec::new(),
             waiters: QueueId::ALL
                 .map(|q| {
@@ -928,6 +968,10 @@ fn differing(model_seen: &Observed, core_seen: &Observed) -> Vec<String> {
     for ((id, a), (_, b)) in model_seen.persisted.iter().zip(&core_seen.persisted) {
         check(format!("persisted[{id}]"), a == b);
     }
+    check(
+        "persisted_dedup".into(),
+        model_seen.persisted_dedup == core_seen.persisted_dedup,
+    );
     check(
         "unknown_messages".into(),
         model_seen.unknown_messages == core_seen.unknown_messages,
