@@ -530,7 +530,8 @@ struct Task {
     /// Open long polls and where their answer goes.
     parked: BTreeMap<WaiterId, Reply>,
     /// Messages served to a long poll whose caller had gone: made visible again in the next
-    /// batch so they are not hidden for a whole visibility timeout.
+    /// batch so they are not hidden for a whole visibility timeout. Bounded: at most one
+    /// receive's worth (10) per long poll answered in one batch, and emptied every batch.
     abandoned: Vec<Delivery>,
     /// Wakeups produced outside a batch's commands (by a cancel's time advance), answered
     /// after the next commit like every other wakeup.

@@ -33,9 +33,6 @@ pub const commit_batch_commands_max_default: usize = 1_024;
 pub const engine_queue_commands_max_default: usize = 4_096;
 /// Open long polls per node. Beyond it a receive with a wait is refused `RESOURCE_EXHAUSTED`.
 pub const long_polls_max_default: usize = 10_000;
-/// Served waiters whose caller went away, remembered until their messages are made visible
-/// again. Bounded by the open long polls.
-pub const abandoned_deliveries_max: usize = long_polls_max_default;
 
 /// redb page cache, in MiB.
 pub const db_cache_mib_default: usize = 64;
