@@ -277,10 +277,19 @@ fn message_attributes(
         .into_iter()
         .map(|(name, attribute)| {
             let value = match attribute.value {
-                Some(Value::StringValue(value)) => AttributeValue::String {
-                    data_type: attribute.data_type,
-                    value,
-                },
+                Some(Value::StringValue(value)) => {
+                    let base = attribute.data_type.split('.').next().unwrap_or_default();
+                    if base == "Number" && !value.trim().parse::<f64>().is_ok_and(f64::is_finite) {
+                        return Err(FieldError::new(
+                            format!("{field}[{name:?}].string_value"),
+                            format!("{value:?} is not a number, as data type Number requires"),
+                        ));
+                    }
+                    AttributeValue::String {
+                        data_type: attribute.data_type,
+                        value,
+                    }
+                }
                 Some(Value::BinaryValue(value)) => AttributeValue::Binary {
                     data_type: attribute.data_type,
                     value,
@@ -1213,6 +1222,19 @@ mod tests {
         };
         let error = attribute_changes(&attributes).unwrap_err();
         assert_eq!(error.field, "attributes.redrive_policy.max_receive_count");
+    }
+
+    #[test]
+    fn number_attribute_must_hold_a_number() {
+        let attribute = |value: &str| pb::MessageAttribute {
+            data_type: "Number.int".to_owned(),
+            value: Some(pb::message_attribute::Value::StringValue(value.to_owned())),
+        };
+        let ok = [("n".to_owned(), attribute("-12.5e3"))].into();
+        assert!(message_attributes("attributes", ok).is_ok());
+        let bad = [("n".to_owned(), attribute("twelve"))].into();
+        let error = message_attributes("attributes", bad).unwrap_err();
+        assert_eq!(error.field, "attributes[\"n\"].string_value");
     }
 
     #[test]
