@@ -424,3 +424,57 @@ fn help_documents_every_flag() {
         "the default gRPC port is not documented"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_takes_its_settings_from_a_toml_file() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let data = dir.path().join("from-file");
+    let file = dir.path().join("node.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "data_dir = {:?}\nlisten = \"127.0.0.1:0\"\nno_sqs = true\nlong_polls_max = 7\n",
+            data.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trireme-node"))
+        .arg("--config")
+        .arg(&file)
+        .env("TRIREME_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    tokio::time::timeout(PROCESS_GUARD, async {
+        // Without the SQS endpoint: the gRPC address and the data directory.
+        for _ in 0..2 {
+            printed.push(stdout.next_line().await.unwrap().expect("the node exited"));
+        }
+    })
+    .await
+    .expect("the node did not start");
+    assert!(printed[0].starts_with("trireme-node: gRPC listening on 127.0.0.1:"));
+    assert!(
+        !printed.iter().any(|line| line.contains("SQS")),
+        "{printed:?}"
+    );
+    assert!(printed[1].contains("from-file"), "{printed:?}");
+    assert!(crate::harness::has_database(&data));
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(PROCESS_GUARD, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}
