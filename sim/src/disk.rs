@@ -153,3 +153,73 @@ impl StorageBackend for SimDisk {
         self.file.write_all_at(data, offset)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use super::*;
+
+    const PATH: &str = "/data/disk-test";
+
+    /// Boots a host that, on its first boot, writes a synced then an unsynced block and, on
+    /// later boots, reports what the file holds; crashes it in between. Returns the file's
+    /// contents after the crash.
+    fn contents_after_crash(mode: DiskMode) -> Vec<u8> {
+        let mut sim = turmoil::Builder::new().build();
+        let power = Power::new();
+        let seen: Rc<RefCell<Option<Vec<u8>>>> = Rc::new(RefCell::new(None));
+        let boots = Rc::new(std::cell::Cell::new(0));
+        {
+            let (power, seen, boots) = (power.clone(), seen.clone(), boots.clone());
+            sim.host("disk", move || {
+                let (power, seen, boots) = (power.clone(), seen.clone(), boots.clone());
+                async move {
+                    boots.set(boots.get() + 1);
+                    let disk = SimDisk::open(Path::new(PATH), power, mode)?;
+                    if boots.get() == 1 {
+                        disk.set_len(8)?;
+                        disk.write(0, b"synced!!")?;
+                        disk.sync_data()?;
+                        disk.set_len(16)?;
+                        disk.write(8, b"unsynced")?;
+                    } else {
+                        let mut bytes = vec![0; usize::try_from(disk.len()?).unwrap()];
+                        disk.read(0, &mut bytes)?;
+                        *seen.borrow_mut() = Some(bytes);
+                    }
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+            });
+        }
+        sim.client("clock", async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(())
+        });
+        for _ in 0..10 {
+            sim.step().unwrap();
+        }
+        power.cut();
+        sim.crash("disk");
+        power.restore();
+        sim.bounce("disk");
+        sim.run().unwrap();
+        assert_eq!(boots.get(), 2);
+        seen.borrow_mut()
+            .take()
+            .expect("the second boot read the file")
+    }
+
+    #[test]
+    fn a_crash_keeps_synced_writes_and_drops_the_rest() {
+        assert_eq!(contents_after_crash(DiskMode::Honest), b"synced!!");
+    }
+
+    #[test]
+    fn a_lying_sync_keeps_nothing() {
+        assert_eq!(contents_after_crash(DiskMode::LyingSync), b"");
+    }
+}

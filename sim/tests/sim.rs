@@ -191,3 +191,17 @@ fn a_disk_that_acknowledges_before_fsync_is_caught() {
         "a lying fsync loses acknowledged sends, and the checker reports them: {caught:?}"
     );
 }
+
+/// Seed 13 once failed with a redelivery stamped 1 ms before the first delivery's visibility
+/// timeout ended: hosts' clocks agree only to one simulation step, which the checker now allows.
+#[test]
+fn regression_seed_13_redelivery_within_one_step_of_the_timeout() {
+    let report = run_named(&Options::seed(13)).unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        report.passed(),
+        "{}replay: {}",
+        report.summary(),
+        replay_command(13)
+    );
+    assert!(report.boots >= 2, "seed 13 crashes the node");
+}
