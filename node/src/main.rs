@@ -34,6 +34,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    // Watch SIGTERM before anything is printed: whoever reads the address may stop the node at
+    // once, and an unwatched SIGTERM would kill it without a graceful shutdown.
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let storage = trireme_node::open_storage(&config)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -65,11 +69,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         config.data_dir.display()
     )?;
     stdout.flush()?;
-    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let shutdown = async move {
         tokio::select! {
             _ = terminate.recv() => tracing::info!("SIGTERM received"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
+            _ = interrupt.recv() => tracing::info!("SIGINT received"),
         }
     };
     trireme_node::run(
