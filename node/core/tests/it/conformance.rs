@@ -727,6 +727,30 @@ fn dead_letter_move_during_a_receive_serves_the_dead_letter_queue_waiter() {
     assert_eq!(pair.state.queue(QueueId::Q).waiters.len(), 1);
 }
 
+/// Waiters of both queues reach their deadline at one instant. The page does not order their
+/// answers, and the sides differ (the model answers `Q`'s first, the core in queue-name order),
+/// so the comparison takes empty answers by waiter id.
+#[test]
+fn waiters_of_both_queues_past_their_deadline_at_one_instant_are_answered_empty() {
+    let (pair, replies) = trace(
+        SECONDS,
+        &[
+            long_poll_on(W0, QueueId::Q),
+            long_poll_on(W1, QueueId::D),
+            Action::Tick,
+            Action::Tick,
+        ],
+    );
+    let mut answered: Vec<_> = replies[3]
+        .answered
+        .iter()
+        .map(|answer| (answer.worker, answer.queue, answer.delivered.len()))
+        .collect();
+    answered.sort();
+    assert_eq!(answered, vec![(W0, QueueId::Q, 0), (W1, QueueId::D, 0)]);
+    assert!(pair.state.queues.iter().all(|q| q.waiters.is_empty()));
+}
+
 /// The model's queue attributes are fixed, so "a limit changed while in flight" is the
 /// message's own limit: its visibility, changed while in flight, up to the 12 h cap counted
 /// from the receive (exact at 4 h ticks), and by a holder whose handle was superseded.

@@ -77,9 +77,10 @@ pub struct Observed {
     pub now: Millis,
     /// The direct answer to the action.
     pub answer: Answer,
-    /// Waiters answered during the step, by waiter id (the page orders serving, which decides
-    /// who gets which message and is compared through the deliveries; it does not order the
-    /// list of answers).
+    /// Waiters answered during the step: those served in the order they were served (the
+    /// page's serving order), then those answered empty by waiter id. The page does not order
+    /// deadline answers of different queues at one instant, and the two sides do differ there:
+    /// the model answers `Q`'s waiters first, the core the queues' in name order.
     pub wakeups: Vec<Answered>,
     /// Messages that became gone during the step, by id.
     pub gone_now: Vec<(MessageId, GoneReason)>,
@@ -534,7 +535,7 @@ impl Pair {
             Some(Ok(outcome)) => self.core_answer(action, outcome, &gone_now),
             Some(Err(reject)) => Answer::Refused(refused(reject)),
         };
-        let mut answered: Vec<Answered> = wakeups
+        let answered: Vec<Answered> = wakeups
             .into_iter()
             .map(|wakeup| {
                 let waiter = wakeup.waiter();
@@ -555,7 +556,7 @@ impl Pair {
                 }
             })
             .collect();
-        answered.sort_by_key(|a| a.waiter);
+        let answered = served_then_empty(answered);
         // After the wakeups: the advance before the cancel may have served the waiter.
         if let Action::CancelWaiter { worker } = *action {
             self.waiting_on.remove(&waiter_id(worker));
@@ -781,7 +782,7 @@ impl Pair {
                 }
             }),
         };
-        let mut wakeups: Vec<Answered> = reply
+        let wakeups: Vec<Answered> = reply
             .answered
             .iter()
             .map(|answer| Answered {
@@ -790,7 +791,7 @@ impl Pair {
                 delivered: answer.delivered.iter().map(|d| self.delivered(d)).collect(),
             })
             .collect();
-        wakeups.sort_by_key(|a| a.waiter);
+        let wakeups = served_then_empty(wakeups);
         let gone_reason = |gone: Gone| match gone {
             Gone::Deleted => GoneReason::Deleted,
             Gone::Expired => GoneReason::Expired,
@@ -948,6 +949,15 @@ impl Pair {
         text += &format!("\nmodel state after the step: {:#?}\n", self.state);
         Mismatch(text)
     }
+}
+
+/// Served answers in the order given, then empty answers by waiter id.
+fn served_then_empty(answers: Vec<Answered>) -> Vec<Answered> {
+    let (served, mut empty): (Vec<Answered>, Vec<Answered>) = answers
+        .into_iter()
+        .partition(|answer| !answer.delivered.is_empty());
+    empty.sort_by_key(|answer| answer.waiter);
+    served.into_iter().chain(empty).collect()
 }
 
 /// The names of the parts of two observations that differ.
