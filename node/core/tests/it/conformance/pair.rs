@@ -406,6 +406,7 @@ impl Pair {
             panic!("{action:?} is not enabled in the model at {before:#?}");
         };
         self.trace.push(action);
+        self.state = after;
         if let Action::Purge { queue } = action {
             self.purges[queue.index()] = Some(before.now);
         }
@@ -433,7 +434,6 @@ impl Pair {
                 return Err(self.report(&format!("the core panicked: {text}"), None));
             }
         };
-        self.state = after;
         let core_seen = self.observe_core(&action, result, wakeups);
         let model_seen = self.observe_model(&before, &action, &reply);
         if core_seen != model_seen {
