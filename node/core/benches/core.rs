@@ -6,7 +6,8 @@
 //!
 //! Time stands still (every command at the same `now`), so only the command's own work is
 //! measured, not timers firing. Receives and deletes go in rounds that stay below the queue's
-//! in-flight cap. The body size defaults to 1 KiB; `TRIREME_BENCH_BODY_BYTES` changes it.
+//! in-flight cap. The body size defaults to 1 KiB; `TRIREME_BENCH_BODY_BYTES` changes it, and
+//! `TRIREME_BENCH_MESSAGES` (comma-separated counts) replaces 100k and 1M, e.g. for 1 MiB bodies.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -17,7 +18,7 @@ use trireme_core::{
     Record, WaiterId, limits, message_size_bytes,
 };
 
-/// Message counts to time, in order.
+/// Message counts to time, in order, unless `TRIREME_BENCH_MESSAGES` says otherwise.
 const RUNS_MESSAGES: [u64; 2] = [100_000, 1_000_000];
 /// Messages received (then deleted) per round: below the in-flight cap, a multiple of 10.
 const ROUND_MESSAGES: u64 = 100_000;
@@ -75,7 +76,19 @@ fn main() {
         "a body is 1..={} bytes",
         limits::message_bytes_max
     );
-    for messages in RUNS_MESSAGES {
+    let runs: Vec<u64> = match std::env::var("TRIREME_BENCH_MESSAGES") {
+        Ok(text) => text
+            .split(',')
+            .map(|count| {
+                count
+                    .trim()
+                    .parse()
+                    .expect("TRIREME_BENCH_MESSAGES is a comma-separated list of counts")
+            })
+            .collect(),
+        Err(_) => RUNS_MESSAGES.to_vec(),
+    };
+    for messages in runs {
         run(messages, body_bytes);
     }
 }
