@@ -13,9 +13,11 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use redb::StorageBackend;
 use turmoil::fs::shim::std::fs as simfs;
 
@@ -66,6 +68,35 @@ pub enum DiskMode {
     LyingSync,
 }
 
+/// Injected sync failures: while `on`, each sync fails with probability `rate`, drawn from a
+/// seeded source. A failed sync makes nothing durable, as an fsync that reports EIO may not.
+#[derive(Clone, Debug)]
+pub struct SyncFailures {
+    rate: f64,
+    on: Arc<AtomicBool>,
+}
+
+impl SyncFailures {
+    /// Failures at `rate` (0 for none), on until [`SyncFailures::stop`].
+    #[must_use]
+    pub fn new(rate: f64) -> SyncFailures {
+        assert!((0.0..=1.0).contains(&rate), "a probability");
+        SyncFailures {
+            rate,
+            on: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// No more failures (the healing phase).
+    pub fn stop(&self) {
+        self.on.store(false, Ordering::SeqCst);
+    }
+
+    fn active(&self) -> bool {
+        self.rate > 0.0 && self.on.load(Ordering::SeqCst)
+    }
+}
+
 /// A redb backend over one simulated file. Must be used inside the simulation (on the node
 /// host's runtime): the shim finds the host's filesystem through turmoil's thread-local world.
 #[derive(Debug)]
@@ -74,6 +105,9 @@ pub struct SimDisk {
     path: PathBuf,
     power: Power,
     mode: DiskMode,
+    failures: SyncFailures,
+    /// Draws the injected failures; seeded by the caller, so a run replays them.
+    rng: Mutex<ChaCha8Rng>,
 }
 
 fn power_cut() -> std::io::Error {
@@ -85,9 +119,17 @@ impl SimDisk {
     /// and a new directory's, are synced at once, as `Storage::open_path` does on a real disk:
     /// otherwise a crash would remove the whole database file.
     ///
+    /// `failures` says how often a sync fails, drawn from `seed`.
+    ///
     /// # Errors
     /// The shim's error when the directory or file cannot be created or opened.
-    pub fn open(path: &Path, power: Power, mode: DiskMode) -> std::io::Result<SimDisk> {
+    pub fn open(
+        path: &Path,
+        power: Power,
+        mode: DiskMode,
+        failures: SyncFailures,
+        seed: u64,
+    ) -> std::io::Result<SimDisk> {
         let dir = path
             .parent()
             .expect("the database path names a file in a directory");
@@ -110,6 +152,8 @@ impl SimDisk {
             path: path.to_path_buf(),
             power,
             mode,
+            failures,
+            rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),
         })
     }
 
@@ -139,6 +183,16 @@ impl StorageBackend for SimDisk {
     fn sync_data(&self) -> std::io::Result<()> {
         if !self.power.is_on() {
             return Err(power_cut());
+        }
+        if self.failures.active() {
+            let roll: f64 = self
+                .rng
+                .lock()
+                .expect("no code panics while holding the rng")
+                .random();
+            if roll < self.failures.rate {
+                return Err(std::io::Error::other("injected sync failure"));
+            }
         }
         match self.mode {
             DiskMode::Honest => self.file.sync_data(),
@@ -178,7 +232,8 @@ mod tests {
                 let (power, seen, boots) = (power.clone(), seen.clone(), boots.clone());
                 async move {
                     boots.set(boots.get() + 1);
-                    let disk = SimDisk::open(Path::new(PATH), power, mode)?;
+                    let disk =
+                        SimDisk::open(Path::new(PATH), power, mode, SyncFailures::new(0.0), 0)?;
                     if boots.get() == 1 {
                         disk.set_len(8)?;
                         disk.write(0, b"synced!!")?;

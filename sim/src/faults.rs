@@ -23,6 +23,9 @@ pub struct Mix {
     pub sync_probability: f64,
     /// Whether a crash may tear unsynced writes at 4 KiB blocks.
     pub torn_writes: bool,
+    /// Probability that one sync of the node's disk fails (in the safety phase). The engine
+    /// then stops, the node exits, and the harness restarts it.
+    pub sync_failure_rate: f64,
     /// Whether turmoil polls hosts in a random order each step.
     pub random_order: bool,
 }
@@ -73,6 +76,7 @@ pub fn plan(seed: u64, safety_ms: u64, force_crash: bool) -> Plan {
         sync_probability: [0.0, 0.0, 0.05, 0.5][rng.random_range(0..4)],
         torn_writes: rng.random_bool(0.3),
         random_order: rng.random_bool(0.5),
+        sync_failure_rate: [0.0, 0.0, 0.005, 0.02][rng.random_range(0..4)],
     };
     let mut actions = Vec::new();
     // Crashes one after another: each starts at least 1 s after the previous restart.

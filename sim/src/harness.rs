@@ -16,14 +16,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use trireme_node::Node;
 use trireme_node::config::Config;
 use trireme_node::storage::Storage;
+use trireme_node::{Node, NodeError};
 use turmoil::net::TcpListener;
 
 use crate::checker::{Violation, check};
 use crate::clock::{SimClock, millis};
-use crate::disk::{DiskMode, Power, SimDisk};
+use crate::disk::{DiskMode, Power, SimDisk, SyncFailures};
 use crate::faults::{Action, Plan, plan};
 use crate::history::History;
 use crate::net;
@@ -42,6 +42,8 @@ const RUN_S_MAX: u64 = 240;
 /// One simulation step. Each host's clock advances by this much per step; 2 ms keeps
 /// interleavings fine-grained at half the cost of 1 ms.
 const TICK_MS: u64 = 2;
+/// How long a node that exited stays down before it is started again.
+const EXIT_RESTART_MS: u64 = 500;
 /// The safety phase, unless the options say otherwise.
 pub const SAFETY_MS_DEFAULT: u64 = 30_000;
 
@@ -166,33 +168,86 @@ pub fn run(options: &Options) -> Report {
         ..History::default()
     }));
     let power = Power::new();
+    let sync_failures = SyncFailures::new(if options.disk_faults {
+        mix.sync_failure_rate
+    } else {
+        0.0
+    });
     let boots = Rc::new(Cell::new(0_u64));
+    // Raised by a node whose storage failed: it has stopped and waits to be taken down.
+    let exited = Rc::new(Cell::new(false));
     {
         let power = power.clone();
+        let sync_failures = sync_failures.clone();
         let boots = boots.clone();
+        let history = history.clone();
+        let exited = exited.clone();
         let seed = options.seed;
         let disk_mode = options.disk;
         sim.host(NODE_HOST, move || {
             let power = power.clone();
+            let sync_failures = sync_failures.clone();
             let boots = boots.clone();
+            let history = history.clone();
+            let exited = exited.clone();
             async move {
                 boots.set(boots.get() + 1);
-                let disk = SimDisk::open(Path::new(DATABASE_PATH), power, disk_mode)?;
-                let storage = Storage::open_backend(disk, DB_CACHE_BYTES)?;
+                let node_seed = node_seed(seed, boots.get());
+                let disk = SimDisk::open(
+                    Path::new(DATABASE_PATH),
+                    power,
+                    disk_mode,
+                    sync_failures,
+                    node_seed ^ 0x00d1_5c00,
+                )?;
+                // A node whose storage fails exits, as the binary does. Here it stops where it
+                // is and raises `exited`; the harness then takes it down as in a crash and
+                // starts it again, as a supervisor would. (Letting the future return would run
+                // the gRPC server's graceful shutdown, whose `select!` draws from tokio's
+                // unseeded random source, and leave its tasks frozen until the restart.)
+                let exit = |error: &dyn std::fmt::Display| {
+                    history
+                        .borrow_mut()
+                        .fault(crate::clock::sim_now_ms(), format!("node exited: {error}"));
+                    exited.set(true);
+                };
+                let storage = match Storage::open_backend(disk, DB_CACHE_BYTES) {
+                    Ok(storage) => storage,
+                    Err(error) => {
+                        exit(&error);
+                        return std::future::pending().await;
+                    }
+                };
                 let listener =
                     TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), net::GRPC_PORT)).await?;
                 let mut config = Config::with_data_dir("/data");
                 config.sqs = None;
-                config.seed = Some(node_seed(seed, boots.get()));
+                config.seed = Some(node_seed);
                 config.db_cache_bytes = DB_CACHE_BYTES;
-                let mut node = Node::start(
+                let started = Node::start(
                     &config,
                     storage,
                     net::incoming(listener),
                     Arc::new(SimClock),
-                )?;
-                node.serve_until_failure().await?;
-                Ok(())
+                );
+                let mut node = match started {
+                    Ok(node) => node,
+                    Err(error @ (NodeError::Storage(_) | NodeError::Engine(_))) => {
+                        exit(&error);
+                        return std::future::pending().await;
+                    }
+                    Err(error) => return Err(error.into()),
+                };
+                match node.serve_until_failure().await {
+                    Err(error @ NodeError::Engine(_)) => {
+                        exit(&error);
+                        // Holding `node`: nothing of it may run or be dropped until the crash.
+                        std::future::pending::<()>().await;
+                        drop(node);
+                        Ok(())
+                    }
+                    other => Ok(other?),
+                }
             }
         });
     }
@@ -219,7 +274,9 @@ pub fn run(options: &Options) -> Report {
     let mut world = World {
         mix: &mix,
         power: &power,
+        sync_failures: &sync_failures,
         node_up: true,
+        restart_at_ms: None,
         links: vec![Link::default(); usize::try_from(mix.clients).expect("a few clients")],
         history: &history,
     };
@@ -227,6 +284,19 @@ pub fn run(options: &Options) -> Report {
     let mut error = None;
     loop {
         let now_ms = millis(sim.elapsed());
+        if world.node_up && exited.replace(false) {
+            // The node exited (its storage failed): down as in a crash, up again shortly.
+            crash_node(&mut sim, &power, &world.links);
+            world.node_up = false;
+            world.restart_at_ms = Some(now_ms + EXIT_RESTART_MS);
+        }
+        if world.restart_at_ms.is_some_and(|at| at <= now_ms) {
+            restart_node(&mut sim, &mut world);
+            world
+                .history
+                .borrow_mut()
+                .fault(now_ms, "supervisor restart".to_owned());
+        }
         while let Some((at, action)) = plan.actions.get(next) {
             if *at > now_ms {
                 break;
@@ -299,10 +369,21 @@ fn crash_node(sim: &mut turmoil::Sim<'_>, power: &Power, links: &[Link]) {
     }
 }
 
+/// Starts the crashed node again from its disk.
+fn restart_node(sim: &mut turmoil::Sim<'_>, world: &mut World<'_>) {
+    world.power.restore();
+    sim.bounce(NODE_HOST);
+    world.node_up = true;
+    world.restart_at_ms = None;
+}
+
 struct World<'a> {
     mix: &'a crate::faults::Mix,
     power: &'a Power,
+    sync_failures: &'a SyncFailures,
     node_up: bool,
+    /// When an exited node is started again.
+    restart_at_ms: Option<u64>,
     links: Vec<Link>,
     history: &'a Rc<RefCell<History>>,
 }
@@ -322,9 +403,7 @@ fn apply(sim: &mut turmoil::Sim<'_>, world: &mut World<'_>, action: &Action, now
             if world.node_up {
                 return;
             }
-            world.power.restore();
-            sim.bounce(NODE_HOST);
-            world.node_up = true;
+            restart_node(sim, world);
         }
         Action::Partition(client) => {
             sim.partition(client_host(*client), NODE_HOST);
@@ -359,10 +438,9 @@ fn apply(sim: &mut turmoil::Sim<'_>, world: &mut World<'_>, action: &Action, now
                 sim.set_link_max_message_latency(host.as_str(), NODE_HOST, normal_latency);
             }
             world.links.fill(Link::default());
+            world.sync_failures.stop();
             if !world.node_up {
-                world.power.restore();
-                sim.bounce(NODE_HOST);
-                world.node_up = true;
+                restart_node(sim, world);
             }
         }
     }
