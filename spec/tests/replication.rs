@@ -1,45 +1,391 @@
-mod replication {
-    use std::time::Instant;
-    use stateright::{Checker, Model};
-    use trireme_spec::replication::{Config, ReplicationModel, Start};
+//! Model checks of spec/replication.md: the bounded configurations, exhaustively, and one test
+//! per planted bug asserting the checker finds a counterexample for the property it breaks.
+//!
+//! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`.
 
-    fn env_u8(name: &str, default: u8) -> u8 {
-        std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+mod replication {
+    use std::collections::BTreeSet;
+    use std::time::Instant;
+
+    use stateright::{Checker, Expectation, HasDiscoveries, Model};
+    use trireme_spec::replication::{Bug, Config, ReplicationModel, Start};
+
+    const LOST: &str = "acknowledged send is never lost";
+    const RESURRECTED: &str = "acknowledged delete is never resurrected";
+    const STALE_HANDLE: &str = "superseded handle never takes effect";
+    const ONE_PER_VERSION: &str = "at most one delivery per claim version";
+    const RECEIVE_COUNT: &str = "receive count never goes down";
+    const ALL_THREE: &str = "tombstone dropped only when all three replicas hold it";
+
+    const ORPHAN: &str = "claim reached one replica, then its coordinator died";
+    const CONCURRENT: &str = "two coordinators claim one version at once";
+    const DELETE_RACE: &str = "delete races a receive after the visibility timeout";
+    const REPAIRED: &str = "acknowledged delete, stale replica fixed by read repair";
+    const ANTI_ENTROPY: &str = "acknowledged delete, stale replica fixed by anti-entropy";
+    const REJOIN: &str = "replica rejoins holding old copies";
+    const COLLECTED_AWAY: &str = "tombstone collected while a replica was away, and it came back";
+    const REPLACED: &str = "replica away past the horizon replaced by an empty one";
+    const MOVED: &str = "message moved to the dead-letter queue";
+    const REDRIVEN: &str = "message redriven to its source queue";
+    const HEALED: &str = "heal ran to its end";
+
+    fn large() -> bool {
+        std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
     }
 
-    #[test]
-    fn explore() {
-        let mut config = Config::quiet("explore");
-        config.start = [Start::Empty, Start::Sent, Start::Received, Start::Deleted][env_u8("X_SENT", 0) as usize];
-        config.dead_letter = env_u8("X_DLQ", 0) == 1;
-        config.max_receive_count = 1;
-        config.faults_max = env_u8("X_FAULTS", 1);
-        config.claims_max = env_u8("X_CLAIMS", 2);
-        config.deletes_max = env_u8("X_DELETES", 1);
-        config.collects_max = env_u8("X_COLLECTS", 1);
-        config.redrives_max = env_u8("X_REDRIVES", 0);
-        config.horizons_max = env_u8("X_HORIZONS", 1);
-        config.anti_entropy_max = env_u8("X_AE", 1);
-        config.replacements_max = env_u8("X_REPL", 0);
-        config.heal = env_u8("X_HEAL", 1) == 1;
+    /// Two receives racing, one delete, anti-entropy and read repair; no network faults.
+    fn receive_race() -> Config {
+        Config {
+            start: Start::Sent,
+            claims_max: 2,
+            deletes_max: 1,
+            anti_entropy_max: 1,
+            heal: true,
+            ..Config::quiet("receive race")
+        }
+    }
+
+    /// One receive and one delete under one fault (drop, duplicate or crash).
+    fn faults() -> Config {
+        Config {
+            start: Start::Sent,
+            claims_max: 1,
+            deletes_max: 1,
+            anti_entropy_max: 1,
+            faults_max: 1,
+            heal: true,
+            ..Config::quiet("faults")
+        }
+    }
+
+    /// The send itself, then a receive and a delete, under one fault.
+    fn send() -> Config {
+        Config {
+            start: Start::Empty,
+            claims_max: 1,
+            deletes_max: 1,
+            anti_entropy_max: 1,
+            faults_max: 1,
+            heal: true,
+            ..Config::quiet("send")
+        }
+    }
+
+    /// After an acknowledged delete with one stale replica: collection, the horizon, crashes,
+    /// a replacement, and receives that must not bring the message back.
+    fn collection() -> Config {
+        Config {
+            start: Start::Deleted,
+            claims_max: 1,
+            anti_entropy_max: 3,
+            faults_max: 2,
+            collects_max: 1,
+            horizons_max: 1,
+            replacements_max: 1,
+            heal: true,
+            ..Config::quiet("collection")
+        }
+    }
+
+    /// After one receive: the next receives move the message to the dead-letter queue (both
+    /// coordinators may try at once), under one fault.
+    fn dead_letter_move() -> Config {
+        Config {
+            start: Start::Received,
+            dead_letter: true,
+            max_receive_count: 1,
+            claims_max: 2,
+            anti_entropy_max: 1,
+            faults_max: 1,
+            heal: true,
+            ..Config::quiet("dead-letter move")
+        }
+    }
+
+    /// After the move: collection of the source's tombstone, a redrive back, and a receive of
+    /// the redriven copy.
+    fn redrive() -> Config {
+        Config {
+            start: Start::Moved,
+            dead_letter: true,
+            max_receive_count: 1,
+            claims_max: 1,
+            redrives_max: 1,
+            collects_max: 1,
+            horizons_max: 1,
+            heal: true,
+            ..Config::quiet("redrive")
+        }
+    }
+
+    /// Runs `config` exhaustively, prints its size, and asserts that every `always` property
+    /// holds and every named scenario is reached.
+    fn check(config: Config, scenarios: &[&'static str]) {
+        let name = config.name;
+        let model = ReplicationModel::new(config);
+        let properties = model.properties();
         let started = Instant::now();
-        let checker = ReplicationModel::new(config).checker().target_state_count(env_u8("X_MSTATES", 40) as usize * 1_000_000).spawn_bfs().join();
+        let checker = model.checker().spawn_bfs().join();
         println!(
-            "states {} unique {} depth {} in {:?}",
+            "replication model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
             checker.state_count(),
             checker.unique_state_count(),
             checker.max_depth(),
             started.elapsed()
         );
-        for (name, path) in checker.discoveries() {
-            println!("discovery: {name}");
-            if name == std::env::var("X_SHOW").unwrap_or("~".into()) {
-                for (state, action) in path.clone().into_vec() {
-                    println!("  {:?}\n      net={:?}\n      coords={:?}", state.replicas.iter().map(|r| (r.up, r.store[0], r.store[1])).collect::<Vec<_>>(), state.network.iter().map(|p| (p.replica, p.coordinator, p.round, p.message)).collect::<Vec<_>>(), state.coordinators.iter().map(|c| (c.op, c.handle)).collect::<Vec<_>>());
-                    println!("  --> {action:?}");
-                }
-                println!("  final ghost {:?}", path.last_state().ghost);
+        for property in &properties {
+            if property.expectation == Expectation::Always {
+                checker.assert_no_discovery(property.name);
             }
         }
+        for scenario in scenarios {
+            checker.assert_any_discovery(scenario);
+        }
+    }
+
+    /// Asserts that the checker finds a counterexample for `property` under `config`.
+    fn finds(config: Config, property: &'static str) {
+        let bug = config.bug;
+        let started = Instant::now();
+        let checker = ReplicationModel::new(config)
+            .checker()
+            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+            .spawn_bfs()
+            .join();
+        let path = checker.assert_any_discovery(property);
+        println!(
+            "planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
+            path.into_actions().len(),
+            checker.unique_state_count(),
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn receive_race_holds() {
+        check(
+            receive_race(),
+            &[CONCURRENT, ORPHAN, DELETE_RACE, REPAIRED, ANTI_ENTROPY, HEALED],
+        );
+    }
+
+    #[test]
+    fn faults_hold() {
+        check(faults(), &[REJOIN, ORPHAN, ANTI_ENTROPY, HEALED]);
+    }
+
+    #[test]
+    fn send_holds() {
+        check(send(), &[ORPHAN, REJOIN, HEALED]);
+    }
+
+    #[test]
+    fn collection_holds() {
+        check(
+            collection(),
+            &[COLLECTED_AWAY, REPLACED, REJOIN, ANTI_ENTROPY, HEALED],
+        );
+    }
+
+    #[test]
+    fn dead_letter_move_holds() {
+        check(dead_letter_move(), &[MOVED, REJOIN, HEALED]);
+    }
+
+    #[test]
+    fn redrive_holds() {
+        check(redrive(), &[REDRIVEN, HEALED]);
+    }
+
+    #[test]
+    fn large_bounds_hold() {
+        if !large() {
+            println!("replication model: larger bounds skipped (set TRIREME_MODEL_LARGE=1)");
+            return;
+        }
+        check(
+            Config {
+                faults_max: 1,
+                ..receive_race()
+            },
+            &[CONCURRENT, ORPHAN, DELETE_RACE, REJOIN, HEALED],
+        );
+        check(
+            Config {
+                faults_max: 2,
+                ..send()
+            },
+            &[ORPHAN, REJOIN, HEALED],
+        );
+        check(
+            Config {
+                faults_max: 1,
+                ..redrive()
+            },
+            &[REDRIVEN, REJOIN, HEALED],
+        );
+    }
+
+    fn with(bug: Bug, config: Config) -> Config {
+        Config {
+            bug: Some(bug),
+            ..config
+        }
+    }
+
+    #[test]
+    fn tombstone_not_dominant_resurrects() {
+        let config = Config {
+            start: Start::Deleted,
+            claims_max: 1,
+            anti_entropy_max: 1,
+            ..Config::quiet("tombstone not dominant")
+        };
+        finds(with(Bug::TombstoneNotDominant, config), RESURRECTED);
+    }
+
+    #[test]
+    fn collect_after_two_drops_early() {
+        let config = Config {
+            start: Start::Deleted,
+            collects_max: 1,
+            horizons_max: 1,
+            ..Config::quiet("collect after two")
+        };
+        finds(with(Bug::CollectAfterTwo, config), ALL_THREE);
+    }
+
+    #[test]
+    fn collect_after_two_resurrects() {
+        let config = Config {
+            start: Start::Deleted,
+            collects_max: 1,
+            horizons_max: 1,
+            anti_entropy_max: 1,
+            claims_max: 1,
+            ..Config::quiet("collect after two")
+        };
+        finds(with(Bug::CollectAfterTwo, config), RESURRECTED);
+    }
+
+    #[test]
+    fn unconditional_drop_loses_a_redriven_message() {
+        let config = Config {
+            start: Start::Moved,
+            dead_letter: true,
+            max_receive_count: 1,
+            collects_max: 1,
+            horizons_max: 1,
+            redrives_max: 1,
+            ..Config::quiet("unconditional drop")
+        };
+        finds(with(Bug::UnconditionalDrop, config), LOST);
+    }
+
+    #[test]
+    fn delete_without_quorum_check_deletes_with_a_superseded_handle() {
+        let config = Config {
+            start: Start::Received,
+            claims_max: 1,
+            deletes_max: 1,
+            ..Config::quiet("delete without quorum check")
+        };
+        finds(with(Bug::DeleteWithoutQuorumCheck, config), STALE_HANDLE);
+    }
+
+    #[test]
+    fn deliver_before_quorum_delivers_one_version_twice() {
+        let config = Config {
+            start: Start::Sent,
+            claims_max: 2,
+            ..Config::quiet("deliver before quorum")
+        };
+        finds(with(Bug::DeliverBeforeQuorum, config), ONE_PER_VERSION);
+    }
+
+    #[test]
+    fn read_quorum_one_deletes_with_a_superseded_handle() {
+        let config = Config {
+            start: Start::Received,
+            claims_max: 1,
+            deletes_max: 1,
+            ..Config::quiet("read quorum one")
+        };
+        finds(with(Bug::ReadQuorumOne, config), STALE_HANDLE);
+    }
+
+    #[test]
+    fn receive_count_by_last_writer_goes_down() {
+        let config = Config {
+            start: Start::Received,
+            claims_max: 1,
+            ..Config::quiet("receive count by last writer")
+        };
+        finds(with(Bug::ReceiveCountLastWriter, config), RECEIVE_COUNT);
+    }
+
+    #[test]
+    fn source_tombstoned_first_loses_the_message() {
+        let config = Config {
+            start: Start::Received,
+            dead_letter: true,
+            max_receive_count: 1,
+            claims_max: 1,
+            ..Config::quiet("source tombstoned first")
+        };
+        finds(with(Bug::SourceTombstonedFirst, config), LOST);
+    }
+
+    #[test]
+    fn hint_counted_toward_quorum_resurrects() {
+        let config = Config {
+            start: Start::Received,
+            claims_max: 1,
+            deletes_max: 1,
+            ..Config::quiet("hint counts toward quorum")
+        };
+        finds(with(Bug::HintCountsTowardQuorum, config), RESURRECTED);
+    }
+
+    #[test]
+    fn rebuilding_replica_serving_resurrects() {
+        let config = Config {
+            start: Start::Deleted,
+            claims_max: 1,
+            faults_max: 1,
+            horizons_max: 1,
+            replacements_max: 1,
+            ..Config::quiet("rebuilding replica serves")
+        };
+        finds(with(Bug::RebuildingReplicaServes, config), RESURRECTED);
+    }
+
+    #[test]
+    fn replaced_disk_returning_resurrects() {
+        let config = Config {
+            start: Start::Deleted,
+            claims_max: 1,
+            faults_max: 1,
+            horizons_max: 2,
+            replacements_max: 1,
+            collects_max: 1,
+            anti_entropy_max: 3,
+            ..Config::quiet("replaced disk returns")
+        };
+        finds(with(Bug::ReplacedDiskReturns, config), RESURRECTED);
+    }
+
+    #[test]
+    fn no_packet_horizon_resurrects() {
+        let config = Config {
+            start: Start::Received,
+            claims_max: 1,
+            deletes_max: 1,
+            collects_max: 1,
+            horizons_max: 1,
+            anti_entropy_max: 2,
+            ..Config::quiet("no packet horizon")
+        };
+        finds(with(Bug::NoPacketHorizon, config), RESURRECTED);
     }
 }

@@ -131,7 +131,8 @@ impl Config {
 }
 
 /// Where a search starts. Later starting points skip the steps before them, so a bound can be
-/// spent on what follows; each is a state the earlier ones reach.
+/// spent on what follows; each is a state the earlier ones reach. The operations a starting
+/// point has already done are not counted against the budgets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Start {
     /// Nothing sent.
@@ -144,6 +145,10 @@ pub enum Start {
     /// Received by coordinator 1 and deleted with its handle: replicas 0 and 1 acked the
     /// tombstone; replica 2 still holds the claimed copy.
     Deleted,
+    /// Received once and moved to the dead-letter queue (with `max_receive_count` 1): every
+    /// replica holds the source's tombstone of generation 0 and the dead-letter copy of
+    /// generation 1.
+    Moved,
 }
 
 /// A receipt handle as the client holds it: the claim and the generation it was issued in.
@@ -509,7 +514,6 @@ impl State {
         received.replicas[0].store[Queue::Source.index()] = claimed;
         received.replicas[1].store[Queue::Source.index()] = claimed;
         received.replicas[2].store[Queue::Source.index()] = sent;
-        received.used.claims = 1;
         received.coordinators[1].handle = Some(Handle {
             generation: 0,
             claim,
@@ -524,12 +528,20 @@ impl State {
             in_flight.push(repair_to_2(claimed));
             return vec![in_flight, received];
         }
+        if config.start == Start::Moved {
+            let mut moved = received;
+            for r in 0..REPLICAS {
+                moved.store(r, Queue::Source, Record::tombstone(0), Cause::Request);
+                moved.replicas[r].store[Queue::DeadLetter.index()] = Record::ready(1, 1);
+            }
+            moved.ghost.reach(Scenario::Moved);
+            return vec![moved];
+        }
         let mut deleted = received;
         deleted.replicas[2].store[Queue::Source.index()] = claimed;
         for r in [0, 1] {
             deleted.store(r, Queue::Source, Record::tombstone(0), Cause::Request);
         }
-        deleted.used.deletes = 1;
         deleted.ghost.deleted = true;
         deleted.ghost.deletes_acked = 1;
         vec![deleted]
