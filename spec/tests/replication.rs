@@ -165,7 +165,14 @@ mod replication {
     fn receive_race_holds() {
         check(
             receive_race(),
-            &[CONCURRENT, ORPHAN, DELETE_RACE, REPAIRED, ANTI_ENTROPY, HEALED],
+            &[
+                CONCURRENT,
+                ORPHAN,
+                DELETE_RACE,
+                REPAIRED,
+                ANTI_ENTROPY,
+                HEALED,
+            ],
         );
     }
 

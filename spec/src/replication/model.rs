@@ -33,9 +33,14 @@ pub enum Action {
     /// Planted bug only.
     Hint(u8),
     /// Replicas `a` and `b` exchange records and both keep the merge.
-    AntiEntropy { a: u8, b: u8 },
+    AntiEntropy {
+        a: u8,
+        b: u8,
+    },
     Horizon,
-    Heal { deliver_pending: bool },
+    Heal {
+        deliver_pending: bool,
+    },
 }
 
 /// The coordinator that sends and redrives (the other one collects tombstones).
@@ -217,9 +222,10 @@ impl Model for ReplicationModel {
                     || s.joined(Queue::Source).is_live()
                     || s.joined(Queue::DeadLetter).is_live()
             }),
-            Property::always("acknowledged delete is never resurrected", |_, s: &State| {
-                !s.ghost.violated(Violation::Resurrection)
-            }),
+            Property::always(
+                "acknowledged delete is never resurrected",
+                |_, s: &State| !s.ghost.violated(Violation::Resurrection),
+            ),
             Property::always("superseded handle never takes effect", |_, s: &State| {
                 !s.ghost.violated(Violation::StaleHandleTookEffect)
             }),
@@ -248,15 +254,18 @@ impl Model for ReplicationModel {
                 "after heal, every acknowledged send was delivered, deleted or dead-lettered",
                 |_, s: &State| !s.healed || drained(s),
             ),
-            Property::sometimes("claim reached one replica, then its coordinator died", |_, s: &State| {
-                s.ghost.reached(Scenario::OrphanClaim)
-            }),
-            Property::sometimes("two coordinators claim one version at once", |_, s: &State| {
-                concurrent_claims(s)
-            }),
-            Property::sometimes("delete races a receive after the visibility timeout", |_, s: &State| {
-                delete_races_receive(s)
-            }),
+            Property::sometimes(
+                "claim reached one replica, then its coordinator died",
+                |_, s: &State| s.ghost.reached(Scenario::OrphanClaim),
+            ),
+            Property::sometimes(
+                "two coordinators claim one version at once",
+                |_, s: &State| concurrent_claims(s),
+            ),
+            Property::sometimes(
+                "delete races a receive after the visibility timeout",
+                |_, s: &State| delete_races_receive(s),
+            ),
             Property::sometimes(
                 "acknowledged delete, stale replica fixed by read repair",
                 |_, s: &State| s.ghost.reached(Scenario::RepairAfterAckedDelete),
@@ -300,8 +309,7 @@ fn converged(s: &State) -> bool {
     let first = &s.replicas[0];
     s.network.is_empty()
         && !s.ghost.violated(Violation::HealStuck)
-        && s
-            .replicas
+        && s.replicas
             .iter()
             .all(|r| r.up && r.rebuilding == 0 && r.store == first.store)
 }

@@ -319,7 +319,7 @@ pub enum Message {
 }
 
 impl Message {
-    fn to_replica(&self) -> bool {
+    fn is_request(self) -> bool {
         !matches!(self, Message::ReadReply { .. } | Message::Ack)
     }
 }
@@ -615,7 +615,14 @@ impl State {
         self.replicas[r].store[queue.index()] = new;
     }
 
-    fn merge_into(&mut self, config: &Config, r: usize, queue: Queue, incoming: Record, cause: Cause) {
+    fn merge_into(
+        &mut self,
+        config: &Config,
+        r: usize,
+        queue: Queue,
+        incoming: Record,
+        cause: Cause,
+    ) {
         let held = self.replicas[r].store[queue.index()];
         let merged = held.merge(incoming, config.merge_rules());
         self.store(r, queue, merged, cause);
@@ -774,10 +781,9 @@ impl State {
     /// that replica stays in the network: it is the hint, replayed later (or lost).
     pub fn store_hint(&mut self, config: &Config, coordinator: usize) {
         let c = &mut self.coordinators[coordinator];
-        let acks = c
-            .op
-            .acks_mut()
-            .expect("hints are enabled only in write phases");
+        let acks =
+            c.op.acks_mut()
+                .expect("hints are enabled only in write phases");
         let missing = (0..REPLICAS)
             .find(|r| *acks & bit(*r) == 0)
             .expect("a write phase short of its quorum has a silent replica");
@@ -853,7 +859,10 @@ impl State {
     /// Planted bug: the replaced replica's old disk comes back and is used as is.
     pub fn old_disk_returns(&mut self, r: usize) {
         let replica = &mut self.replicas[r];
-        replica.store = replica.retired.take().expect("only a replaced replica has an old disk");
+        replica.store = replica
+            .retired
+            .take()
+            .expect("only a replaced replica has an old disk");
         replica.rebuilding = 0;
     }
 
@@ -876,9 +885,9 @@ impl State {
         }
         let clears = t.rebuilding & bit(from) != 0 && f.rebuilding == 0;
         clears
-            || [0, 1].iter().any(|q| {
-                t.store[*q].merge(f.store[*q], config.merge_rules()) != t.store[*q]
-            })
+            || [0, 1]
+                .iter()
+                .any(|q| t.store[*q].merge(f.store[*q], config.merge_rules()) != t.store[*q])
     }
 
     /// The clock passes the tombstone horizon: every packet in flight is now too old to be
@@ -915,12 +924,12 @@ impl State {
     /// Whether the packet at `index` can be delivered now (its replica is up).
     pub fn deliverable(&self, index: usize) -> bool {
         let packet = &self.network[index];
-        !packet.message.to_replica() || self.replicas[packet.replica as usize].up
+        !packet.message.is_request() || self.replicas[packet.replica as usize].up
     }
 
     pub fn deliver(&mut self, config: &Config, index: usize) {
         let packet = self.network.remove(index);
-        if packet.message.to_replica() {
+        if packet.message.is_request() {
             self.on_request(config, packet);
         } else {
             self.on_reply(config, packet);
@@ -932,7 +941,13 @@ impl State {
     /// Replies reach their coordinator in the step that produced them (spec#model-bounds): a
     /// lost reply is the coordinator timing out, a slow one is its next requests being slow.
     fn reply(&mut self, config: &Config, request: &Packet, message: Message) {
-        self.on_reply(config, Packet { message, ..*request });
+        self.on_reply(
+            config,
+            Packet {
+                message,
+                ..*request
+            },
+        );
     }
 
     fn on_request(&mut self, config: &Config, packet: Packet) {
@@ -1006,15 +1021,20 @@ impl State {
                             self.ghost.violate(Violation::StaleHandleTookEffect);
                         }
                     }
-                    self.merge_into(config, r, queue, Record::tombstone(generation), Cause::Request);
+                    self.merge_into(
+                        config,
+                        r,
+                        queue,
+                        Record::tombstone(generation),
+                        Cause::Request,
+                    );
                     self.reply(config, &packet, Message::Ack);
                 }
             }
             Message::Drop { queue, generation } => {
                 let held = self.replicas[r].store[queue.index()];
                 if held == Record::tombstone(generation) || config.has(Bug::UnconditionalDrop) {
-                    let (holders_generation, holders) =
-                        self.ghost.tombstone_holders[queue.index()];
+                    let (holders_generation, holders) = self.ghost.tombstone_holders[queue.index()];
                     if held.is_tombstone()
                         && (holders_generation != generation || holders != ALL_REPLICAS)
                     {
@@ -1208,7 +1228,13 @@ impl State {
                 let merged = join_all(replies.iter().flatten().copied());
                 if merged.is_live() && merged.claim().is_none() {
                     let generation = merged.generation;
-                    self.begin(c, Op::RedriveTarget { generation, acks: 0 });
+                    self.begin(
+                        c,
+                        Op::RedriveTarget {
+                            generation,
+                            acks: 0,
+                        },
+                    );
                     self.broadcast(
                         c,
                         Message::Write {
@@ -1335,7 +1361,13 @@ impl State {
                 }
             }
             Op::RedriveTarget { generation, .. } => {
-                self.begin(c, Op::RedriveSource { generation, acks: 0 });
+                self.begin(
+                    c,
+                    Op::RedriveSource {
+                        generation,
+                        acks: 0,
+                    },
+                );
                 self.broadcast(
                     c,
                     Message::Tombstone {
@@ -1387,7 +1419,7 @@ impl State {
             packet.message,
             Message::Read { .. } | Message::ReadReply { .. }
         );
-        if !reads && packet.message.to_replica() {
+        if !reads && packet.message.is_request() {
             return true;
         }
         let coordinator = &self.coordinators[packet.coordinator as usize];

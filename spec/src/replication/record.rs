@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 /// that pick the same `seq` concurrently are told apart (and totally ordered) by `coordinator`.
 /// The real handle also carries a random nonce after `coordinator`; the model leaves it out
 /// (spec/replication.md#model-bounds).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct Claim {
     /// Receive sequence number within the message's life in this queue, from 1.
     pub seq: u8,
@@ -21,7 +23,9 @@ pub struct Claim {
 }
 
 /// What a replica knows about the message in one life (generation) in this queue.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub enum Body {
     /// Nothing known: never written, or the tombstone was collected.
     #[default]
@@ -42,7 +46,9 @@ pub enum Body {
 /// `generation` counts the lives of the message across queues: it is 0 when sent, and every
 /// dead-letter move or redrive adds one, so a copy that comes back to a queue it left is newer
 /// than the tombstone it left behind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct Record {
     pub generation: u8,
     pub body: Body,
