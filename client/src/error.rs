@@ -174,14 +174,110 @@ impl Subject {
     }
 }
 
+/// The metadata key under which a node states why it refused a call (see the header of
+/// `proto/trireme/v1/queue.proto` for the reasons and their codes).
+const REASON_KEY: &str = "trireme-reason";
+
+/// The metadata key under which a node names the field, attribute or parameter at fault.
+const FIELD_KEY: &str = "trireme-field";
+
 impl Error {
     /// Turns a status from the node at `address` into an error about `subject`.
     ///
-    /// The node's statuses carry no machine-readable reason beyond the code, so refusals that
-    /// share a code are told apart by the wording `node/src/status.rs` gives them (the core's
-    /// `Reject` messages and the edge's `field: reason` form). A wording this does not know
-    /// falls to the most general variant of its code, never to a wrong specific one.
+    /// A node's status carries its reason in `trireme-reason`, and the reason decides the
+    /// variant. A status without one did not come from a node (a proxy, tonic itself) and is
+    /// mapped by its code and wording instead.
     pub(crate) fn from_status(status: &Status, address: &str, subject: &Subject) -> Self {
+        match metadata_text(status, REASON_KEY) {
+            Some(reason) => Self::from_reason(reason, status, address, subject),
+            None => Self::from_code_and_wording(status, address, subject),
+        }
+    }
+
+    /// The variant for a status with the node's `reason`. A reason newer than this client is
+    /// known by its code alone, as the proto asks, never guessed from the wording.
+    fn from_reason(reason: &str, status: &Status, address: &str, subject: &Subject) -> Self {
+        let message = status.message().to_owned();
+        let queue = subject.queue.clone();
+        match reason {
+            "QueueNotFound" => Self::QueueNotFound { queue, message },
+            "QueueNameExists" => Self::QueueExists { queue, message },
+            "QueueDeletedRecently" => Self::QueueDeletedRecently { queue, message },
+            "InvalidField"
+            | "InvalidAttribute"
+            | "InvalidParameter"
+            | "InvalidMessageContents"
+            | "MessageTooLong" => Self::InvalidArgument {
+                field: metadata_text(status, FIELD_KEY).map(str::to_owned),
+                message,
+            },
+            "VisibilityCapExceeded" => Self::VisibilityCapExceeded { message },
+            "ReceiptHandleMalformed" | "ReceiptHandleWrongQueue" | "ReceiptHandleNeverIssued" => {
+                Self::ReceiptHandleInvalid { message }
+            }
+            "StaleReceiptHandle" => Self::StaleReceiptHandle { message },
+            "MessageNotInFlight" => Self::MessageNotInFlight { message },
+            "RedriveNotAllowed"
+            | "NotADeadLetterQueue"
+            | "RedriveAlreadyRunning"
+            | "RedriveNotRunning" => Self::RedriveRefused { queue, message },
+            "RedriveTaskNotFound" => Self::RedriveTaskNotFound {
+                task_handle: subject.task_handle.clone(),
+                message,
+            },
+            "PurgeInProgress" => Self::PurgeInProgress { queue, message },
+            "QueueLimit" | "InflightLimit" | "WaiterLimit" | "RedriveTaskLimit" => {
+                Self::ResourceExhausted { message }
+            }
+            "ShuttingDown" => Self::Unavailable {
+                address: address.to_owned(),
+                message,
+            },
+            // StorageFailed, MessageIdExists, WaiterExists (the node's faults) and any reason
+            // this client does not know.
+            _ => Self::from_code(status, address, subject),
+        }
+    }
+
+    /// The most general variant of the status's code: what a reason this client does not know
+    /// can safely be taken for.
+    fn from_code(status: &Status, address: &str, subject: &Subject) -> Self {
+        let message = status.message().to_owned();
+        match status.code() {
+            Code::NotFound if subject.task_handle.is_some() => Self::RedriveTaskNotFound {
+                task_handle: subject.task_handle.clone(),
+                message,
+            },
+            Code::NotFound => Self::QueueNotFound {
+                queue: subject.queue.clone(),
+                message,
+            },
+            Code::AlreadyExists => Self::QueueExists {
+                queue: subject.queue.clone(),
+                message,
+            },
+            Code::InvalidArgument => Self::InvalidArgument {
+                field: metadata_text(status, FIELD_KEY).map(str::to_owned),
+                message,
+            },
+            Code::ResourceExhausted => Self::ResourceExhausted { message },
+            Code::Unavailable => Self::Unavailable {
+                address: address.to_owned(),
+                message,
+            },
+            code => Self::Server {
+                address: address.to_owned(),
+                code,
+                message,
+            },
+        }
+    }
+
+    /// The variant for a status without a reason, told apart by the wording `node/src/status.rs`
+    /// gives refusals that share a code (the core's `Reject` messages and the edge's
+    /// `field: reason` form). A wording this does not know falls to the most general variant of
+    /// its code, never to a wrong specific one.
+    fn from_code_and_wording(status: &Status, address: &str, subject: &Subject) -> Self {
         let message = status.message().to_owned();
         let text = message.to_ascii_lowercase();
         let says = |words: &[&str]| words.iter().any(|w| text.contains(w));
@@ -245,6 +341,11 @@ impl Error {
     }
 }
 
+/// The value of the ASCII metadata entry `key`, when the status has a readable one.
+fn metadata_text<'a>(status: &'a Status, key: &str) -> Option<&'a str> {
+    status.metadata().get(key)?.to_str().ok()
+}
+
 /// The field an INVALID_ARGUMENT message names, when it follows the node's form
 /// "attribute <name>: ..." or "parameter <name>: ..." (or "<name>: ...").
 fn field_named_in(message: &str) -> Option<String> {
@@ -264,6 +365,7 @@ fn field_named_in(message: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// A status without a reason, as a proxy or an older node sends it.
     fn map(code: Code, message: &str) -> Error {
         let subject = Subject::queue(&QueueName::new("orders").unwrap());
         Error::from_status(&Status::new(code, message), "http://n1:7100", &subject)
@@ -370,6 +472,257 @@ mod tests {
                 "queue orders has 120000 messages in flight"
             ),
             Error::ResourceExhausted { .. }
+        ));
+    }
+
+    /// A status as a node sends it: with its reason, and the field when there is one.
+    fn from_node(code: Code, reason: &str, field: Option<&str>, message: &str) -> Status {
+        let mut status = Status::new(code, message);
+        let metadata = status.metadata_mut();
+        metadata.insert(REASON_KEY, reason.parse().unwrap());
+        if let Some(field) = field {
+            metadata.insert(FIELD_KEY, field.parse().unwrap());
+        }
+        status
+    }
+
+    fn map_node(code: Code, reason: &str, message: &str) -> Error {
+        let subject = Subject::queue(&QueueName::new("orders").unwrap());
+        Error::from_status(
+            &from_node(code, reason, None, message),
+            "http://n1:7100",
+            &subject,
+        )
+    }
+
+    fn variant(error: &Error) -> &'static str {
+        match error {
+            Error::QueueNotFound { .. } => "QueueNotFound",
+            Error::QueueExists { .. } => "QueueExists",
+            Error::QueueDeletedRecently { .. } => "QueueDeletedRecently",
+            Error::RedriveTaskNotFound { .. } => "RedriveTaskNotFound",
+            Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::ReceiptHandleInvalid { .. } => "ReceiptHandleInvalid",
+            Error::StaleReceiptHandle { .. } => "StaleReceiptHandle",
+            Error::RedriveRefused { .. } => "RedriveRefused",
+            Error::MessageNotInFlight { .. } => "MessageNotInFlight",
+            Error::VisibilityCapExceeded { .. } => "VisibilityCapExceeded",
+            Error::PurgeInProgress { .. } => "PurgeInProgress",
+            Error::ResourceExhausted { .. } => "ResourceExhausted",
+            Error::Unavailable { .. } => "Unavailable",
+            Error::Timeout { .. } => "Timeout",
+            Error::InvalidEndpoint { .. } => "InvalidEndpoint",
+            Error::Protocol { .. } => "Protocol",
+            Error::Server { .. } => "Server",
+        }
+    }
+
+    /// Every reason a node sends, the code it comes with, and the variant it becomes.
+    const REASONS: [(&str, Code, &str); 28] = [
+        ("QueueNotFound", Code::NotFound, "QueueNotFound"),
+        ("QueueNameExists", Code::AlreadyExists, "QueueExists"),
+        (
+            "QueueDeletedRecently",
+            Code::FailedPrecondition,
+            "QueueDeletedRecently",
+        ),
+        ("QueueLimit", Code::ResourceExhausted, "ResourceExhausted"),
+        ("InvalidField", Code::InvalidArgument, "InvalidArgument"),
+        ("InvalidAttribute", Code::InvalidArgument, "InvalidArgument"),
+        ("InvalidParameter", Code::InvalidArgument, "InvalidArgument"),
+        (
+            "InvalidMessageContents",
+            Code::InvalidArgument,
+            "InvalidArgument",
+        ),
+        ("MessageTooLong", Code::InvalidArgument, "InvalidArgument"),
+        (
+            "VisibilityCapExceeded",
+            Code::InvalidArgument,
+            "VisibilityCapExceeded",
+        ),
+        (
+            "ReceiptHandleMalformed",
+            Code::FailedPrecondition,
+            "ReceiptHandleInvalid",
+        ),
+        (
+            "ReceiptHandleWrongQueue",
+            Code::FailedPrecondition,
+            "ReceiptHandleInvalid",
+        ),
+        (
+            "ReceiptHandleNeverIssued",
+            Code::FailedPrecondition,
+            "ReceiptHandleInvalid",
+        ),
+        (
+            "StaleReceiptHandle",
+            Code::FailedPrecondition,
+            "StaleReceiptHandle",
+        ),
+        (
+            "MessageNotInFlight",
+            Code::FailedPrecondition,
+            "MessageNotInFlight",
+        ),
+        (
+            "RedriveNotAllowed",
+            Code::FailedPrecondition,
+            "RedriveRefused",
+        ),
+        (
+            "NotADeadLetterQueue",
+            Code::FailedPrecondition,
+            "RedriveRefused",
+        ),
+        (
+            "RedriveAlreadyRunning",
+            Code::FailedPrecondition,
+            "RedriveRefused",
+        ),
+        (
+            "RedriveNotRunning",
+            Code::FailedPrecondition,
+            "RedriveRefused",
+        ),
+        ("RedriveTaskNotFound", Code::NotFound, "RedriveTaskNotFound"),
+        (
+            "PurgeInProgress",
+            Code::ResourceExhausted,
+            "PurgeInProgress",
+        ),
+        (
+            "InflightLimit",
+            Code::ResourceExhausted,
+            "ResourceExhausted",
+        ),
+        ("WaiterLimit", Code::ResourceExhausted, "ResourceExhausted"),
+        (
+            "RedriveTaskLimit",
+            Code::ResourceExhausted,
+            "ResourceExhausted",
+        ),
+        ("ShuttingDown", Code::Unavailable, "Unavailable"),
+        ("StorageFailed", Code::Internal, "Server"),
+        ("MessageIdExists", Code::Internal, "Server"),
+        ("WaiterExists", Code::Internal, "Server"),
+    ];
+
+    #[test]
+    fn each_reason_maps_to_its_variant_whatever_the_wording() {
+        // Wording that, read on its own, would point at another variant of the same code.
+        let misleading = |code: Code| match code {
+            Code::FailedPrecondition => "receipt handle was superseded; deleted recently",
+            Code::ResourceExhausted => "queue orders was purged recently",
+            Code::InvalidArgument => "visibility would pass the 12 h cap",
+            _ => "redrive task",
+        };
+        for (reason, code, expected) in REASONS {
+            let error = map_node(code, reason, misleading(code));
+            assert_eq!(variant(&error), expected, "{reason}: {error:?}");
+        }
+    }
+
+    #[test]
+    fn the_client_knows_exactly_the_reasons_the_proto_lists() {
+        let proto = include_str!("../../proto/trireme/v1/queue.proto");
+        let header = &proto[..proto.find("syntax =").unwrap()];
+        let code_name = |code: Code| match code {
+            Code::NotFound => "NOT_FOUND",
+            Code::AlreadyExists => "ALREADY_EXISTS",
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::FailedPrecondition => "FAILED_PRECONDITION",
+            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Code::Unavailable => "UNAVAILABLE",
+            Code::Internal => "INTERNAL",
+            other => panic!("no reason has code {other:?}"),
+        };
+        // The proto's table: lines whose second word is a gRPC code name.
+        let listed: Vec<(&str, &str)> = header
+            .lines()
+            .filter_map(|line| {
+                let mut words = line.trim_start_matches("//").split_whitespace();
+                let reason = words.next()?;
+                let code = words.next()?;
+                let is_code =
+                    code.len() > 3 && code.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+                is_code.then_some((reason, code))
+            })
+            .collect();
+        let known: Vec<(&str, &str)> = REASONS
+            .iter()
+            .map(|(reason, code, _)| (*reason, code_name(*code)))
+            .collect();
+        assert_eq!(listed, known);
+    }
+
+    #[test]
+    fn the_field_comes_from_the_node_not_the_message() {
+        let subject = Subject::queue(&QueueName::new("orders").unwrap());
+        let named = from_node(
+            Code::InvalidArgument,
+            "InvalidField",
+            Some("entries[3].id"),
+            "must be 1-80 characters: got 81",
+        );
+        match Error::from_status(&named, "a", &subject) {
+            Error::InvalidArgument { field, .. } => {
+                assert_eq!(field.as_deref(), Some("entries[3].id"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let unnamed = from_node(
+            Code::InvalidArgument,
+            "MessageTooLong",
+            None,
+            "parameter body: is 300000 bytes",
+        );
+        match Error::from_status(&unnamed, "a", &subject) {
+            Error::InvalidArgument { field, .. } => assert_eq!(field, None),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_reason_names_the_queue_or_task_of_the_call() {
+        match map_node(Code::FailedPrecondition, "QueueDeletedRecently", "x") {
+            Error::QueueDeletedRecently { queue: Some(q), .. } => assert_eq!(q.as_str(), "orders"),
+            other => panic!("{other:?}"),
+        }
+        let subject = Subject::task(&TaskHandle::new("t1"));
+        let status = from_node(Code::NotFound, "RedriveTaskNotFound", None, "x");
+        assert!(matches!(
+            Error::from_status(&status, "a", &subject),
+            Error::RedriveTaskNotFound { task_handle: Some(t), .. } if t.as_str() == "t1"
+        ));
+    }
+
+    #[test]
+    fn an_unknown_reason_is_known_by_its_code_alone() {
+        // The wording would say "stale"; a newer node's reason must not be guessed from it.
+        assert!(matches!(
+            map_node(
+                Code::FailedPrecondition,
+                "SomethingNewer",
+                "receipt handle was superseded by a later receive"
+            ),
+            Error::Server {
+                code: Code::FailedPrecondition,
+                ..
+            }
+        ));
+        assert!(matches!(
+            map_node(
+                Code::ResourceExhausted,
+                "SomethingNewer",
+                "queue orders was purged recently"
+            ),
+            Error::ResourceExhausted { .. }
+        ));
+        assert!(matches!(
+            map_node(Code::NotFound, "SomethingNewer", "x"),
+            Error::QueueNotFound { queue: Some(_), .. }
         ));
     }
 
