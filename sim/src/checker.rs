@@ -82,6 +82,44 @@ impl fmt::Display for Violation {
     }
 }
 
+/// Jepsen's counts for a run summary: messages delivered at least once, delivered more than
+/// once (allowed: at-least-once), and recovered (delivered although their send's outcome was
+/// unknown).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub delivered: usize,
+    pub duplicated: usize,
+    pub recovered: usize,
+}
+
+/// Counts [`Tally`] over `history`.
+#[must_use]
+pub fn tally(history: &History) -> Tally {
+    let mut deliveries: BTreeMap<&str, usize> = BTreeMap::new();
+    for op in &history.ops {
+        if let Some((_, Outcome::Received(got))) = &op.completed {
+            for delivery in got {
+                *deliveries.entry(&delivery.body).or_default() += 1;
+            }
+        }
+    }
+    let recovered = history
+        .ops
+        .iter()
+        .filter(|op| match (&op.call, op.outcome()) {
+            (Call::Send { body, .. }, Outcome::Unknown { .. }) => {
+                deliveries.contains_key(body.as_str())
+            }
+            _ => false,
+        })
+        .count();
+    Tally {
+        delivered: deliveries.len(),
+        duplicated: deliveries.values().filter(|count| **count > 1).count(),
+        recovered,
+    }
+}
+
 /// A delivery as the checker sees it: which message, which count, and when.
 #[derive(Clone, Debug)]
 struct Seen {
@@ -740,6 +778,33 @@ mod tests {
         s.delete(2, "m1", 2, 300, Outcome::Ok);
         s.drained(10_000);
         assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn the_tally_counts_duplicates_and_recovered_sends() {
+        let mut s = Script::new();
+        let b1 = s.send(1, "m1", 0);
+        let b2 = body(0, 2);
+        s.op(
+            0,
+            Call::Send {
+                body: b2.clone(),
+                delay_s: None,
+            },
+            0,
+            5,
+            unknown(),
+        );
+        s.receive(1, 10, 11, &[("m1", &b1, 1), ("m2", &b2, 1)]);
+        s.receive(2, 6_000, 6_001, &[("m1", &b1, 2)]);
+        assert_eq!(
+            tally(&s.history),
+            Tally {
+                delivered: 2,
+                duplicated: 1,
+                recovered: 1
+            }
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use trireme_node::storage::Storage;
 use trireme_node::{Node, NodeError};
 use turmoil::net::TcpListener;
 
-use crate::checker::{Violation, check};
+use crate::checker::{Violation, check, tally};
 use crate::clock::{SimClock, millis};
 use crate::disk::{DiskMode, Power, SimDisk, SyncFailures};
 use crate::faults::{Action, Plan, plan};
@@ -44,6 +44,9 @@ const RUN_S_MAX: u64 = 240;
 const TICK_MS: u64 = 2;
 /// How long a node that exited stays down before it is started again.
 const EXIT_RESTART_MS: u64 = 500;
+/// Exits after the heal that end a run: with no faults left, a node that exits this often will
+/// never serve again.
+const EXITS_AFTER_HEAL_MAX: u32 = 3;
 /// The safety phase, unless the options say otherwise.
 pub const SAFETY_MS_DEFAULT: u64 = 30_000;
 
@@ -106,11 +109,16 @@ impl Report {
     #[must_use]
     pub fn summary(&self) -> String {
         let (acknowledged, refused, unknown) = self.history.outcome_counts();
+        let tally = tally(&self.history);
         let mut text = format!(
             "seed {}: {} ops ({acknowledged} acknowledged, {refused} refused, {unknown} unknown), \
+             {} messages delivered ({} more than once, {} recovered from unknown sends), \
              {} faults, {} boots, {} simulated ms, digest {:016x}\n  mix: {:?}\n",
             self.seed,
             self.history.ops.len(),
+            tally.delivered,
+            tally.duplicated,
+            tally.recovered,
             self.history.faults.len(),
             self.boots,
             self.simulated_ms,
@@ -277,6 +285,8 @@ pub fn run(options: &Options) -> Report {
         sync_failures: &sync_failures,
         node_up: true,
         restart_at_ms: None,
+        healed: false,
+        exits_after_heal: 0,
         links: vec![Link::default(); usize::try_from(mix.clients).expect("a few clients")],
         history: &history,
     };
@@ -289,6 +299,17 @@ pub fn run(options: &Options) -> Report {
             crash_node(&mut sim, &power, &world.links);
             world.node_up = false;
             world.restart_at_ms = Some(now_ms + EXIT_RESTART_MS);
+            if world.healed {
+                world.exits_after_heal += 1;
+                if world.exits_after_heal >= EXITS_AFTER_HEAL_MAX {
+                    let last = history.borrow().faults.last().map(|(_, what)| what.clone());
+                    error = Some(format!(
+                        "the node cannot start after the heal (no faults left): {}",
+                        last.unwrap_or_default()
+                    ));
+                    break;
+                }
+            }
         }
         if world.restart_at_ms.is_some_and(|at| at <= now_ms) {
             restart_node(&mut sim, &mut world);
@@ -384,6 +405,10 @@ struct World<'a> {
     node_up: bool,
     /// When an exited node is started again.
     restart_at_ms: Option<u64>,
+    /// Whether the heal happened: no fault may stop the node any more.
+    healed: bool,
+    /// Exits since the heal: each one is a node that cannot start on a healthy machine.
+    exits_after_heal: u32,
     links: Vec<Link>,
     history: &'a Rc<RefCell<History>>,
 }
@@ -439,6 +464,7 @@ fn apply(sim: &mut turmoil::Sim<'_>, world: &mut World<'_>, action: &Action, now
             }
             world.links.fill(Link::default());
             world.sync_failures.stop();
+            world.healed = true;
             if !world.node_up {
                 restart_node(sim, world);
             }
