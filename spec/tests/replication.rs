@@ -16,6 +16,8 @@ mod replication {
     const ONE_PER_VERSION: &str = "at most one delivery per claim version";
     const RECEIVE_COUNT: &str = "receive count never goes down";
     const ALL_THREE: &str = "tombstone dropped only when all three replicas hold it";
+    const QUORUM_STORED: &str = "delivered only after two replicas stored the claim";
+    const CONVERGED: &str = "after heal, replicas converge";
 
     const ORPHAN: &str = "claim reached one replica, then its coordinator died";
     const CONCURRENT: &str = "two coordinators claim one version at once";
@@ -308,6 +310,26 @@ mod replication {
             ..Config::quiet("deliver before quorum")
         };
         finds(with(Bug::DeliverBeforeQuorum, config), ONE_PER_VERSION);
+    }
+
+    #[test]
+    fn deliver_before_quorum_delivers_a_claim_one_replica_stored() {
+        let config = Config {
+            start: Start::Sent,
+            claims_max: 1,
+            ..Config::quiet("deliver before quorum")
+        };
+        finds(with(Bug::DeliverBeforeQuorum, config), QUORUM_STORED);
+    }
+
+    #[test]
+    fn anti_entropy_without_tombstones_never_converges() {
+        let config = Config {
+            start: Start::Deleted,
+            heal: true,
+            ..Config::quiet("anti-entropy skips tombstones")
+        };
+        finds(with(Bug::AntiEntropySkipsTombstones, config), CONVERGED);
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub enum Bug {
     ReplacedDiskReturns,
     /// Packets older than the horizon are still accepted.
     NoPacketHorizon,
+    /// Anti-entropy leaves tombstones out of what it exchanges.
+    AntiEntropySkipsTombstones,
 }
 
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
@@ -853,6 +855,10 @@ impl State {
         replica.rebuilding = ALL_REPLICAS & !bit(r);
         replica.up = true;
         replica.away_past_horizon = false;
+        // The new disk holds no tombstone until anti-entropy gives it one.
+        for holders in &mut self.ghost.tombstone_holders {
+            holders.1 &= !bit(r);
+        }
         self.ghost.reach(Scenario::Replaced);
     }
 
@@ -870,6 +876,9 @@ impl State {
     pub fn anti_entropy(&mut self, config: &Config, from: usize, to: usize) {
         for queue in [Queue::Source, Queue::DeadLetter] {
             let incoming = self.replicas[from].store[queue.index()];
+            if incoming.is_tombstone() && config.has(Bug::AntiEntropySkipsTombstones) {
+                continue;
+            }
             self.merge_into(config, to, queue, incoming, Cause::AntiEntropy);
         }
         if self.replicas[from].rebuilding == 0 {
@@ -884,10 +893,13 @@ impl State {
             return false;
         }
         let clears = t.rebuilding & bit(from) != 0 && f.rebuilding == 0;
+        let skipped =
+            |record: &Record| record.is_tombstone() && config.has(Bug::AntiEntropySkipsTombstones);
         clears
-            || [0, 1]
-                .iter()
-                .any(|q| t.store[*q].merge(f.store[*q], config.merge_rules()) != t.store[*q])
+            || [0, 1].iter().any(|q| {
+                !skipped(&f.store[*q])
+                    && t.store[*q].merge(f.store[*q], config.merge_rules()) != t.store[*q]
+            })
     }
 
     /// The clock passes the tombstone horizon: every packet in flight is now too old to be
