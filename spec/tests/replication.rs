@@ -30,6 +30,8 @@ mod replication {
     const MOVED: &str = "message moved to the dead-letter queue";
     const REDRIVEN: &str = "message redriven to its source queue";
     const HEALED: &str = "heal ran to its end";
+    const CONCURRENT_DELETE: &str =
+        "receive under way when a delete was acknowledged delivered afterwards";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -173,6 +175,7 @@ mod replication {
                 DELETE_RACE,
                 REPAIRED,
                 ANTI_ENTROPY,
+                CONCURRENT_DELETE,
                 HEALED,
             ],
         );

@@ -50,10 +50,12 @@ const COLLECTOR: usize = 1;
 /// The replication model under one configuration.
 #[derive(Clone, Debug)]
 pub struct ReplicationModel {
+    /// Bounds and planted bug of this run.
     pub config: Config,
 }
 
 impl ReplicationModel {
+    /// The model of `config`.
     pub fn new(config: Config) -> ReplicationModel {
         ReplicationModel { config }
     }
@@ -280,6 +282,10 @@ impl Model for ReplicationModel {
             Property::sometimes(
                 "tombstone collected while a replica was away, and it came back",
                 |_, s: &State| s.ghost.reached(Scenario::CollectedWhileAway),
+            ),
+            Property::sometimes(
+                "receive under way when a delete was acknowledged delivered afterwards",
+                |_, s: &State| s.ghost.reached(Scenario::DeliveredAfterConcurrentDelete),
             ),
             Property::sometimes("heal ran to its end", |_, s: &State| s.healed),
         ];

@@ -29,6 +29,7 @@ pub enum Queue {
 }
 
 impl Queue {
+    /// Position of this queue's record in a replica's store.
     pub fn index(self) -> usize {
         match self {
             Queue::Source => 0,
@@ -71,6 +72,7 @@ pub enum Bug {
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Printed with the run's figures.
     pub name: &'static str,
     /// Whether the dead-letter queue, moves and redrive are in play.
     pub dead_letter: bool,
@@ -80,9 +82,13 @@ pub struct Config {
     pub start: Start,
     /// Drops, duplicates and replica crashes, together.
     pub faults_max: u8,
+    /// Receives (claims) started after the starting point.
     pub claims_max: u8,
+    /// Deletes started after the starting point.
     pub deletes_max: u8,
+    /// Tombstone collections started.
     pub collects_max: u8,
+    /// Redrives started.
     pub redrives_max: u8,
     /// Times the clock may jump past the tombstone horizon.
     pub horizons_max: u8,
@@ -92,14 +98,17 @@ pub struct Config {
     pub replacements_max: u8,
     /// Whether the free phase may end in the heal schedule (liveness).
     pub heal: bool,
+    /// The protocol rule switched off, if any (planted-bug tests only).
     pub bug: Option<Bug>,
 }
 
 impl Config {
+    /// Whether `bug` is planted in this run.
     pub fn has(&self, bug: Bug) -> bool {
         self.bug == Some(bug)
     }
 
+    /// The merge replicas use in this run.
     pub fn merge_rules(&self) -> MergeRules {
         MergeRules {
             tombstone_dominant: !self.has(Bug::TombstoneNotDominant),
@@ -164,6 +173,7 @@ pub struct Handle {
 /// acknowledged; a write lost in the crash is indistinguishable from a dropped packet.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Replica {
+    /// Reachable: not crashed, not cut off.
     pub up: bool,
     /// Down while the clock passed the tombstone horizon: may be replaced.
     pub away_past_horizon: bool,
@@ -273,10 +283,12 @@ impl Op {
     }
 }
 
+/// A node serving one client operation at a time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Coordinator {
     /// Tags requests and replies; a reply of another round is ignored.
     pub round: u8,
+    /// The operation in progress.
     pub op: Op,
     /// The newest receipt handle this coordinator's client holds.
     pub handle: Option<Handle>,
@@ -335,11 +347,13 @@ pub enum Reason {
     Move,
 }
 
+/// A request in flight from a coordinator to a replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Packet {
     pub replica: u8,
     pub coordinator: u8,
     pub round: u8,
+    /// What is asked.
     pub message: Message,
 }
 
@@ -376,11 +390,15 @@ pub enum Scenario {
     Moved = 5,
     Redriven = 6,
     Replaced = 7,
+    /// A receive already under way when a delete was acknowledged delivered afterwards (the
+    /// concurrent case spec#considerations allows).
+    DeliveredAfterConcurrentDelete = 8,
 }
 
 /// What only the model knows: what clients were told, and what went wrong.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Ghost {
+    /// The send was acknowledged to its client.
     pub sent_acked: bool,
     /// A delete's tombstone reached some replica (the delete took effect, acked or not).
     pub deleted: bool,
@@ -392,7 +410,9 @@ pub struct Ghost {
     pub tombstone_holders: [(u8, u8); 2],
     /// Replicas that were down while a tombstone was dropped elsewhere.
     pub missed_collection: u8,
+    /// Broken invariants (`Violation` bits).
     pub violations: u16,
+    /// Scenarios reached (`Scenario` bits).
     pub scenarios: u16,
 }
 
@@ -405,10 +425,12 @@ impl Ghost {
         self.scenarios |= 1 << scenario as u16;
     }
 
+    /// Whether `violation` happened on the way to this state.
     pub fn violated(&self, violation: Violation) -> bool {
         self.violations & (1 << violation as u16) != 0
     }
 
+    /// Whether `scenario` happened on the way to this state.
     pub fn reached(&self, scenario: Scenario) -> bool {
         self.scenarios & (1 << scenario as u16) != 0
     }
@@ -428,6 +450,7 @@ pub struct Used {
     pub replacements: u8,
 }
 
+/// The whole system: replicas, coordinators, network, and the ghost.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub replicas: [Replica; REPLICAS],
@@ -436,7 +459,9 @@ pub struct State {
     pub network: Vec<Packet>,
     /// How many times the clock jumped past the tombstone horizon.
     pub era: u8,
+    /// Budget spent (checked by the boundary).
     pub used: Used,
+    /// What clients were told (never read by the protocol).
     pub ghost: Ghost,
     /// The heal schedule ran; nothing happens afterwards.
     pub healed: bool,
@@ -632,6 +657,7 @@ impl State {
 
     // ----- operations started by coordinators -------------------------------------------------
 
+    /// A client sends the message through `coordinator` (spec#send).
     pub fn start_send(&mut self, coordinator: usize) {
         self.used.sends += 1;
         self.begin(coordinator, Op::Send { acks: 0 });
@@ -645,6 +671,7 @@ impl State {
         );
     }
 
+    /// A client receives through `coordinator`: the quorum read of spec#receive-claim.
     pub fn start_claim(&mut self, coordinator: usize) {
         self.used.claims += 1;
         let deletes_acked_before = self.ghost.deletes_acked;
@@ -663,6 +690,7 @@ impl State {
         );
     }
 
+    /// `coordinator`'s client deletes with the newest handle it holds (spec#delete).
     pub fn start_delete(&mut self, config: &Config, coordinator: usize) {
         let handle = self.coordinators[coordinator]
             .handle
@@ -717,6 +745,7 @@ impl State {
         );
     }
 
+    /// A redrive of the dead-letter copy back to the source (spec#redrive).
     pub fn start_redrive(&mut self, coordinator: usize) {
         self.used.redrives += 1;
         self.begin(
@@ -733,6 +762,7 @@ impl State {
         );
     }
 
+    /// Collection of `queue`'s tombstone: the read of all three replicas.
     pub fn start_collect(&mut self, coordinator: usize, queue: Queue) {
         self.used.collects += 1;
         self.begin(
@@ -816,6 +846,7 @@ impl State {
 
     // ----- faults and background work ---------------------------------------------------------
 
+    /// Replica `r` crashes or is cut off; requests to it wait (a fault).
     pub fn crash(&mut self, r: usize) {
         self.used.faults += 1;
         self.replicas[r].up = false;
@@ -922,11 +953,13 @@ impl State {
         }
     }
 
+    /// The network loses the packet at `index` (a fault).
     pub fn drop_packet(&mut self, index: usize) {
         self.used.faults += 1;
         self.network.remove(index);
     }
 
+    /// The network duplicates the packet at `index` (a fault).
     pub fn duplicate_packet(&mut self, index: usize) {
         self.used.faults += 1;
         let packet = self.network[index];
@@ -939,6 +972,7 @@ impl State {
         !packet.message.is_request() || self.replicas[packet.replica as usize].up
     }
 
+    /// Delivers the packet at `index` to its replica, whose reply reaches the coordinator.
     pub fn deliver(&mut self, config: &Config, index: usize) {
         let packet = self.network.remove(index);
         if packet.message.is_request() {
@@ -1316,6 +1350,8 @@ impl State {
             } => {
                 if deletes_acked_before & bit(generation as usize) != 0 {
                     self.ghost.violate(Violation::Resurrection);
+                } else if self.ghost.deletes_acked & bit(generation as usize) != 0 {
+                    self.ghost.reach(Scenario::DeliveredAfterConcurrentDelete);
                 }
                 self.deliver_claim(generation, claim, receive_count);
                 self.coordinators[c].handle = Some(Handle { generation, claim });

@@ -50,7 +50,9 @@ pub enum Body {
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
 pub struct Record {
+    /// The life of the message this record is about.
     pub generation: u8,
+    /// What the replica knows about that life.
     pub body: Body,
 }
 
@@ -65,6 +67,7 @@ pub struct MergeRules {
 }
 
 impl MergeRules {
+    /// The rules of spec/replication.md#the-record.
     pub const CORRECT: MergeRules = MergeRules {
         tombstone_dominant: true,
         receive_count_by_max: true,
@@ -102,10 +105,12 @@ impl Record {
         }
     }
 
+    /// Whether the message is in the queue (claimed or not).
     pub fn is_live(&self) -> bool {
         matches!(self.body, Body::Live { .. })
     }
 
+    /// Whether the record is a tombstone.
     pub fn is_tombstone(&self) -> bool {
         self.body == Body::Tombstone
     }
