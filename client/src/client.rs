@@ -259,6 +259,23 @@ impl Client {
         self.inner.request_timeout
     }
 
+    /// [`Client::call`] about one queue, each attempt bounded by the request timeout.
+    async fn call_queue<Req, Resp, F, Fut>(
+        &self,
+        op: Op,
+        queue: &QueueName,
+        request: Req,
+        attempt: F,
+    ) -> Result<Resp, Error>
+    where
+        Req: Clone,
+        F: Fn(QueueServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        self.call(op, &Subject::queue(queue), request, self.timeout(), attempt)
+            .await
+    }
+
     // ---- Queues. ----
 
     /// Creates a queue; succeeds without change when it exists with the same attributes.
@@ -293,11 +310,10 @@ impl Client {
             tags: tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         };
         let reply = self
-            .call(
+            .call_queue(
                 idempotent("create_queue"),
-                &Subject::queue(name),
+                name,
                 request,
-                self.timeout(),
                 |mut c, r| async move { c.create_queue(r).await },
             )
             .await?;
@@ -316,11 +332,10 @@ impl Client {
             name: name.as_str().to_owned(),
         };
         let reply = self
-            .call(
+            .call_queue(
                 idempotent("get_queue"),
-                &Subject::queue(name),
+                name,
                 request,
-                self.timeout(),
                 |mut c, r| async move { c.get_queue(r).await },
             )
             .await?;
@@ -409,11 +424,10 @@ impl Client {
             attributes: Some(changes.into()),
         };
         let reply = self
-            .call(
+            .call_queue(
                 idempotent("set_queue_attributes"),
-                &Subject::queue(name),
+                name,
                 request,
-                self.timeout(),
                 |mut c, r| async move { c.set_queue_attributes(r).await },
             )
             .await?;
@@ -429,13 +443,9 @@ impl Client {
         let request = pb::DeleteQueueRequest {
             name: name.as_str().to_owned(),
         };
-        self.call(
-            once("delete_queue"),
-            &Subject::queue(name),
-            request,
-            self.timeout(),
-            |mut c, r| async move { c.delete_queue(r).await },
-        )
+        self.call_queue(once("delete_queue"), name, request, |mut c, r| async move {
+            c.delete_queue(r).await
+        })
         .await?;
         Ok(())
     }
@@ -449,13 +459,9 @@ impl Client {
         let request = pb::PurgeQueueRequest {
             name: name.as_str().to_owned(),
         };
-        self.call(
-            once("purge_queue"),
-            &Subject::queue(name),
-            request,
-            self.timeout(),
-            |mut c, r| async move { c.purge_queue(r).await },
-        )
+        self.call_queue(once("purge_queue"), name, request, |mut c, r| async move {
+            c.purge_queue(r).await
+        })
         .await?;
         Ok(())
     }
@@ -473,11 +479,10 @@ impl Client {
             name: name.as_str().to_owned(),
             tags: tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         };
-        self.call(
+        self.call_queue(
             idempotent("tag_queue"),
-            &Subject::queue(name),
+            name,
             request,
-            self.timeout(),
             |mut c, r| async move { c.tag_queue(r).await },
         )
         .await?;
@@ -493,11 +498,10 @@ impl Client {
             name: name.as_str().to_owned(),
             keys: keys.to_vec(),
         };
-        self.call(
+        self.call_queue(
             idempotent("untag_queue"),
-            &Subject::queue(name),
+            name,
             request,
-            self.timeout(),
             |mut c, r| async move { c.untag_queue(r).await },
         )
         .await?;
@@ -520,11 +524,10 @@ impl Client {
             page_token: page_token.unwrap_or_default().to_owned(),
         };
         let reply = self
-            .call(
+            .call_queue(
                 idempotent("list_dead_letter_source_queues"),
-                &Subject::queue(name),
+                name,
                 request,
-                self.timeout(),
                 |mut c, r| async move { c.list_dead_letter_source_queues(r).await },
             )
             .await?;
@@ -551,19 +554,15 @@ impl Client {
         };
         let request = send_to_wire(queue, message);
         let reply = self
-            .call(
-                op,
-                &Subject::queue(queue),
-                request,
-                self.timeout(),
-                |mut c, r| async move { c.send_message(r).await },
-            )
+            .call_queue(op, queue, request, |mut c, r| async move {
+                c.send_message(r).await
+            })
             .await?;
-        Ok(SentMessage {
-            message_id: crate::types::MessageId::new(reply.message_id),
-            duplicate: reply.duplicate,
-            md5_of_body: reply.md5_of_body,
-        })
+        Ok(sent_message(
+            reply.message_id,
+            reply.duplicate,
+            reply.md5_of_body,
+        ))
     }
 
     /// Sends up to 10 messages; each entry succeeds or fails on its own. Retried only when every
@@ -592,29 +591,15 @@ impl Client {
                 .collect(),
         };
         let reply = self
-            .call(
-                op,
-                &Subject::queue(queue),
-                request,
-                self.timeout(),
-                |mut c, r| async move { c.send_message_batch(r).await },
-            )
+            .call_queue(op, queue, request, |mut c, r| async move {
+                c.send_message_batch(r).await
+            })
             .await?;
-        Ok(BatchOutcome {
-            successful: reply
-                .successful
-                .into_iter()
-                .map(|s| SentBatchEntry {
-                    id: s.id,
-                    sent: SentMessage {
-                        message_id: crate::types::MessageId::new(s.message_id),
-                        duplicate: s.duplicate,
-                        md5_of_body: s.md5_of_body,
-                    },
-                })
-                .collect(),
-            failed: reply.failed.into_iter().map(Into::into).collect(),
-        })
+        let successful = reply.successful.into_iter().map(|s| SentBatchEntry {
+            id: s.id,
+            sent: sent_message(s.message_id, s.duplicate, s.md5_of_body),
+        });
+        Ok(batch_outcome(successful.collect(), reply.failed))
     }
 
     /// Receives up to `options.max_messages` messages, waiting up to the long-poll time for the
@@ -669,11 +654,10 @@ impl Client {
             queue: queue.as_str().to_owned(),
             receipt_handle: receipt_handle.as_str().to_owned(),
         };
-        self.call(
+        self.call_queue(
             idempotent("delete_message"),
-            &Subject::queue(queue),
+            queue,
             request,
-            self.timeout(),
             |mut c, r| async move { c.delete_message(r).await },
         )
         .await?;
@@ -700,18 +684,14 @@ impl Client {
                 .collect(),
         };
         let reply = self
-            .call(
+            .call_queue(
                 idempotent("delete_message_batch"),
-                &Subject::queue(queue),
+                queue,
                 request,
-                self.timeout(),
                 |mut c, r| async move { c.delete_message_batch(r).await },
             )
             .await?;
-        Ok(BatchOutcome {
-            successful: reply.successful,
-            failed: reply.failed.into_iter().map(Into::into).collect(),
-        })
+        Ok(batch_outcome(reply.successful, reply.failed))
     }
 
     /// Makes the message received with `receipt_handle` invisible for `timeout_seconds` from
@@ -733,11 +713,10 @@ impl Client {
             receipt_handle: receipt_handle.as_str().to_owned(),
             visibility_timeout_seconds: timeout_seconds,
         };
-        self.call(
+        self.call_queue(
             idempotent("change_visibility"),
-            &Subject::queue(queue),
+            queue,
             request,
-            self.timeout(),
             |mut c, r| async move { c.change_visibility(r).await },
         )
         .await?;
@@ -765,18 +744,14 @@ impl Client {
                 .collect(),
         };
         let reply = self
-            .call(
+            .call_queue(
                 idempotent("change_visibility_batch"),
-                &Subject::queue(queue),
+                queue,
                 request,
-                self.timeout(),
                 |mut c, r| async move { c.change_visibility_batch(r).await },
             )
             .await?;
-        Ok(BatchOutcome {
-            successful: reply.successful,
-            failed: reply.failed.into_iter().map(Into::into).collect(),
-        })
+        Ok(batch_outcome(reply.successful, reply.failed))
     }
 
     // ---- Redrive. ----
@@ -797,11 +772,10 @@ impl Client {
             max_messages_per_second: redrive.max_messages_per_second.unwrap_or(0),
         };
         let reply = self
-            .call(
+            .call_queue(
                 once("start_redrive"),
-                &Subject::queue(&redrive.source_queue),
+                &redrive.source_queue,
                 request,
-                self.timeout(),
                 |mut c, r| async move { c.start_redrive(r).await },
             )
             .await?;
@@ -823,11 +797,10 @@ impl Client {
             max_results: max_results.unwrap_or(0),
         };
         let reply = self
-            .call(
+            .call_queue(
                 idempotent("list_redrives"),
-                &Subject::queue(source_queue),
+                source_queue,
                 request,
-                self.timeout(),
                 |mut c, r| async move { c.list_redrives(r).await },
             )
             .await?;
@@ -863,6 +836,23 @@ pub struct SendBatchEntry {
     pub id: String,
     /// The message.
     pub message: SendMessage,
+}
+
+/// A batch's outcome from the entries the node accepted and those it refused.
+fn batch_outcome<T>(successful: Vec<T>, failed: Vec<pb::BatchEntryError>) -> BatchOutcome<T> {
+    BatchOutcome {
+        successful,
+        failed: failed.into_iter().map(Into::into).collect(),
+    }
+}
+
+/// What a node answers for one sent message, single or batched.
+fn sent_message(message_id: String, duplicate: bool, md5_of_body: String) -> SentMessage {
+    SentMessage {
+        message_id: crate::types::MessageId::new(message_id),
+        duplicate,
+        md5_of_body,
+    }
 }
 
 fn page(names: Vec<String>, next_page_token: String) -> QueuePage {

@@ -4,12 +4,14 @@ use std::collections::BTreeMap;
 
 use trireme_client::{
     Client, ClientConfig, DeleteEntry, Error, MessageAttribute, QueueAttributeChanges,
-    QueueAttributes, ReceiptHandle, ReceiveOptions, RedriveChange, RedrivePolicy, RedriveStatus,
-    SendBatchEntry, SendMessage, StartRedrive, VisibilityChange,
+    QueueAttributes, ReceiptHandle, ReceiveOptions, RedriveChange, RedriveStatus, SendBatchEntry,
+    SendMessage, StartRedrive, VisibilityChange,
 };
 
 use crate::fake;
-use crate::node::{TestNode, queue_name};
+use crate::node::{
+    TestNode, create_queue, create_with_dead_letter_queue, queue_name, send_numbered,
+};
 
 fn wait(seconds: u32, max: u32) -> ReceiveOptions {
     ReceiveOptions {
@@ -107,16 +109,10 @@ async fn list_follows_pages_within_a_prefix() {
     let mut made = Vec::new();
     for _ in 0..5 {
         let name = queue_name("paged");
-        client
-            .create_queue(&name, &QueueAttributes::default())
-            .await
-            .unwrap();
+        create_queue(&client, &name).await;
         made.push(name);
     }
-    client
-        .create_queue(&queue_name("other"), &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &queue_name("other")).await;
 
     let first = client.list_queues("paged-", Some(2), None).await.unwrap();
     assert_eq!(first.names.len(), 2);
@@ -139,10 +135,7 @@ async fn send_receive_delete_with_attributes_and_stats() {
     let node = TestNode::start().await;
     let client = node.client();
     let name = queue_name("messages");
-    client
-        .create_queue(&name, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &name).await;
     let message = SendMessage::new("hello")
         .attribute("kind", MessageAttribute::string("greeting"))
         .attribute("n", MessageAttribute::number(7))
@@ -180,10 +173,7 @@ async fn a_long_poll_is_answered_by_a_later_send() {
     let node = TestNode::start().await;
     let client = node.client();
     let name = queue_name("longpoll");
-    client
-        .create_queue(&name, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &name).await;
     let poller = {
         let (client, name) = (client.clone(), name.clone());
         tokio::spawn(async move { client.receive_messages(&name, &wait(20, 1)).await })
@@ -202,10 +192,7 @@ async fn a_superseded_handle_is_refused_as_stale() {
     let node = TestNode::start().await;
     let client = node.client();
     let name = queue_name("stale");
-    client
-        .create_queue(&name, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &name).await;
     client
         .send_message(&name, &SendMessage::new("x"))
         .await
@@ -259,10 +246,7 @@ async fn refusals_name_the_field_and_the_limit() {
     let node = TestNode::start().await;
     let client = node.client();
     let name = queue_name("invalid");
-    client
-        .create_queue(&name, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &name).await;
     let err = client
         .receive_messages(&name, &wait(0, 11))
         .await
@@ -295,10 +279,7 @@ async fn deduplicated_sends_store_one_message() {
     let node = TestNode::start().await;
     let client = node.client();
     let name = queue_name("dedup");
-    client
-        .create_queue(&name, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &name).await;
     let message = SendMessage::new("once").deduplication_id("order-1");
     let first = client.send_message(&name, &message).await.unwrap();
     let second = client.send_message(&name, &message).await.unwrap();
@@ -312,10 +293,7 @@ async fn batches_report_each_entry() {
     let node = TestNode::start().await;
     let client = node.client();
     let name = queue_name("batch");
-    client
-        .create_queue(&name, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &name).await;
     let entries = vec![
         SendBatchEntry {
             id: "a".into(),
@@ -389,16 +367,8 @@ async fn purge_empties_the_queue_once_a_minute() {
     let node = TestNode::start().await;
     let client = node.client();
     let name = queue_name("purge");
-    client
-        .create_queue(&name, &QueueAttributes::default())
-        .await
-        .unwrap();
-    for i in 0..3 {
-        client
-            .send_message(&name, &SendMessage::new(format!("m{i}")))
-            .await
-            .unwrap();
-    }
+    create_queue(&client, &name).await;
+    send_numbered(&client, &name, 3).await;
     client.purge_queue(&name).await.unwrap();
     assert_eq!(client.queue_stats(&name).await.unwrap().ready, 0);
     let err = client.purge_queue(&name).await.unwrap_err();
@@ -411,19 +381,7 @@ async fn dead_letter_move_and_redrive_back() {
     let client = node.client();
     let dlq = queue_name("dlq");
     let source = queue_name("source");
-    client
-        .create_queue(&dlq, &QueueAttributes::default())
-        .await
-        .unwrap();
-    let policy = RedrivePolicy {
-        dead_letter_queue: dlq.clone(),
-        max_receive_count: 1,
-    };
-    let attributes = QueueAttributes {
-        redrive_policy: Some(policy.clone()),
-        ..Default::default()
-    };
-    client.create_queue(&source, &attributes).await.unwrap();
+    let policy = create_with_dead_letter_queue(&client, &source, &dlq, 1).await;
     assert_eq!(
         client
             .get_queue(&source)
@@ -516,20 +474,9 @@ async fn a_cancelled_redrive_reports_what_it_moved() {
     let client = node.client();
     let dlq = queue_name("cdlq");
     let target = queue_name("ctarget");
-    client
-        .create_queue(&dlq, &QueueAttributes::default())
-        .await
-        .unwrap();
-    client
-        .create_queue(&target, &QueueAttributes::default())
-        .await
-        .unwrap();
-    for i in 0..20 {
-        client
-            .send_message(&dlq, &SendMessage::new(format!("m{i}")))
-            .await
-            .unwrap();
-    }
+    create_queue(&client, &dlq).await;
+    create_queue(&client, &target).await;
+    send_numbered(&client, &dlq, 20).await;
     let task = client
         .start_redrive(&StartRedrive {
             source_queue: dlq.clone(),
@@ -569,10 +516,7 @@ async fn a_node_that_is_down_is_skipped_for_every_call() {
     let closed = fake::closed_address().await;
     let client = Client::new(ClientConfig::new([closed, node.address.clone()])).unwrap();
     let name = queue_name("failover");
-    client
-        .create_queue(&name, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &name).await;
     client
         .send_message(&name, &SendMessage::new("through"))
         .await

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use trireme_client::{Client, ClientConfig, QueueName};
+use trireme_client::{
+    Client, ClientConfig, QueueAttributes, QueueName, RedrivePolicy, SendMessage,
+};
 use trireme_node::Node;
 use trireme_node::clock::SystemClock;
 use trireme_node::config::Config;
@@ -47,4 +49,46 @@ pub fn queue_name(prefix: &str) -> QueueName {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     QueueName::new(format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))).unwrap()
+}
+
+/// Creates `dlq`, then `queue` with a redrive policy that moves a message to `dlq` once it has
+/// been received `max_receive_count` times; returns that policy.
+pub async fn create_with_dead_letter_queue(
+    client: &Client,
+    queue: &QueueName,
+    dlq: &QueueName,
+    max_receive_count: u32,
+) -> RedrivePolicy {
+    client
+        .create_queue(dlq, &QueueAttributes::default())
+        .await
+        .unwrap();
+    let policy = RedrivePolicy {
+        dead_letter_queue: dlq.clone(),
+        max_receive_count,
+    };
+    let attributes = QueueAttributes {
+        redrive_policy: Some(policy.clone()),
+        ..Default::default()
+    };
+    client.create_queue(queue, &attributes).await.unwrap();
+    policy
+}
+
+/// Creates `name` with default attributes.
+pub async fn create_queue(client: &Client, name: &QueueName) {
+    client
+        .create_queue(name, &QueueAttributes::default())
+        .await
+        .unwrap();
+}
+
+/// Sends `count` messages to `queue`, with bodies `m0`, `m1`, ….
+pub async fn send_numbered(client: &Client, queue: &QueueName, count: u32) {
+    for i in 0..count {
+        client
+            .send_message(queue, &SendMessage::new(format!("m{i}")))
+            .await
+            .unwrap();
+    }
 }

@@ -3,18 +3,19 @@
 //! long polls, never through sleeps; every wait is a bounded loop.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
 use trireme_client::worker::IDEMPOTENCY_KEY_ATTRIBUTE;
 use trireme_client::{
-    AttributeValue, Backoff, Client, HandlerError, HandlerOutcome, Message, MessageId,
-    QueueAttributes, QueueName, ReceiveOptions, RedrivePolicy, SendMessage, Worker, WorkerConfig,
-    WorkerCounters, WorkerMetrics,
+    AttributeValue, Backoff, Client, HandlerError, HandlerOutcome, Job, Message, MessageId,
+    QueueName, ReceiveOptions, SendMessage, Worker, WorkerConfig, WorkerCounters, WorkerMetrics,
 };
 
-use crate::node::{TestNode, queue_name};
+use crate::node::{TestNode, create_queue, create_with_dead_letter_queue, queue_name};
 
 /// What a worker reported, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +68,32 @@ fn events() -> (Arc<Events>, mpsc::UnboundedReceiver<Event>) {
         }),
         rx,
     )
+}
+
+/// A worker running on its own task until [`Running::stop`].
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), trireme_client::Error>>,
+}
+
+impl Running {
+    fn start<H, Fut>(worker: Worker<H>) -> Running
+    where
+        H: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+    {
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(worker.run(async {
+            let _ = stop_rx.await;
+        }));
+        Running { stop, task }
+    }
+
+    /// Asks the worker to stop and requires that it ends without error.
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.task.await.unwrap().unwrap();
+    }
 }
 
 /// The next event, failing the test if none comes within a generous bound.
@@ -132,10 +159,7 @@ async fn a_slow_handler_is_not_redelivered_while_its_heartbeats_run() {
     let node = TestNode::start().await;
     let client = node.client();
     let queue = queue_name("slow");
-    client
-        .create_queue(&queue, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &queue).await;
     let sent = client
         .send_message(&queue, &SendMessage::new("slow job"))
         .await
@@ -156,10 +180,7 @@ async fn a_slow_handler_is_not_redelivered_while_its_heartbeats_run() {
     })
     .with_config(config(2))
     .with_metrics(metrics.clone());
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = Running::start(worker);
     started_rx.recv().await.unwrap();
 
     // Three heartbeats span three visibility timeouts (each extends by 2 s every 1 s).
@@ -185,8 +206,7 @@ async fn a_slow_handler_is_not_redelivered_while_its_heartbeats_run() {
         next_settlement(&mut rx).await,
         Event::Processed(sent.message_id.clone())
     );
-    stop_tx.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    running.stop().await;
     let counts = metrics.counters.snapshot();
     assert_eq!(counts.processed, 1);
     assert!(counts.extended >= 3);
@@ -200,10 +220,7 @@ async fn a_crashed_workers_messages_come_back_after_the_timeout() {
     let node = TestNode::start().await;
     let client = node.client();
     let queue = queue_name("crash");
-    client
-        .create_queue(&queue, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &queue).await;
     let mut sent = BTreeSet::new();
     for i in 0..3 {
         sent.insert(
@@ -251,19 +268,7 @@ async fn poison_messages_reach_the_dead_letter_queue_after_max_receive_count() {
     let client = node.client();
     let dlq = queue_name("poison-dlq");
     let queue = queue_name("poison");
-    client
-        .create_queue(&dlq, &QueueAttributes::default())
-        .await
-        .unwrap();
-    let policy = RedrivePolicy {
-        dead_letter_queue: dlq.clone(),
-        max_receive_count: 3,
-    };
-    let attributes = QueueAttributes {
-        redrive_policy: Some(policy),
-        ..Default::default()
-    };
-    client.create_queue(&queue, &attributes).await.unwrap();
+    create_with_dead_letter_queue(&client, &queue, &dlq, 3).await;
     let poison = client
         .send_message(&queue, &SendMessage::new("poison"))
         .await
@@ -283,10 +288,7 @@ async fn poison_messages_reach_the_dead_letter_queue_after_max_receive_count() {
     })
     .with_config(config(30))
     .with_metrics(metrics.clone());
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = Running::start(worker);
 
     // Each of the three receives allowed ends in a retry; the fourth receive moves the message.
     let mut retries = 0;
@@ -311,8 +313,7 @@ async fn poison_messages_reach_the_dead_letter_queue_after_max_receive_count() {
     assert_eq!(dead[0].receive_count, 4);
     assert_eq!(dead[0].dead_letter_source.as_ref(), Some(&queue));
 
-    stop_tx.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    running.stop().await;
     let counts = metrics.counters.snapshot();
     assert_eq!(
         (counts.retried, counts.processed, counts.dead_lettered),
@@ -326,19 +327,7 @@ async fn a_terminal_failure_moves_the_message_to_the_dead_letter_queue_at_once()
     let client = node.client();
     let dlq = queue_name("terminal-dlq");
     let queue = queue_name("terminal");
-    client
-        .create_queue(&dlq, &QueueAttributes::default())
-        .await
-        .unwrap();
-    let policy = RedrivePolicy {
-        dead_letter_queue: dlq.clone(),
-        max_receive_count: 5,
-    };
-    let attributes = QueueAttributes {
-        redrive_policy: Some(policy),
-        ..Default::default()
-    };
-    client.create_queue(&queue, &attributes).await.unwrap();
+    create_with_dead_letter_queue(&client, &queue, &dlq, 5).await;
     let message = SendMessage::new("not a number")
         .attribute("origin", trireme_client::MessageAttribute::string("test"));
     let sent = client.send_message(&queue, &message).await.unwrap();
@@ -353,16 +342,12 @@ async fn a_terminal_failure_moves_the_message_to_the_dead_letter_queue_at_once()
     })
     .with_config(config(30))
     .with_metrics(metrics.clone());
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = Running::start(worker);
     assert_eq!(
         next_settlement(&mut rx).await,
         Event::DeadLettered(sent.message_id.clone())
     );
-    stop_tx.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    running.stop().await;
 
     let stats = client.queue_stats(&queue).await.unwrap();
     assert_eq!((stats.ready, stats.in_flight, stats.delayed), (0, 0, 0));
@@ -382,10 +367,7 @@ async fn shutdown_loses_nothing() {
     let node = TestNode::start().await;
     let client = node.client();
     let queue = queue_name("shutdown");
-    client
-        .create_queue(&queue, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &queue).await;
     let total = 30;
     let mut sent = BTreeSet::new();
     for i in 0..total {
@@ -416,10 +398,7 @@ async fn shutdown_loses_nothing() {
         ..config(120)
     })
     .with_metrics(metrics.clone());
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = Running::start(worker);
 
     let mut processed = BTreeSet::new();
     while processed.len() < 5 {
@@ -427,8 +406,7 @@ async fn shutdown_loses_nothing() {
             processed.insert(id);
         }
     }
-    stop_tx.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    running.stop().await;
     let mut released = BTreeSet::new();
     while let Ok(event) = rx.try_recv() {
         match event {
@@ -466,10 +444,7 @@ async fn a_panicking_handler_is_retried_not_lost() {
     let node = TestNode::start().await;
     let client = node.client();
     let queue = queue_name("panic");
-    client
-        .create_queue(&queue, &QueueAttributes::default())
-        .await
-        .unwrap();
+    create_queue(&client, &queue).await;
     let sent = client
         .send_message(&queue, &SendMessage::new("flaky"))
         .await
@@ -482,10 +457,7 @@ async fn a_panicking_handler_is_retried_not_lost() {
     })
     .with_config(config(30))
     .with_metrics(metrics.clone());
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run(async {
-        let _ = stop_rx.await;
-    }));
+    let running = Running::start(worker);
     assert_eq!(
         next_settlement(&mut rx).await,
         Event::Retried(sent.message_id.clone())
@@ -494,7 +466,6 @@ async fn a_panicking_handler_is_retried_not_lost() {
         next_settlement(&mut rx).await,
         Event::Processed(sent.message_id.clone())
     );
-    stop_tx.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    running.stop().await;
     assert_eq!(metrics.counters.snapshot().handler_runs, 2);
 }
