@@ -4,7 +4,7 @@
 //! Every run prints its seed on failure with the one-line command that replays it:
 //! `TRIREME_SIM_SEED=<seed> cargo test -p trireme-sim --test sim -- replay --nocapture`.
 //! `TRIREME_SIM_SEEDS=<n>` widens the sweep (default 16 seeds); `TRIREME_SIM_SEED_BASE=<n>`
-//! moves its start.
+//! moves its start; `TRIREME_SIM_LOG=<filter>` shows the node's logs during `replay`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -118,6 +118,16 @@ fn seed_sweep() {
 
 #[test]
 fn replay() {
+    if let Ok(filter) = std::env::var("TRIREME_SIM_LOG") {
+        // The node's logs, e.g. `TRIREME_SIM_LOG=trireme_node=debug`. Log lines carry no wall
+        // time: the simulated time is in the history.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .without_time()
+            .with_ansi(false)
+            .with_test_writer()
+            .try_init();
+    }
     let seed = env_u64("TRIREME_SIM_SEED").unwrap_or(REPLAY_SEED_DEFAULT);
     let report = run_named(&Options::seed(seed)).unwrap_or_else(|failure| panic!("{failure}"));
     println!("{}", report.summary());
