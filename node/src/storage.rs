@@ -42,6 +42,9 @@ const LAYOUT_VERSION: u8 = 2;
 /// The file name of the database inside the data directory.
 pub const DATABASE_FILE_NAME: &str = "trireme.redb";
 
+/// Where a new database is built before it is renamed to [`DATABASE_FILE_NAME`].
+const DATABASE_STAGING_FILE_NAME: &str = "trireme.redb.new";
+
 /// What one key holds on disk.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum StoredEntry {
@@ -112,18 +115,47 @@ impl Storage {
         };
         fs::create_dir_all(data_dir).map_err(|error| open_error(data_dir, error.to_string()))?;
         let path: PathBuf = data_dir.join(DATABASE_FILE_NAME);
-        let existed = path.exists();
+        if !path.exists() {
+            Storage::initialise_path(data_dir, &path, cache_bytes)?;
+        }
         let db = redb::Builder::new()
             .set_cache_size(cache_bytes)
             .create(&path)
             .map_err(|error| open_error(&path, error.to_string()))?;
-        if !existed {
-            // A new file's directory entry is durable only once the directory is synced.
-            fs::File::open(data_dir)
-                .and_then(|dir| dir.sync_all())
-                .map_err(|error| open_error(data_dir, error.to_string()))?;
-        }
         Storage::from_database(db)
+    }
+
+    /// Creates a new database at `path` atomically: it is built and fsynced under a temporary
+    /// name and only then renamed into place. A crash during a node's very first start (redb
+    /// writes its magic number last) then leaves at most a stray temporary file, which the next
+    /// start removes, never a half-written `trireme.redb` that no later start could open.
+    fn initialise_path(
+        data_dir: &Path,
+        path: &Path,
+        cache_bytes: usize,
+    ) -> Result<(), StorageError> {
+        let open_error = |at: &Path, reason: String| StorageError::Open {
+            path: at.display().to_string(),
+            reason,
+        };
+        let staging = data_dir.join(DATABASE_STAGING_FILE_NAME);
+        if staging.exists() {
+            fs::remove_file(&staging).map_err(|error| open_error(&staging, error.to_string()))?;
+        }
+        {
+            let db = redb::Builder::new()
+                .set_cache_size(cache_bytes)
+                .create(&staging)
+                .map_err(|error| open_error(&staging, error.to_string()))?;
+            // Writes the layout in a durable (fsynced) transaction.
+            drop(Storage::from_database(db)?);
+        }
+        fs::rename(&staging, path).map_err(|error| open_error(path, error.to_string()))?;
+        // The renamed entry is durable only once the directory is synced.
+        fs::File::open(data_dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(|error| open_error(data_dir, error.to_string()))?;
+        Ok(())
     }
 
     /// Opens (or initialises) a database on any redb backend, e.g. a simulated disk.
@@ -328,6 +360,20 @@ mod tests {
         let storage = Storage::open_path(dir.path(), 1 << 20).unwrap();
         assert_eq!(storage.revision(), 2);
         assert_eq!(storage.load().unwrap(), vec![record("b", 3)]);
+    }
+
+    #[test]
+    fn a_half_initialised_database_from_a_crashed_first_start_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        // What a power cut during the first start leaves behind: a staging file without redb's
+        // magic number. It must not stop the next start.
+        fs::write(dir.path().join(DATABASE_STAGING_FILE_NAME), vec![0u8; 4096]).unwrap();
+        let mut storage = Storage::open_path(dir.path(), 1 << 20).unwrap();
+        storage.commit(vec![Change::Put(record("q", 1))]).unwrap();
+        drop(storage);
+        assert!(!dir.path().join(DATABASE_STAGING_FILE_NAME).exists());
+        let storage = Storage::open_path(dir.path(), 1 << 20).unwrap();
+        assert_eq!(storage.load().unwrap(), vec![record("q", 1)]);
     }
 
     #[test]
