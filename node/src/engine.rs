@@ -849,6 +849,18 @@ mod tests {
         QueueName::try_from("grouped").unwrap()
     }
 
+    /// Creates the queue `name()` with default attributes.
+    async fn create_queue(engine: &Engine) {
+        engine
+            .execute(Command::CreateQueue {
+                name: name(),
+                attributes: QueueAttributes::default(),
+                tags: BTreeMap::new(),
+            })
+            .await
+            .unwrap();
+    }
+
     fn send(engine: &Engine, body: &str) -> Command {
         Command::Send {
             queue: name(),
@@ -864,14 +876,7 @@ mod tests {
     async fn concurrent_sends_share_group_commits() {
         let dir = tempfile::tempdir().unwrap();
         let engine = start(dir.path());
-        engine
-            .execute(Command::CreateQueue {
-                name: name(),
-                attributes: QueueAttributes::default(),
-                tags: BTreeMap::new(),
-            })
-            .await
-            .unwrap();
+        create_queue(&engine).await;
         let commands: Vec<Command> = (0..200).map(|i| send(&engine, &format!("m{i}"))).collect();
         let results = engine.execute_all(commands).await;
         assert!(results.iter().all(Result::is_ok));
@@ -897,14 +902,7 @@ mod tests {
     async fn a_thousand_idle_long_polls_are_each_served_once_by_sends() {
         let dir = tempfile::tempdir().unwrap();
         let engine = start(dir.path());
-        engine
-            .execute(Command::CreateQueue {
-                name: name(),
-                attributes: QueueAttributes::default(),
-                tags: BTreeMap::new(),
-            })
-            .await
-            .unwrap();
+        create_queue(&engine).await;
         let mut polls = Vec::new();
         for _ in 0..1_000 {
             let receive = Command::Receive {
@@ -996,14 +994,7 @@ mod tests {
             Some(3),
         )
         .unwrap();
-        engine
-            .execute(Command::CreateQueue {
-                name: name(),
-                attributes: QueueAttributes::default(),
-                tags: BTreeMap::new(),
-            })
-            .await
-            .unwrap();
+        create_queue(&engine).await;
         broken.store(true, Ordering::SeqCst);
         let refused = engine.execute(send(&engine, "lost")).await;
         assert!(
@@ -1025,14 +1016,7 @@ mod tests {
     async fn engine_commits_on_a_current_thread_runtime() {
         let dir = tempfile::tempdir().unwrap();
         let engine = start(dir.path());
-        engine
-            .execute(Command::CreateQueue {
-                name: name(),
-                attributes: QueueAttributes::default(),
-                tags: BTreeMap::new(),
-            })
-            .await
-            .unwrap();
+        create_queue(&engine).await;
         let results = engine
             .execute_all((0..10).map(|i| send(&engine, &format!("m{i}"))).collect())
             .await;
@@ -1047,14 +1031,7 @@ mod tests {
     async fn closed_engine_refuses_commands_and_restart_restores_them() {
         let dir = tempfile::tempdir().unwrap();
         let engine = start(dir.path());
-        engine
-            .execute(Command::CreateQueue {
-                name: name(),
-                attributes: QueueAttributes::default(),
-                tags: BTreeMap::new(),
-            })
-            .await
-            .unwrap();
+        create_queue(&engine).await;
         let sent = engine.execute(send(&engine, "kept")).await.unwrap();
         engine.close().await;
         assert!(matches!(
@@ -1077,14 +1054,7 @@ mod tests {
     async fn dropped_long_poll_is_cancelled_in_the_core() {
         let dir = tempfile::tempdir().unwrap();
         let engine = start(dir.path());
-        engine
-            .execute(Command::CreateQueue {
-                name: name(),
-                attributes: QueueAttributes::default(),
-                tags: BTreeMap::new(),
-            })
-            .await
-            .unwrap();
+        create_queue(&engine).await;
         let receive = Command::Receive {
             queue: name(),
             max: 1,

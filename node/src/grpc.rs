@@ -13,7 +13,8 @@ use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span, debug, field, info_span};
 use trireme_core::{
     AttributeChanges, AttributeValue, Command, DedupId, Delivery, Outcome, QueueAttributes,
-    QueueName, QueueView, RedriveAllow, RedrivePolicy, limits as core_limits, message_size_bytes,
+    QueueName, QueueView, ReceiptHandle, RedriveAllow, RedrivePolicy, limits as core_limits,
+    message_size_bytes,
 };
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::queue_service_server::QueueService;
@@ -422,6 +423,39 @@ fn page_token(token: &str) -> Result<Option<QueueName>, FieldError> {
     }
 }
 
+/// The size and start of a page of queue names: `max_results` 1 to the listing maximum (0:
+/// the maximum), and the token (empty: from the start).
+fn queue_page_request(
+    max_results: u32,
+    page_token: &str,
+) -> Result<(usize, Option<QueueName>), FieldError> {
+    let limit = page_size(
+        "max_results",
+        max_results,
+        limits::list_queues_results_max,
+        limits::list_queues_results_max,
+    )?;
+    Ok((limit, self::page_token(page_token)?))
+}
+
+/// One page of names out of `names`, fetched one longer than `limit` to learn whether another
+/// page follows; the token is then the page's last name, and empty otherwise.
+fn queue_page(mut names: Vec<QueueName>, limit: usize) -> (Vec<String>, String) {
+    let next_page_token = if names.len() > limit {
+        names.truncate(limit);
+        names
+            .last()
+            .map(|name| name.as_str().to_owned())
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    (
+        names.into_iter().map(String::from).collect(),
+        next_page_token,
+    )
+}
+
 impl GrpcService {
     fn received(&self, deliveries: Vec<Delivery>) -> pb::ReceiveMessagesResponse {
         let handles = self.engine.handles();
@@ -463,6 +497,38 @@ impl GrpcService {
             .execute(command)
             .await
             .map_err(|error| engine_status(&error))
+    }
+
+    /// Decodes the `receipt_handle` field and records its message id on the request's span.
+    fn receipt_handle(&self, encoded: &str) -> Result<ReceiptHandle, Status> {
+        let handle = self
+            .engine
+            .handles()
+            .decode(encoded)
+            .map_err(|error| status::handle_status("receipt_handle", &error))?;
+        Span::current().record("message_id", field::display(handle.message));
+        Ok(handle)
+    }
+
+    /// Executes the accepted entries of a delete or visibility batch together (they then share
+    /// one group commit) and files each entry id under `successful` or `failed`.
+    async fn run_id_batch(
+        &self,
+        ids: Vec<String>,
+        commands: Vec<Command>,
+        successful: &mut Vec<String>,
+        failed: &mut Vec<pb::BatchEntryError>,
+    ) {
+        let results = self.engine.execute_all(commands).await;
+        for (id, result) in ids.into_iter().zip(results) {
+            match result {
+                Ok(Outcome::Deleted { .. } | Outcome::VisibilityChanged) => successful.push(id),
+                Ok(other) => unreachable!(
+                    "Delete and ChangeVisibility answer with their own outcomes, got {other:?}"
+                ),
+                Err(error) => failed.push(status::engine_entry_error(&id, &error)),
+            }
+        }
     }
 }
 
@@ -562,14 +628,8 @@ impl QueueService for GrpcService {
         let request = request.into_inner();
         let span = request_span("ListQueues", "");
         async move {
-            let limit = page_size(
-                "max_results",
-                request.max_results,
-                limits::list_queues_results_max,
-                limits::list_queues_results_max,
-            )
-            .map_err(|e| field_status(&e))?;
-            let after = page_token(&request.page_token).map_err(|e| field_status(&e))?;
+            let (limit, after) = queue_page_request(request.max_results, &request.page_token)
+                .map_err(|e| field_status(&e))?;
             if request.prefix.len() > core_limits::queue_name_chars_max {
                 return Err(field_status(&FieldError::new(
                     "prefix",
@@ -581,22 +641,14 @@ impl QueueService for GrpcService {
                 )));
             }
             // One more than asked tells whether another page exists.
-            let mut names = self
+            let names = self
                 .engine
                 .list_queues(request.prefix, after, limit + 1)
                 .await
                 .map_err(|error| engine_status(&error))?;
-            let next_page_token = if names.len() > limit {
-                names.truncate(limit);
-                names
-                    .last()
-                    .map(|name| name.as_str().to_owned())
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
+            let (names, next_page_token) = queue_page(names, limit);
             Ok(Response::new(pb::ListQueuesResponse {
-                names: names.into_iter().map(String::from).collect(),
+                names,
                 next_page_token,
             }))
         }
@@ -671,35 +723,22 @@ impl QueueService for GrpcService {
         let span = request_span("ListDeadLetterSourceQueues", &request.name);
         async move {
             let name = queue_name("name", &request.name).map_err(|e| field_status(&e))?;
-            let limit = page_size(
-                "max_results",
-                request.max_results,
-                limits::list_queues_results_max,
-                limits::list_queues_results_max,
-            )
-            .map_err(|e| field_status(&e))?;
-            let after = page_token(&request.page_token).map_err(|e| field_status(&e))?;
+            let (limit, after) = queue_page_request(request.max_results, &request.page_token)
+                .map_err(|e| field_status(&e))?;
             self.existing_queue(&name).await?;
             let sources = self
                 .engine
                 .dead_letter_sources(&name)
                 .await
                 .map_err(|error| engine_status(&error))?;
-            let mut page: Vec<QueueName> = sources
+            let page: Vec<QueueName> = sources
                 .into_iter()
                 .filter(|source| after.as_ref().is_none_or(|after| source > after))
                 .take(limit + 1)
                 .collect();
-            let next_page_token = if page.len() > limit {
-                page.truncate(limit);
-                page.last()
-                    .map(|name| name.as_str().to_owned())
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
+            let (names, next_page_token) = queue_page(page, limit);
             Ok(Response::new(pb::ListDeadLetterSourceQueuesResponse {
-                names: page.into_iter().map(String::from).collect(),
+                names,
                 next_page_token,
             }))
         }
@@ -949,12 +988,7 @@ impl QueueService for GrpcService {
         let span = request_span("DeleteMessage", &request.queue);
         async move {
             let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
-            let handle = self
-                .engine
-                .handles()
-                .decode(&request.receipt_handle)
-                .map_err(|error| status::handle_status("receipt_handle", &error))?;
-            Span::current().record("message_id", field::display(handle.message));
+            let handle = self.receipt_handle(&request.receipt_handle)?;
             let outcome = self.command(Command::Delete { queue, handle }).await?;
             let Outcome::Deleted { already_gone } = outcome else {
                 unreachable!("Delete answers Deleted, got {outcome:?}");
@@ -993,16 +1027,13 @@ impl QueueService for GrpcService {
                     }
                 }
             }
-            let results = self.engine.execute_all(commands).await;
-            for (id, result) in ids.into_iter().zip(results) {
-                match result {
-                    Ok(Outcome::Deleted { .. }) => response.successful.push(id),
-                    Ok(other) => unreachable!("Delete answers Deleted, got {other:?}"),
-                    Err(error) => response
-                        .failed
-                        .push(status::engine_entry_error(&id, &error)),
-                }
-            }
+            self.run_id_batch(
+                ids,
+                commands,
+                &mut response.successful,
+                &mut response.failed,
+            )
+            .await;
             Ok(Response::new(response))
         }
         .instrument(span)
@@ -1024,12 +1055,7 @@ impl QueueService for GrpcService {
                 core_limits::visibility_timeout_s_max,
             )
             .map_err(|e| field_status(&e))?;
-            let handle = self
-                .engine
-                .handles()
-                .decode(&request.receipt_handle)
-                .map_err(|error| status::handle_status("receipt_handle", &error))?;
-            Span::current().record("message_id", field::display(handle.message));
+            let handle = self.receipt_handle(&request.receipt_handle)?;
             self.command(Command::ChangeVisibility {
                 queue,
                 handle,
@@ -1084,15 +1110,13 @@ impl QueueService for GrpcService {
                     }
                 }
             }
-            let results = self.engine.execute_all(commands).await;
-            for (id, result) in ids.into_iter().zip(results) {
-                match result {
-                    Ok(_) => response.successful.push(id),
-                    Err(error) => response
-                        .failed
-                        .push(status::engine_entry_error(&id, &error)),
-                }
-            }
+            self.run_id_batch(
+                ids,
+                commands,
+                &mut response.successful,
+                &mut response.failed,
+            )
+            .await;
             Ok(Response::new(response))
         }
         .instrument(span)

@@ -21,8 +21,8 @@ use super::wire::{
     BatchIdEntry, BatchResponse, BatchResultErrorEntry, ChangeMessageVisibilityBatchRequest,
     ChangeMessageVisibilityRequest, DeleteMessageBatchRequest, DeleteMessageRequest, Empty,
     MessageAttributeValue, MessageAttributes, ReceiveMessageRequest, ReceiveMessageResponse,
-    ReceivedMessage, SendMessageBatchRequest, SendMessageBatchResultEntry, SendMessageRequest,
-    SendMessageResponse,
+    ReceivedMessage, SendDigests, SendMessageBatchRequest, SendMessageBatchResultEntry,
+    SendMessageRequest, SendMessageResponse,
 };
 use super::{Sqs, in_range, limits, required};
 
@@ -32,13 +32,6 @@ struct PreparedSend {
     digests: SendDigests,
     /// Bytes counted against the batch payload limit.
     payload_bytes: u64,
-}
-
-/// The digests a send answers with, computed from what the client sent.
-struct SendDigests {
-    body_md5: String,
-    attributes_md5: Option<String>,
-    system_attributes_md5: Option<String>,
 }
 
 /// The members of one send, single or batched.
@@ -67,11 +60,8 @@ impl Sqs {
             },
         )?;
         let id = sent_id(self.engine.execute(prepared.command).await?);
-        let digests = prepared.digests;
         Ok(SendMessageResponse {
-            md5_of_message_body: digests.body_md5,
-            md5_of_message_attributes: digests.attributes_md5,
-            md5_of_message_system_attributes: digests.system_attributes_md5,
+            digests: prepared.digests,
             message_id: id,
         })
     }
@@ -80,17 +70,17 @@ impl Sqs {
         &self,
         request: SendMessageBatchRequest,
     ) -> Result<BatchResponse<SendMessageBatchResultEntry>, SqsError> {
-        let queue = self.queue_from_url(request.queue_url.as_deref())?;
-        let entries = required(request.entries, "Entries")?;
-        // A missing queue refuses the whole batch, as in SQS, not each entry.
-        self.view(&queue).await?;
-        let ids = check_batch(
-            entries.iter().map(|entry| entry.id.as_deref()),
-            "SendMessageBatchRequestEntry",
-        )?;
+        let (queue, entries) = self
+            .open_batch(
+                request.queue_url.as_deref(),
+                request.entries,
+                "SendMessageBatchRequestEntry",
+                |entry| entry.id.as_deref(),
+            )
+            .await?;
         let mut failed = Vec::new();
         let mut prepared = Vec::new();
-        for (id, entry) in ids.into_iter().zip(entries) {
+        for (id, entry) in entries {
             let parts = SendParts {
                 body: entry.message_body,
                 delay_seconds: entry.delay_seconds,
@@ -120,9 +110,7 @@ impl Sqs {
                 Ok(outcome) => successful.push(SendMessageBatchResultEntry {
                     id,
                     message_id: sent_id(outcome),
-                    md5_of_message_body: digests.body_md5,
-                    md5_of_message_attributes: digests.attributes_md5,
-                    md5_of_message_system_attributes: digests.system_attributes_md5,
+                    digests,
                 }),
                 Err(error) => failed.push(failure(id, &error)),
             }
@@ -198,15 +186,15 @@ impl Sqs {
         &self,
         request: DeleteMessageBatchRequest,
     ) -> Result<BatchResponse<BatchIdEntry>, SqsError> {
-        let queue = self.queue_from_url(request.queue_url.as_deref())?;
-        let entries = required(request.entries, "Entries")?;
-        // A missing queue refuses the whole batch, as in SQS, not each entry.
-        self.view(&queue).await?;
-        let ids = check_batch(
-            entries.iter().map(|entry| entry.id.as_deref()),
-            "DeleteMessageBatchRequestEntry",
-        )?;
-        let prepared = ids.into_iter().zip(entries).map(|(id, entry)| {
+        let (queue, entries) = self
+            .open_batch(
+                request.queue_url.as_deref(),
+                request.entries,
+                "DeleteMessageBatchRequestEntry",
+                |entry| entry.id.as_deref(),
+            )
+            .await?;
+        let prepared = entries.into_iter().map(|(id, entry)| {
             let command = self
                 .decode_handle(entry.receipt_handle.as_deref())
                 .map(|handle| Command::Delete {
@@ -239,15 +227,15 @@ impl Sqs {
         &self,
         request: ChangeMessageVisibilityBatchRequest,
     ) -> Result<BatchResponse<BatchIdEntry>, SqsError> {
-        let queue = self.queue_from_url(request.queue_url.as_deref())?;
-        let entries = required(request.entries, "Entries")?;
-        // A missing queue refuses the whole batch, as in SQS, not each entry.
-        self.view(&queue).await?;
-        let ids = check_batch(
-            entries.iter().map(|entry| entry.id.as_deref()),
-            "ChangeMessageVisibilityBatchRequestEntry",
-        )?;
-        let prepared = ids.into_iter().zip(entries).map(|(id, entry)| {
+        let (queue, entries) = self
+            .open_batch(
+                request.queue_url.as_deref(),
+                request.entries,
+                "ChangeMessageVisibilityBatchRequestEntry",
+                |entry| entry.id.as_deref(),
+            )
+            .await?;
+        let prepared = entries.into_iter().map(|(id, entry)| {
             let command = self
                 .decode_handle(entry.receipt_handle.as_deref())
                 .and_then(|handle| {
@@ -260,6 +248,26 @@ impl Sqs {
             (id, command)
         });
         Ok(self.run_id_batch(prepared.collect()).await)
+    }
+
+    /// Opens a batch request: the queue its URL names, and each entry paired with its checked
+    /// id. A missing queue refuses the whole batch, as in SQS, not each entry.
+    ///
+    /// # Errors
+    /// A bad or missing `QueueUrl`, missing `Entries`, `QueueDoesNotExist`, and the refusals
+    /// of [`check_batch`]: the whole request is refused.
+    async fn open_batch<E>(
+        &self,
+        queue_url: Option<&str>,
+        entries: Option<Vec<E>>,
+        entry: &'static str,
+        id_of: impl Fn(&E) -> Option<&str>,
+    ) -> Result<(QueueName, Vec<(String, E)>), SqsError> {
+        let queue = self.queue_from_url(queue_url)?;
+        let entries = required(entries, "Entries")?;
+        self.view(&queue).await?;
+        let ids = check_batch(entries.iter().map(id_of), entry)?;
+        Ok((queue, ids.into_iter().zip(entries).collect()))
     }
 
     /// Runs the commands of a delete or visibility batch; entries already refused at the edge
@@ -337,9 +345,9 @@ impl Sqs {
         let payload_bytes = trireme_core::message_size_bytes(&body, &attributes);
         Ok(PreparedSend {
             digests: SendDigests {
-                body_md5: body_md5(&body),
-                attributes_md5: core_attributes_md5(attributes.iter()),
-                system_attributes_md5,
+                md5_of_message_body: body_md5(&body),
+                md5_of_message_attributes: core_attributes_md5(attributes.iter()),
+                md5_of_message_system_attributes: system_attributes_md5,
             },
             payload_bytes,
             command: Command::Send {

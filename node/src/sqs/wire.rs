@@ -115,9 +115,10 @@ pub struct SendMessageRequest {
     // members, so a client that sends one is served as if it had not.
 }
 
+/// The digests a send answers with, single or batched: of the body, and of the message and
+/// system attributes when any were sent.
 #[derive(Debug, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct SendMessageResponse {
+pub struct SendDigests {
     #[serde(rename = "MD5OfMessageBody")]
     pub md5_of_message_body: String,
     #[serde(
@@ -130,6 +131,13 @@ pub struct SendMessageResponse {
         skip_serializing_if = "Option::is_none"
     )]
     pub md5_of_message_system_attributes: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SendMessageResponse {
+    #[serde(flatten)]
+    pub digests: SendDigests,
     pub message_id: String,
 }
 
@@ -158,18 +166,8 @@ pub struct SendMessageBatchRequest {
 pub struct SendMessageBatchResultEntry {
     pub id: String,
     pub message_id: String,
-    #[serde(rename = "MD5OfMessageBody")]
-    pub md5_of_message_body: String,
-    #[serde(
-        rename = "MD5OfMessageAttributes",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub md5_of_message_attributes: Option<String>,
-    #[serde(
-        rename = "MD5OfMessageSystemAttributes",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub md5_of_message_system_attributes: Option<String>,
+    #[serde(flatten)]
+    pub digests: SendDigests,
 }
 
 /// One failed entry of a batch, reported inside a 200 response.
@@ -394,15 +392,27 @@ mod tests {
 
     #[test]
     fn members_use_sqs_spelling() {
-        let sent = SendMessageResponse {
+        let digests = |attributes_md5: Option<&str>| SendDigests {
             md5_of_message_body: "b".into(),
-            md5_of_message_attributes: None,
+            md5_of_message_attributes: attributes_md5.map(Into::into),
             md5_of_message_system_attributes: None,
+        };
+        let sent = SendMessageResponse {
+            digests: digests(None),
             message_id: "m".into(),
         };
         assert_eq!(
             serde_json::to_string(&sent).unwrap(),
             r#"{"MD5OfMessageBody":"b","MessageId":"m"}"#
+        );
+        let entry = SendMessageBatchResultEntry {
+            id: "1".into(),
+            message_id: "m".into(),
+            digests: digests(Some("a")),
+        };
+        assert_eq!(
+            serde_json::to_string(&entry).unwrap(),
+            r#"{"Id":"1","MessageId":"m","MD5OfMessageBody":"b","MD5OfMessageAttributes":"a"}"#
         );
         let sources = ListDeadLetterSourceQueuesResponse {
             queue_urls: vec![],
