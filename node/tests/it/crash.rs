@@ -160,6 +160,17 @@ async fn consumer(mut client: Client, ledger: Arc<Mutex<Ledger>>) {
     }
 }
 
+/// Creates `QUEUE` with default attributes.
+async fn create_queue(client: &mut Client) {
+    client
+        .create_queue(pb::CreateQueueRequest {
+            name: QUEUE.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
 fn parse_id(id: &str) -> MessageId {
     MessageId::from_str(id).unwrap()
 }
@@ -169,13 +180,7 @@ async fn sigkill_under_load_loses_no_acknowledged_send_or_delete() {
     let dir = tempfile::TempDir::new().unwrap();
     let mut node = spawn_node(dir.path(), "warn", false).await;
     let mut client = connect(node.address).await;
-    client
-        .create_queue(pb::CreateQueueRequest {
-            name: QUEUE.to_owned(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    create_queue(&mut client).await;
 
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut load = Vec::new();
@@ -356,13 +361,7 @@ async fn sigterm_answers_open_long_polls_empty_and_exits_cleanly() {
     let dir = tempfile::TempDir::new().unwrap();
     let mut node = spawn_node(dir.path(), "warn,trireme_node::engine=debug", true).await;
     let mut client = connect(node.address).await;
-    client
-        .create_queue(pb::CreateQueueRequest {
-            name: QUEUE.to_owned(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    create_queue(&mut client).await;
     let mut poller = client.clone();
     let waiting = tokio::spawn(async move {
         poller

@@ -75,14 +75,21 @@ impl TestNode {
 
     /// Creates a queue with `attributes`.
     pub async fn create_with(&mut self, name: &str, attributes: pb::QueueAttributes) {
-        self.client
-            .create_queue(pb::CreateQueueRequest {
-                name: name.to_owned(),
-                attributes: Some(attributes),
-                tags: Default::default(),
-            })
-            .await
-            .unwrap();
+        self.try_create(name, attributes).await.unwrap();
+    }
+
+    /// Asks to create a queue with `attributes` and no tags; the node may refuse.
+    pub async fn try_create(
+        &mut self,
+        name: &str,
+        attributes: pb::QueueAttributes,
+    ) -> Result<pb::CreateQueueResponse, tonic::Status> {
+        let request = pb::CreateQueueRequest {
+            name: name.to_owned(),
+            attributes: Some(attributes),
+            tags: Default::default(),
+        };
+        Ok(self.client.create_queue(request).await?.into_inner())
     }
 
     /// Sends `body` and returns the message id.
@@ -113,6 +120,34 @@ impl TestNode {
             .unwrap()
             .into_inner()
             .messages
+    }
+
+    /// Deletes the message received with `receipt_handle`.
+    pub async fn delete(&mut self, queue: &str, receipt_handle: &str) -> Result<(), tonic::Status> {
+        self.client
+            .delete_message(pb::DeleteMessageRequest {
+                queue: queue.to_owned(),
+                receipt_handle: receipt_handle.to_owned(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Hides the message received with `receipt_handle` for `timeout_s` from now.
+    pub async fn change_visibility(
+        &mut self,
+        queue: &str,
+        receipt_handle: &str,
+        timeout_s: u32,
+    ) -> Result<(), tonic::Status> {
+        self.client
+            .change_visibility(pb::ChangeVisibilityRequest {
+                queue: queue.to_owned(),
+                receipt_handle: receipt_handle.to_owned(),
+                visibility_timeout_seconds: timeout_s,
+            })
+            .await?;
+        Ok(())
     }
 
     /// The queue's counts.

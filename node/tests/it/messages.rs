@@ -47,21 +47,9 @@ async fn send_receive_delete_round_trip_reports_counts_times_and_md5() {
     let stats = node.stats("inbox").await;
     assert_eq!((stats.ready, stats.in_flight), (0, 1));
 
-    node.client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "inbox".to_owned(),
-            receipt_handle: message.receipt_handle.clone(),
-        })
-        .await
-        .unwrap();
+    node.delete("inbox", &message.receipt_handle).await.unwrap();
     // A repeated delete succeeds: the message is gone, which is what the caller wanted.
-    node.client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "inbox".to_owned(),
-            receipt_handle: message.receipt_handle.clone(),
-        })
-        .await
-        .unwrap();
+    node.delete("inbox", &message.receipt_handle).await.unwrap();
     let stats = node.stats("inbox").await;
     assert_eq!((stats.ready, stats.in_flight, stats.delayed), (0, 0, 0));
 }
@@ -73,35 +61,17 @@ async fn delete_with_superseded_handle_is_refused_and_the_newest_deletes() {
     node.send("q", "job").await;
     let first = node.receive("q", 1, 600).await.remove(0);
     // Visibility 0 makes it ready again at once; the next receive supersedes the first handle.
-    node.client
-        .change_visibility(pb::ChangeVisibilityRequest {
-            queue: "q".to_owned(),
-            receipt_handle: first.receipt_handle.clone(),
-            visibility_timeout_seconds: 0,
-        })
+    node.change_visibility("q", &first.receipt_handle, 0)
         .await
         .unwrap();
     let second = node.receive("q", 1, 600).await.remove(0);
     assert_eq!(second.message_id, first.message_id);
     assert_eq!(second.receive_count, 2);
     assert_ne!(second.receipt_handle, first.receipt_handle);
-    let stale = node
-        .client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "q".to_owned(),
-            receipt_handle: first.receipt_handle.clone(),
-        })
-        .await
-        .unwrap_err();
+    let stale = node.delete("q", &first.receipt_handle).await.unwrap_err();
     assert_eq!(stale.code(), Code::FailedPrecondition);
     assert!(stale.message().contains("receipt_handle"), "{stale:?}");
-    node.client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "q".to_owned(),
-            receipt_handle: second.receipt_handle,
-        })
-        .await
-        .unwrap();
+    node.delete("q", &second.receipt_handle).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

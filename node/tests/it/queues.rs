@@ -36,24 +36,13 @@ async fn create_is_idempotent_and_conflicting_attributes_are_refused() {
     assert_eq!(info.tags.get("team").map(String::as_str), Some("billing"));
 
     let again = node
-        .client
-        .create_queue(pb::CreateQueueRequest {
-            name: "orders".to_owned(),
-            attributes: Some(attributes_with_visibility(45)),
-            tags: Default::default(),
-        })
+        .try_create("orders", attributes_with_visibility(45))
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
     assert!(!again.created);
 
     let conflict = node
-        .client
-        .create_queue(pb::CreateQueueRequest {
-            name: "orders".to_owned(),
-            attributes: Some(attributes_with_visibility(46)),
-            tags: Default::default(),
-        })
+        .try_create("orders", attributes_with_visibility(46))
         .await
         .unwrap_err();
     assert_eq!(conflict.code(), Code::AlreadyExists, "{conflict:?}");

@@ -43,6 +43,46 @@ async fn dead_lettered(node: &mut TestNode, count: usize) {
     panic!("the messages never reached the dead-letter queue");
 }
 
+/// Starts a redrive of `source`, to `destination` or back to each message's source queue,
+/// at `rate` messages a second (0: the default); returns the task handle.
+async fn start_redrive(
+    node: &mut TestNode,
+    source: &str,
+    destination: Option<&str>,
+    rate: u32,
+) -> Result<String, tonic::Status> {
+    let request = pb::StartRedriveRequest {
+        source_queue: source.to_owned(),
+        destination_queue: destination.map(str::to_owned),
+        max_messages_per_second: rate,
+    };
+    let reply = node.client.start_redrive(request).await?;
+    Ok(reply.into_inner().task_handle)
+}
+
+/// Waits (bounded) until the task `handle` of `dlq` reports `status`.
+async fn await_task_status(node: &TestNode, handle: &str, status: TaskStatus) {
+    let client = node.client.clone();
+    eventually(&format!("redrive {handle} to be {status:?}"), || {
+        let mut client = client.clone();
+        async move {
+            let tasks = client
+                .list_redrives(pb::ListRedrivesRequest {
+                    source_queue: "dlq".to_owned(),
+                    max_results: 10,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .tasks;
+            tasks
+                .iter()
+                .any(|task| task.task_handle == handle && task.status == status as i32)
+        }
+    })
+    .await;
+}
+
 async fn task(node: &mut TestNode, handle: &str) -> pb::RedriveTask {
     node.client
         .list_redrives(pb::ListRedrivesRequest {
@@ -62,38 +102,8 @@ async fn task(node: &mut TestNode, handle: &str) -> pb::RedriveTask {
 async fn redrive_moves_dead_letters_back_to_their_source_with_progress() {
     let mut node = TestNode::start().await;
     dead_lettered(&mut node, 5).await;
-    let handle = node
-        .client
-        .start_redrive(pb::StartRedriveRequest {
-            source_queue: "dlq".to_owned(),
-            destination_queue: None,
-            max_messages_per_second: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .task_handle;
-    let client = node.client.clone();
-    let polled = handle.clone();
-    eventually("the redrive to complete", move || {
-        let mut client = client.clone();
-        let handle = polled.clone();
-        async move {
-            let tasks = client
-                .list_redrives(pb::ListRedrivesRequest {
-                    source_queue: "dlq".to_owned(),
-                    max_results: 10,
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .tasks;
-            tasks.iter().any(|task| {
-                task.task_handle == handle && task.status == TaskStatus::Completed as i32
-            })
-        }
-    })
-    .await;
+    let handle = start_redrive(&mut node, "dlq", None, 0).await.unwrap();
+    await_task_status(&node, &handle, TaskStatus::Completed).await;
     let done = task(&mut node, &handle).await;
     assert_eq!((done.moved, done.failed, done.to_move), (5, 0, 5));
     assert_eq!(node.stats("dlq").await.ready, 0);
@@ -108,26 +118,10 @@ async fn redrive_moves_dead_letters_back_to_their_source_with_progress() {
 async fn slow_redrive_can_be_cancelled_and_keeps_its_progress() {
     let mut node = TestNode::start().await;
     dead_lettered(&mut node, 4).await;
-    let handle = node
-        .client
-        .start_redrive(pb::StartRedriveRequest {
-            source_queue: "dlq".to_owned(),
-            destination_queue: Some("src".to_owned()),
-            max_messages_per_second: 1,
-        })
+    let handle = start_redrive(&mut node, "dlq", Some("src"), 1)
         .await
-        .unwrap()
-        .into_inner()
-        .task_handle;
-    let second = node
-        .client
-        .start_redrive(pb::StartRedriveRequest {
-            source_queue: "dlq".to_owned(),
-            destination_queue: None,
-            max_messages_per_second: 1,
-        })
-        .await
-        .unwrap_err();
+        .unwrap();
+    let second = start_redrive(&mut node, "dlq", None, 1).await.unwrap_err();
     assert_eq!(second.code(), Code::FailedPrecondition, "{second:?}");
     let moved = node
         .client
@@ -138,25 +132,7 @@ async fn slow_redrive_can_be_cancelled_and_keeps_its_progress() {
         .unwrap()
         .into_inner()
         .moved;
-    let client = node.client.clone();
-    let polled = handle.clone();
-    eventually("the redrive to stop", move || {
-        let mut client = client.clone();
-        let handle = polled.clone();
-        async move {
-            let tasks = client
-                .list_redrives(pb::ListRedrivesRequest {
-                    source_queue: "dlq".to_owned(),
-                    max_results: 1,
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .tasks;
-            tasks[0].task_handle == handle && tasks[0].status == TaskStatus::Cancelled as i32
-        }
-    })
-    .await;
+    await_task_status(&node, &handle, TaskStatus::Cancelled).await;
     let stopped = task(&mut node, &handle).await;
     assert!(stopped.moved >= moved && stopped.moved < 4, "{stopped:?}");
     assert_eq!(
@@ -178,24 +154,12 @@ async fn slow_redrive_can_be_cancelled_and_keeps_its_progress() {
 async fn redrive_refusals_name_what_is_wrong() {
     let mut node = TestNode::start().await;
     node.create("plain").await;
-    let not_dlq = node
-        .client
-        .start_redrive(pb::StartRedriveRequest {
-            source_queue: "plain".to_owned(),
-            destination_queue: None,
-            max_messages_per_second: 0,
-        })
+    let not_dlq = start_redrive(&mut node, "plain", None, 0)
         .await
         .unwrap_err();
     assert_eq!(not_dlq.code(), Code::FailedPrecondition);
     assert!(not_dlq.message().contains("dead-letter"), "{not_dlq:?}");
-    let rate = node
-        .client
-        .start_redrive(pb::StartRedriveRequest {
-            source_queue: "plain".to_owned(),
-            destination_queue: Some("plain".to_owned()),
-            max_messages_per_second: 501,
-        })
+    let rate = start_redrive(&mut node, "plain", Some("plain"), 501)
         .await
         .unwrap_err();
     assert_eq!(rate.code(), Code::InvalidArgument);
@@ -204,13 +168,7 @@ async fn redrive_refusals_name_what_is_wrong() {
         "{rate:?}"
     );
     assert!(rate.message().contains("500"), "{rate:?}");
-    let missing = node
-        .client
-        .start_redrive(pb::StartRedriveRequest {
-            source_queue: "absent".to_owned(),
-            destination_queue: None,
-            max_messages_per_second: 0,
-        })
+    let missing = start_redrive(&mut node, "absent", None, 0)
         .await
         .unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);

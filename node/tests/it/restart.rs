@@ -33,20 +33,11 @@ async fn restart_keeps_queues_messages_handles_and_receive_counts() {
     let [to_delete, to_hold, _kept] = [&in_flight[0], &in_flight[1], &in_flight[2]];
     assert_eq!(to_delete.message_id, deleted);
     assert_eq!(to_hold.message_id, held);
-    node.client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "durable".to_owned(),
-            receipt_handle: to_delete.receipt_handle.clone(),
-        })
+    node.delete("durable", &to_delete.receipt_handle)
         .await
         .unwrap();
     // Make "kept" visible again so it can be received after the restart.
-    node.client
-        .change_visibility(pb::ChangeVisibilityRequest {
-            queue: "durable".to_owned(),
-            receipt_handle: in_flight[2].receipt_handle.clone(),
-            visibility_timeout_seconds: 0,
-        })
+    node.change_visibility("durable", &in_flight[2].receipt_handle, 0)
         .await
         .unwrap();
 
@@ -70,12 +61,7 @@ async fn restart_keeps_queues_messages_handles_and_receive_counts() {
     assert_eq!((stats.ready, stats.in_flight, stats.delayed), (1, 1, 1));
 
     // The receipt handle issued before the restart still controls its message.
-    node.client
-        .change_visibility(pb::ChangeVisibilityRequest {
-            queue: "durable".to_owned(),
-            receipt_handle: to_hold.receipt_handle.clone(),
-            visibility_timeout_seconds: 0,
-        })
+    node.change_visibility("durable", &to_hold.receipt_handle, 0)
         .await
         .unwrap();
     let mut again = node.receive("durable", 10, 600).await;
@@ -93,11 +79,7 @@ async fn restart_keeps_queues_messages_handles_and_receive_counts() {
     assert_eq!(again[1].receive_count, 2);
     // The handle from before the restart is superseded now.
     let stale = node
-        .client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "durable".to_owned(),
-            receipt_handle: to_hold.receipt_handle.clone(),
-        })
+        .delete("durable", &to_hold.receipt_handle)
         .await
         .unwrap_err();
     assert_eq!(stale.code(), Code::FailedPrecondition);

@@ -2,12 +2,19 @@
 //! node: every action, dead-letter moves and a move task back, long polling, batch partial
 //! failures, error shapes (also checked on the raw wire), MD5 digests and SigV4 verification.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sqs::error::ProvideErrorMetadata;
+use aws_sdk_sqs::error::SdkError;
+use aws_sdk_sqs::operation::change_message_visibility::{
+    ChangeMessageVisibilityError, ChangeMessageVisibilityOutput,
+};
+use aws_sdk_sqs::operation::delete_message::{DeleteMessageError, DeleteMessageOutput};
+use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
@@ -91,6 +98,63 @@ impl Harness {
             .unwrap()
     }
 
+    /// The queue's attributes named by `name` (or every one, for `All`).
+    async fn attributes(
+        &self,
+        url: &str,
+        name: QueueAttributeName,
+    ) -> HashMap<QueueAttributeName, String> {
+        self.client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(name)
+            .send()
+            .await
+            .unwrap()
+            .attributes
+            .unwrap()
+    }
+
+    /// `DeleteMessage` of the message received with `handle`.
+    async fn delete(
+        &self,
+        url: &str,
+        handle: &str,
+    ) -> Result<DeleteMessageOutput, SdkError<DeleteMessageError>> {
+        self.client
+            .delete_message()
+            .queue_url(url)
+            .receipt_handle(handle)
+            .send()
+            .await
+    }
+
+    /// `ChangeMessageVisibility` of the message received with `handle` to `timeout_s`.
+    async fn change_visibility(
+        &self,
+        url: &str,
+        handle: &str,
+        timeout_s: i32,
+    ) -> Result<ChangeMessageVisibilityOutput, SdkError<ChangeMessageVisibilityError>> {
+        self.client
+            .change_message_visibility()
+            .queue_url(url)
+            .receipt_handle(handle)
+            .visibility_timeout(timeout_s)
+            .send()
+            .await
+    }
+
+    /// One `ReceiveMessage` with every optional parameter left to the queue's defaults.
+    async fn receive(&self, url: &str) -> ReceiveMessageOutput {
+        self.client
+            .receive_message()
+            .queue_url(url)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// A raw HTTP/1.1 POST with the SQS JSON headers; returns status, headers and body.
     async fn raw(&self, path: &str, target: &str, body: &str) -> (u16, String, serde_json::Value) {
         let (status, head, body) = self
@@ -122,10 +186,24 @@ impl Harness {
     }
 }
 
+/// A send-batch entry with this id and body.
+fn send_entry(id: &str, body: &str) -> SendMessageBatchRequestEntry {
+    SendMessageBatchRequestEntry::builder()
+        .id(id)
+        .message_body(body)
+        .build()
+        .unwrap()
+}
+
 fn client(address: SocketAddr, key_id: &str, secret: &str) -> Client {
+    client_at(&format!("http://{address}"), "us-east-1", key_id, secret)
+}
+
+/// An SDK client that signs for `region` with this key and posts to `endpoint`.
+fn client_at(endpoint: &str, region: &'static str, key_id: &str, secret: &str) -> Client {
     let config = aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
+        .region(Region::new(region))
         .credentials_provider(Credentials::new(
             key_id,
             secret,
@@ -133,7 +211,7 @@ fn client(address: SocketAddr, key_id: &str, secret: &str) -> Client {
             None,
             "trireme-tests",
         ))
-        .endpoint_url(format!("http://{address}"))
+        .endpoint_url(endpoint)
         .http_client(aws_smithy_http_client::Builder::new().build_http())
         .build();
     Client::from_conf(config)
@@ -223,16 +301,7 @@ async fn queue_lifecycle_create_find_list_attributes_delete() {
         .unwrap();
     assert_eq!(same.queue_url.unwrap(), url);
     h.send(&url, "delayed").await;
-    let attributes = h
-        .client
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::All)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap();
+    let attributes = h.attributes(&url, QueueAttributeName::All).await;
     assert_eq!(attributes[&QueueAttributeName::VisibilityTimeout], "45");
     assert_eq!(attributes[&QueueAttributeName::DelaySeconds], "2");
     assert_eq!(
@@ -266,16 +335,7 @@ async fn queue_lifecycle_create_find_list_attributes_delete() {
     assert!(modified >= created);
     assert!(!attributes.contains_key(&QueueAttributeName::RedrivePolicy));
 
-    let one = h
-        .client
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap();
+    let one = h.attributes(&url, QueueAttributeName::QueueArn).await;
     assert_eq!(one.len(), 1);
 
     h.client
@@ -404,21 +464,11 @@ async fn send_and_receive_carry_exact_md5s_attributes_and_system_attributes() {
     );
 
     for message in messages {
-        h.client
-            .delete_message()
-            .queue_url(&url)
-            .receipt_handle(message.receipt_handle().unwrap())
-            .send()
+        h.delete(&url, message.receipt_handle().unwrap())
             .await
             .unwrap();
     }
-    let empty = h
-        .client
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap();
+    let empty = h.receive(&url).await;
     assert!(empty.messages.is_none());
 }
 
@@ -457,13 +507,7 @@ async fn message_attribute_names_filter_by_name_and_prefix_and_the_md5_follows()
     assert_eq!(names.len(), 2);
     assert!(names.iter().all(|n| n.starts_with("trace.")));
     // No attributes asked for: neither attributes nor their digest.
-    let bare = h
-        .client
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap();
+    let bare = h.receive(&url).await;
     let message = &bare.messages()[0];
     assert!(message.message_attributes.is_none());
     assert!(message.md5_of_message_attributes.is_none());
@@ -507,23 +551,10 @@ async fn visibility_changes_and_receipt_handles_follow_sqs() {
     let h = Harness::start().await;
     let url = h.create("visibility").await;
     h.send(&url, "job").await;
-    let first = h
-        .client
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap();
+    let first = h.receive(&url).await;
     let old_handle = first.messages()[0].receipt_handle().unwrap().to_owned();
     // Make it visible again at once, then receive it a second time.
-    h.client
-        .change_message_visibility()
-        .queue_url(&url)
-        .receipt_handle(&old_handle)
-        .visibility_timeout(0)
-        .send()
-        .await
-        .unwrap();
+    h.change_visibility(&url, &old_handle, 0).await.unwrap();
     let second = h
         .client
         .receive_message()
@@ -542,58 +573,24 @@ async fn visibility_changes_and_receipt_handles_follow_sqs() {
 
     // The superseded handle no longer deletes; the newest does; a repeat delete succeeds.
     let stale = h
-        .client
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(&old_handle)
-        .send()
+        .delete(&url, &old_handle)
         .await
         .unwrap_err()
         .into_service_error();
     assert!(stale.is_receipt_handle_is_invalid(), "{stale:?}");
-    h.client
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(new_handle)
-        .send()
-        .await
-        .unwrap();
-    h.client
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(new_handle)
-        .send()
-        .await
-        .unwrap();
+    h.delete(&url, new_handle).await.unwrap();
+    h.delete(&url, new_handle).await.unwrap();
 
     // A visibility change on a deleted message is InvalidParameterValue, as SQS answers.
-    let gone = h
-        .client
-        .change_message_visibility()
-        .queue_url(&url)
-        .receipt_handle(new_handle)
-        .visibility_timeout(10)
-        .send()
-        .await
-        .unwrap_err();
+    let gone = h.change_visibility(&url, new_handle, 10).await.unwrap_err();
     assert_eq!(error_parts(&gone).0, "InvalidParameterValue");
 
     // A handle is only good for the queue whose receive issued it.
     let other = h.create("visibility-other").await;
     h.send(&url, "second").await;
-    let held = h
-        .client
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap();
+    let held = h.receive(&url).await;
     let wrong_queue = h
-        .client
-        .delete_message()
-        .queue_url(&other)
-        .receipt_handle(held.messages()[0].receipt_handle().unwrap())
-        .send()
+        .delete(&other, held.messages()[0].receipt_handle().unwrap())
         .await
         .unwrap_err()
         .into_service_error();
@@ -603,11 +600,7 @@ async fn visibility_changes_and_receipt_handles_follow_sqs() {
     );
 
     let garbage = h
-        .client
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle("not-a-handle")
-        .send()
+        .delete(&url, "not-a-handle")
         .await
         .unwrap_err()
         .into_service_error();
@@ -618,20 +611,13 @@ async fn visibility_changes_and_receipt_handles_follow_sqs() {
 async fn batches_report_partial_failures_inside_a_success() {
     let h = Harness::start().await;
     let url = h.create("batch").await;
-    let entry = |id: &str, body: &str| {
-        SendMessageBatchRequestEntry::builder()
-            .id(id)
-            .message_body(body)
-            .build()
-            .unwrap()
-    };
     let sent = h
         .client
         .send_message_batch()
         .queue_url(&url)
-        .entries(entry("a", "one"))
-        .entries(entry("b", "bad \u{1} character"))
-        .entries(entry("c", "three"))
+        .entries(send_entry("a", "one"))
+        .entries(send_entry("b", "bad \u{1} character"))
+        .entries(send_entry("c", "three"))
         .send()
         .await
         .unwrap();
@@ -713,13 +699,6 @@ async fn batches_report_partial_failures_inside_a_success() {
 async fn malformed_batches_are_refused_whole() {
     let h = Harness::start().await;
     let url = h.create("batch-errors").await;
-    let entry = |id: &str| {
-        SendMessageBatchRequestEntry::builder()
-            .id(id)
-            .message_body("x")
-            .build()
-            .unwrap()
-    };
     let empty = h
         .client
         .send_message_batch()
@@ -734,7 +713,7 @@ async fn malformed_batches_are_refused_whole() {
         .client
         .send_message_batch()
         .queue_url(h.url("no-such-queue"))
-        .entries(entry("a"))
+        .entries(send_entry("a", "x"))
         .send()
         .await
         .unwrap_err()
@@ -742,7 +721,7 @@ async fn malformed_batches_are_refused_whole() {
     assert!(missing.is_queue_does_not_exist(), "{missing:?}");
     let mut eleven = h.client.send_message_batch().queue_url(&url);
     for index in 0..11 {
-        eleven = eleven.entries(entry(&format!("e{index}")));
+        eleven = eleven.entries(send_entry(&format!("e{index}"), "x"));
     }
     let too_many = eleven.send().await.unwrap_err().into_service_error();
     assert!(
@@ -753,8 +732,8 @@ async fn malformed_batches_are_refused_whole() {
         .client
         .send_message_batch()
         .queue_url(&url)
-        .entries(entry("same"))
-        .entries(entry("same"))
+        .entries(send_entry("same", "x"))
+        .entries(send_entry("same", "x"))
         .send()
         .await
         .unwrap_err()
@@ -764,7 +743,7 @@ async fn malformed_batches_are_refused_whole() {
         .client
         .send_message_batch()
         .queue_url(&url)
-        .entries(entry("no spaces"))
+        .entries(send_entry("no spaces", "x"))
         .send()
         .await
         .unwrap_err()
@@ -775,20 +754,8 @@ async fn malformed_batches_are_refused_whole() {
         .client
         .send_message_batch()
         .queue_url(&url)
-        .entries(
-            SendMessageBatchRequestEntry::builder()
-                .id("a")
-                .message_body(&big)
-                .build()
-                .unwrap(),
-        )
-        .entries(
-            SendMessageBatchRequestEntry::builder()
-                .id("b")
-                .message_body(&big)
-                .build()
-                .unwrap(),
-        )
+        .entries(send_entry("a", &big))
+        .entries(send_entry("b", &big))
         .send()
         .await
         .unwrap_err()
@@ -876,15 +843,8 @@ async fn dead_letter_moves_and_a_move_task_brings_messages_back() {
         .queue_url
         .unwrap();
     let policy = h
-        .client
-        .get_queue_attributes()
-        .queue_url(&source)
-        .attribute_names(QueueAttributeName::RedrivePolicy)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap();
+        .attributes(&source, QueueAttributeName::RedrivePolicy)
+        .await;
     let policy: serde_json::Value =
         serde_json::from_str(&policy[&QueueAttributeName::RedrivePolicy]).unwrap();
     assert_eq!(policy["deadLetterTargetArn"], arn("work-dlq"));
@@ -902,13 +862,7 @@ async fn dead_letter_moves_and_a_move_task_brings_messages_back() {
         .await
         .unwrap();
     assert_eq!(first.messages()[0].message_id(), Some(id.as_str()));
-    let second = h
-        .client
-        .receive_message()
-        .queue_url(&source)
-        .send()
-        .await
-        .unwrap();
+    let second = h.receive(&source).await;
     assert!(second.messages.is_none());
 
     let sources = h
@@ -1103,13 +1057,7 @@ async fn tags_purge_and_permissions() {
 
     h.send(&url, "a").await;
     h.client.purge_queue().queue_url(&url).send().await.unwrap();
-    let empty = h
-        .client
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap();
+    let empty = h.receive(&url).await;
     assert!(empty.messages.is_none());
     let again = h
         .client
@@ -1221,20 +1169,7 @@ async fn signatures_are_verified_when_access_keys_are_configured() {
     h.send(&url, "hello").await;
 
     // Some SDKs (JS v3) post to the queue URL itself: the signed path is then the queue's.
-    let config = aws_sdk_sqs::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("eu-west-1"))
-        .credentials_provider(Credentials::new(
-            KEY_ID,
-            SECRET,
-            None,
-            None,
-            "trireme-tests",
-        ))
-        .endpoint_url(&url)
-        .http_client(aws_smithy_http_client::Builder::new().build_http())
-        .build();
-    let on_queue_path = Client::from_conf(config);
+    let on_queue_path = client_at(&url, "eu-west-1", KEY_ID, SECRET);
     on_queue_path
         .send_message()
         .queue_url(&url)
@@ -1263,13 +1198,7 @@ async fn making_a_message_visible_again_wakes_a_long_poll() {
     let h = Harness::start().await;
     let url = h.create("wake").await;
     h.send(&url, "again").await;
-    let first = h
-        .client
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap();
+    let first = h.receive(&url).await;
     let handle = first.messages()[0].receipt_handle().unwrap().to_owned();
     let poller = {
         let client = h.client.clone();
@@ -1284,14 +1213,7 @@ async fn making_a_message_visible_again_wakes_a_long_poll() {
                 .unwrap()
         })
     };
-    h.client
-        .change_message_visibility()
-        .queue_url(&url)
-        .receipt_handle(&handle)
-        .visibility_timeout(0)
-        .send()
-        .await
-        .unwrap();
+    h.change_visibility(&url, &handle, 0).await.unwrap();
     let woken = poller.await.unwrap();
     assert_eq!(woken.messages()[0].body(), Some("again"));
 }
@@ -1313,54 +1235,26 @@ async fn redrive_allow_policy_is_kept_and_enforced() {
         .queue_url
         .unwrap();
     let attributes = h
-        .client
-        .get_queue_attributes()
-        .queue_url(&closed)
-        .attribute_names(QueueAttributeName::RedriveAllowPolicy)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap();
+        .attributes(&closed, QueueAttributeName::RedriveAllowPolicy)
+        .await;
     let policy: serde_json::Value =
         serde_json::from_str(&attributes[&QueueAttributeName::RedriveAllowPolicy]).unwrap();
     assert_eq!(policy["redrivePermission"], "denyAll");
     // With All, the policy shows when it is not the default; a default one only when named.
-    let all = |url: String| {
-        let client = h.client.clone();
-        async move {
-            client
-                .get_queue_attributes()
-                .queue_url(url)
-                .attribute_names(QueueAttributeName::All)
-                .send()
-                .await
-                .unwrap()
-                .attributes
-                .unwrap()
-        }
-    };
     assert!(
-        all(closed.clone())
+        h.attributes(&closed, QueueAttributeName::All)
             .await
             .contains_key(&QueueAttributeName::RedriveAllowPolicy)
     );
     let open = h.create("open-dlq").await;
     assert!(
-        !all(open.clone())
+        !h.attributes(&open, QueueAttributeName::All)
             .await
             .contains_key(&QueueAttributeName::RedriveAllowPolicy)
     );
     let named = h
-        .client
-        .get_queue_attributes()
-        .queue_url(&open)
-        .attribute_names(QueueAttributeName::RedriveAllowPolicy)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap();
+        .attributes(&open, QueueAttributeName::RedriveAllowPolicy)
+        .await;
     assert_eq!(
         named[&QueueAttributeName::RedriveAllowPolicy],
         r#"{"redrivePermission":"allowAll"}"#

@@ -81,15 +81,7 @@ async fn queue_names_and_attribute_ranges_are_checked() {
         ),
     ];
     for (attributes, field, limit) in cases {
-        let refused = node
-            .client
-            .create_queue(pb::CreateQueueRequest {
-                name: "ranged".to_owned(),
-                attributes: Some(attributes),
-                tags: Default::default(),
-            })
-            .await
-            .unwrap_err();
+        let refused = node.try_create("ranged", attributes).await.unwrap_err();
         assert_refused(refused, Code::InvalidArgument, &[field, limit]);
     }
     let listed = node
@@ -114,18 +106,16 @@ async fn queue_names_and_attribute_ranges_are_checked() {
 async fn redrive_policy_must_name_an_existing_other_queue() {
     let mut node = TestNode::start().await;
     let missing = node
-        .client
-        .create_queue(pb::CreateQueueRequest {
-            name: "src".to_owned(),
-            attributes: Some(pb::QueueAttributes {
+        .try_create(
+            "src",
+            pb::QueueAttributes {
                 redrive_policy: Some(pb::RedrivePolicy {
                     dead_letter_queue: "nowhere".to_owned(),
                     max_receive_count: 5,
                 }),
                 ..Default::default()
-            }),
-            tags: Default::default(),
-        })
+            },
+        )
         .await
         .unwrap_err();
     assert!(
@@ -134,18 +124,16 @@ async fn redrive_policy_must_name_an_existing_other_queue() {
     );
     assert!(missing.message().contains("nowhere"), "{missing:?}");
     let count = node
-        .client
-        .create_queue(pb::CreateQueueRequest {
-            name: "src".to_owned(),
-            attributes: Some(pb::QueueAttributes {
+        .try_create(
+            "src",
+            pb::QueueAttributes {
                 redrive_policy: Some(pb::RedrivePolicy {
                     dead_letter_queue: "dlq".to_owned(),
                     max_receive_count: 1_001,
                 }),
                 ..Default::default()
-            }),
-            tags: Default::default(),
-        })
+            },
+        )
         .await
         .unwrap_err();
     assert_refused(
@@ -324,45 +312,22 @@ async fn forged_and_foreign_receipt_handles_are_refused() {
     node.create("two").await;
     node.send("one", "m").await;
     let received = node.receive("one", 1, 600).await.remove(0);
-    let forged = node
-        .client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "one".to_owned(),
-            receipt_handle: "bm90LWEtaGFuZGxl".to_owned(),
-        })
-        .await
-        .unwrap_err();
+    let forged = node.delete("one", "bm90LWEtaGFuZGxl").await.unwrap_err();
     assert_refused(forged, Code::FailedPrecondition, &["receipt_handle"]);
     // One changed character breaks the MAC.
     let mut altered: Vec<char> = received.receipt_handle.chars().collect();
     let last = altered.len() - 2;
     altered[last] = if altered[last] == 'A' { 'B' } else { 'A' };
     let altered: String = altered.into_iter().collect();
-    let tampered = node
-        .client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "one".to_owned(),
-            receipt_handle: altered,
-        })
-        .await
-        .unwrap_err();
+    let tampered = node.delete("one", &altered).await.unwrap_err();
     assert_refused(tampered, Code::FailedPrecondition, &["receipt_handle"]);
     let foreign = node
-        .client
-        .delete_message(pb::DeleteMessageRequest {
-            queue: "two".to_owned(),
-            receipt_handle: received.receipt_handle.clone(),
-        })
+        .delete("two", &received.receipt_handle)
         .await
         .unwrap_err();
     assert_refused(foreign, Code::FailedPrecondition, &["another queue"]);
     let cap = node
-        .client
-        .change_visibility(pb::ChangeVisibilityRequest {
-            queue: "one".to_owned(),
-            receipt_handle: received.receipt_handle,
-            visibility_timeout_seconds: 43_201,
-        })
+        .change_visibility("one", &received.receipt_handle, 43_201)
         .await
         .unwrap_err();
     assert_refused(
