@@ -46,6 +46,9 @@ const DRAIN_VISIBILITY_S: u32 = 10;
 const DRAIN_WAIT_S: u32 = 2;
 /// A client's deadline beyond the long poll, for every call.
 const CALL_SLACK: Duration = Duration::from_millis(2_000);
+/// Attempts at reading the queue's counts after the drain; none answering is reported by the
+/// checker (`DrainUnconfirmed`).
+const STATS_ATTEMPTS_MAX: u32 = 50;
 /// Pause after a failed call before the next one.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// Longest pause between two calls of one client.
@@ -520,7 +523,7 @@ impl Client {
                 break;
             }
         }
-        loop {
+        for _ in 0..STATS_ATTEMPTS_MAX {
             let op = self.invoke(Call::Stats);
             let request = pb::GetQueueRequest {
                 name: QUEUE.to_owned(),
