@@ -150,19 +150,18 @@ impl TestNode {
         Ok(())
     }
 
+    /// The queue's settings, tags and counts; the node may refuse.
+    pub async fn get_queue(&mut self, queue: &str) -> Result<pb::QueueInfo, tonic::Status> {
+        let request = pb::GetQueueRequest {
+            name: queue.to_owned(),
+        };
+        let reply = self.client.get_queue(request).await?.into_inner();
+        Ok(reply.queue.expect("a found queue comes with its info"))
+    }
+
     /// The queue's counts.
     pub async fn stats(&mut self, queue: &str) -> pb::QueueStats {
-        self.client
-            .get_queue(pb::GetQueueRequest {
-                name: queue.to_owned(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .queue
-            .unwrap()
-            .stats
-            .unwrap()
+        self.get_queue(queue).await.unwrap().stats.unwrap()
     }
 
     /// Waits (bounded) until `queue` has `count` open long polls.
@@ -196,6 +195,18 @@ pub fn send_request(queue: &str, body: &str) -> pb::SendMessageRequest {
     pb::SendMessageRequest {
         queue: queue.to_owned(),
         body: body.to_owned(),
+        ..Default::default()
+    }
+}
+
+/// Queue attributes that move a message to `dead_letter_queue` once it has been received
+/// `max_receive_count` times.
+pub fn redrive_to(dead_letter_queue: &str, max_receive_count: u32) -> pb::QueueAttributes {
+    pb::QueueAttributes {
+        redrive_policy: Some(pb::RedrivePolicy {
+            dead_letter_queue: dead_letter_queue.to_owned(),
+            max_receive_count,
+        }),
         ..Default::default()
     }
 }

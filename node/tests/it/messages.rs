@@ -4,7 +4,7 @@
 use tonic::Code;
 use trireme_proto::v1 as pb;
 
-use crate::harness::{TestNode, send_request};
+use crate::harness::{TestNode, redrive_to, send_request};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_receive_delete_round_trip_reports_counts_times_and_md5() {
@@ -213,17 +213,7 @@ async fn delayed_send_is_counted_delayed_not_ready() {
 async fn message_past_max_receive_count_moves_to_the_dead_letter_queue() {
     let mut node = TestNode::start().await;
     node.create("dlq").await;
-    node.create_with(
-        "src",
-        pb::QueueAttributes {
-            redrive_policy: Some(pb::RedrivePolicy {
-                dead_letter_queue: "dlq".to_owned(),
-                max_receive_count: 1,
-            }),
-            ..Default::default()
-        },
-    )
-    .await;
+    node.create_with("src", redrive_to("dlq", 1)).await;
     let id = node.send("src", "poison").await;
     let first = node.receive("src", 1, 0).await;
     assert_eq!(first.len(), 1);

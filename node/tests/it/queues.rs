@@ -162,16 +162,7 @@ async fn set_attributes_tags_and_delete_change_what_get_shows() {
         })
         .await
         .unwrap();
-    let info = node
-        .client
-        .get_queue(pb::GetQueueRequest {
-            name: "jobs".to_owned(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .queue
-        .unwrap();
+    let info = node.get_queue("jobs").await.unwrap();
     assert_eq!(info.tags.len(), 1);
     assert_eq!(info.tags["env"], "test");
 
@@ -181,13 +172,7 @@ async fn set_attributes_tags_and_delete_change_what_get_shows() {
         })
         .await
         .unwrap();
-    let missing = node
-        .client
-        .get_queue(pb::GetQueueRequest {
-            name: "jobs".to_owned(),
-        })
-        .await
-        .unwrap_err();
+    let missing = node.get_queue("jobs").await.unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);
     // The name is held for 60 s after a delete.
     let recreate = node

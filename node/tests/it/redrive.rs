@@ -5,23 +5,13 @@ use tonic::Code;
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::redrive_task::Status as TaskStatus;
 
-use crate::harness::{TestNode, eventually};
+use crate::harness::{Client, TestNode, eventually, redrive_to};
 
 /// A source queue `src` with dead-letter queue `dlq` (maxReceiveCount 1) and `count` messages
 /// moved there by receives.
 async fn dead_lettered(node: &mut TestNode, count: usize) {
     node.create("dlq").await;
-    node.create_with(
-        "src",
-        pb::QueueAttributes {
-            redrive_policy: Some(pb::RedrivePolicy {
-                dead_letter_queue: "dlq".to_owned(),
-                max_receive_count: 1,
-            }),
-            ..Default::default()
-        },
-    )
-    .await;
+    node.create_with("src", redrive_to("dlq", 1)).await;
     for index in 0..count {
         node.send("src", &format!("m{index}")).await;
     }
@@ -66,16 +56,8 @@ async fn await_task_status(node: &TestNode, handle: &str, status: TaskStatus) {
     eventually(&format!("redrive {handle} to be {status:?}"), || {
         let mut client = client.clone();
         async move {
-            let tasks = client
-                .list_redrives(pb::ListRedrivesRequest {
-                    source_queue: "dlq".to_owned(),
-                    max_results: 10,
-                })
+            dlq_tasks(&mut client)
                 .await
-                .unwrap()
-                .into_inner()
-                .tasks;
-            tasks
                 .iter()
                 .any(|task| task.task_handle == handle && task.status == status as i32)
         }
@@ -83,8 +65,9 @@ async fn await_task_status(node: &TestNode, handle: &str, status: TaskStatus) {
     .await;
 }
 
-async fn task(node: &mut TestNode, handle: &str) -> pb::RedriveTask {
-    node.client
+/// The ten most recent redrive tasks of `dlq`, newest first.
+async fn dlq_tasks(client: &mut Client) -> Vec<pb::RedriveTask> {
+    client
         .list_redrives(pb::ListRedrivesRequest {
             source_queue: "dlq".to_owned(),
             max_results: 10,
@@ -93,6 +76,11 @@ async fn task(node: &mut TestNode, handle: &str) -> pb::RedriveTask {
         .unwrap()
         .into_inner()
         .tasks
+}
+
+async fn task(node: &mut TestNode, handle: &str) -> pb::RedriveTask {
+    dlq_tasks(&mut node.client)
+        .await
         .into_iter()
         .find(|task| task.task_handle == handle)
         .unwrap()

@@ -43,16 +43,7 @@ async fn restart_keeps_queues_messages_handles_and_receive_counts() {
 
     let mut node = node.restart().await;
     assert!(has_database(node.dir.path()));
-    let info = node
-        .client
-        .get_queue(pb::GetQueueRequest {
-            name: "durable".to_owned(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .queue
-        .unwrap();
+    let info = node.get_queue("durable").await.unwrap();
     assert_eq!(
         info.attributes.unwrap().visibility_timeout_seconds,
         Some(120)

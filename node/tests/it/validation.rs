@@ -4,7 +4,7 @@
 use tonic::{Code, Status};
 use trireme_proto::v1 as pb;
 
-use crate::harness::{TestNode, send_request};
+use crate::harness::{TestNode, redrive_to, send_request};
 
 fn assert_refused(result: Status, code: Code, mentions: &[&str]) {
     assert_eq!(result.code(), code, "{result:?}");
@@ -106,16 +106,7 @@ async fn queue_names_and_attribute_ranges_are_checked() {
 async fn redrive_policy_must_name_an_existing_other_queue() {
     let mut node = TestNode::start().await;
     let missing = node
-        .try_create(
-            "src",
-            pb::QueueAttributes {
-                redrive_policy: Some(pb::RedrivePolicy {
-                    dead_letter_queue: "nowhere".to_owned(),
-                    max_receive_count: 5,
-                }),
-                ..Default::default()
-            },
-        )
+        .try_create("src", redrive_to("nowhere", 5))
         .await
         .unwrap_err();
     assert!(
@@ -124,16 +115,7 @@ async fn redrive_policy_must_name_an_existing_other_queue() {
     );
     assert!(missing.message().contains("nowhere"), "{missing:?}");
     let count = node
-        .try_create(
-            "src",
-            pb::QueueAttributes {
-                redrive_policy: Some(pb::RedrivePolicy {
-                    dead_letter_queue: "dlq".to_owned(),
-                    max_receive_count: 1_001,
-                }),
-                ..Default::default()
-            },
-        )
+        .try_create("src", redrive_to("dlq", 1_001))
         .await
         .unwrap_err();
     assert_refused(
