@@ -346,6 +346,33 @@ impl Engine {
         results
     }
 
+    /// Receives up to `max` messages of `queue` as a new waiter, waiting up to `wait_s` (`None`:
+    /// the queue's default) for the first; empty when none arrived in time.
+    ///
+    /// # Errors
+    /// As [`Engine::execute`].
+    pub async fn receive(
+        &self,
+        queue: QueueName,
+        max: u32,
+        visibility_s: Option<u32>,
+        wait_s: Option<u32>,
+    ) -> Result<Vec<Delivery>, EngineError> {
+        let outcome = self
+            .execute(Command::Receive {
+                queue,
+                max,
+                visibility_s,
+                wait_s,
+                waiter: self.new_waiter_id(),
+            })
+            .await?;
+        let Outcome::Received(deliveries) = outcome else {
+            unreachable!("Receive answers Received, got {outcome:?}");
+        };
+        Ok(deliveries)
+    }
+
     /// A fresh waiter id, unique on this node, for a `Command::Receive`.
     #[must_use]
     pub fn new_waiter_id(&self) -> WaiterId {

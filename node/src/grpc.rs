@@ -961,18 +961,11 @@ impl QueueService for GrpcService {
                 core_limits::wait_s_max,
             )
             .map_err(|e| field_status(&e))?;
-            let outcome = self
-                .command(Command::Receive {
-                    queue,
-                    max,
-                    visibility_s,
-                    wait_s,
-                    waiter: self.engine.new_waiter_id(),
-                })
-                .await?;
-            let Outcome::Received(deliveries) = outcome else {
-                unreachable!("Receive answers Received, got {outcome:?}");
-            };
+            let deliveries = self
+                .engine
+                .receive(queue, max, visibility_s, wait_s)
+                .await
+                .map_err(|error| engine_status(&error))?;
             debug!(delivered = deliveries.len(), "received");
             Ok(Response::new(self.received(deliveries)))
         }

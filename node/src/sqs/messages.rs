@@ -148,20 +148,10 @@ impl Sqs {
         )?;
         let filter =
             MessageAttributeFilter::new(&request.message_attribute_names.unwrap_or_default());
-        let outcome = self
+        let deliveries = self
             .engine
-            .execute(Command::Receive {
-                queue,
-                max,
-                visibility_s,
-                wait_s,
-                waiter: self.engine.new_waiter_id(),
-            })
+            .receive(queue, max, visibility_s, wait_s)
             .await?;
-        let deliveries = match outcome {
-            Outcome::Received(deliveries) => deliveries,
-            other => unreachable!("a receive answers Received, got {other:?}"),
-        };
         Ok(ReceiveMessageResponse {
             messages: deliveries
                 .into_iter()
