@@ -216,15 +216,12 @@ fn regression_seed_13_redelivery_within_one_step_of_the_timeout() {
     assert!(report.boots >= 2, "seed 13 crashes the node");
 }
 
-/// Seed 29 (also 38): the first boot's first database commit hits an injected sync failure.
-/// redb writes its magic number last, so the crash that follows leaves a file of the right
-/// length without it, and every later start fails with "Not a redb database: magic number
-/// mismatch": a power loss during a node's very first start leaves a data directory the node
-/// never opens again (no acknowledged data is lost; an operator must delete the file). The
-/// node creates its database file in place (`Storage::open_path`, mirrored by `SimDisk::open`);
-/// initialising it under a temporary name and renaming it into place would fix it.
+/// Seed 29 (also 38 and 79) found a node bug: a sync failure on the first boot's first database
+/// commit, then a crash, left a file of full length without redb's magic number (redb writes it
+/// last), and no later start could open it. The node now builds a new database under a staging
+/// name and renames it into place (`Storage::open_path`, mirrored by the harness's
+/// `open_storage`); here the first boot still fails at 0 ms and the second one serves.
 #[test]
-#[ignore = "node bug: a crash during the first database initialisation bricks the data dir"]
 fn regression_seed_29_crash_during_the_first_database_initialisation() {
     let report = run_named(&Options::seed(29)).unwrap_or_else(|failure| panic!("{failure}"));
     assert!(
@@ -232,5 +229,14 @@ fn regression_seed_29_crash_during_the_first_database_initialisation() {
         "{}replay: {}",
         report.summary(),
         replay_command(29)
+    );
+    assert!(
+        report
+            .history
+            .faults
+            .first()
+            .is_some_and(|(at, what)| *at == 0 && what.starts_with("node exited")),
+        "seed 29 still fails the first initialisation: {:?}",
+        report.history.faults.first()
     );
 }
