@@ -10,7 +10,7 @@ use trireme_client::{
 
 use crate::fake;
 use crate::node::{
-    TestNode, create_queue, create_with_dead_letter_queue, queue_name, send_numbered,
+    TestNode, create_queue, create_with_dead_letter_queue, queue_name, send, send_numbered,
 };
 
 fn wait(seconds: u32, max: u32) -> ReceiveOptions {
@@ -178,10 +178,7 @@ async fn a_long_poll_is_answered_by_a_later_send() {
         let (client, name) = (client.clone(), name.clone());
         tokio::spawn(async move { client.receive_messages(&name, &wait(20, 1)).await })
     };
-    client
-        .send_message(&name, &SendMessage::new("late"))
-        .await
-        .unwrap();
+    send(&client, &name, "late").await;
     let got = poller.await.unwrap().unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].body, "late");
@@ -193,10 +190,7 @@ async fn a_superseded_handle_is_refused_as_stale() {
     let client = node.client();
     let name = queue_name("stale");
     create_queue(&client, &name).await;
-    client
-        .send_message(&name, &SendMessage::new("x"))
-        .await
-        .unwrap();
+    send(&client, &name, "x").await;
     let first = client
         .receive_messages(&name, &wait(5, 1))
         .await
@@ -397,10 +391,7 @@ async fn dead_letter_move_and_redrive_back() {
         .unwrap();
     assert_eq!(sources.names, vec![source.clone()]);
 
-    let sent = client
-        .send_message(&source, &SendMessage::new("poison"))
-        .await
-        .unwrap();
+    let sent = send(&client, &source, "poison").await;
     let first = client
         .receive_messages(&source, &wait(5, 1))
         .await
@@ -517,10 +508,7 @@ async fn a_node_that_is_down_is_skipped_for_every_call() {
     let client = Client::new(ClientConfig::new([closed, node.address.clone()])).unwrap();
     let name = queue_name("failover");
     create_queue(&client, &name).await;
-    client
-        .send_message(&name, &SendMessage::new("through"))
-        .await
-        .unwrap();
+    send(&client, &name, "through").await;
     let got = client.receive_messages(&name, &wait(5, 1)).await.unwrap();
     assert_eq!(got[0].body, "through");
 }

@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
-use trireme_client::{ReceiveOptions, SendMessage};
+use trireme_client::ReceiveOptions;
 
 use crate::fake;
 use crate::node::{
-    TestNode, create_queue, create_with_dead_letter_queue, queue_name, send_numbered,
+    TestNode, create_queue, create_with_dead_letter_queue, queue_name, send, send_numbered,
 };
 
 fn trireme(node: &TestNode) -> Command {
@@ -220,10 +220,7 @@ async fn send_receive_and_delete_from_the_command_line() {
     );
 
     // --delete removes what it printed.
-    client
-        .send_message(&name, &SendMessage::new("gone after reading"))
-        .await
-        .unwrap();
+    send(&client, &name, "gone after reading").await;
     let read = json(args(
         &node,
         ["--json", "receive", q, "--wait", "5", "--delete"],
@@ -296,21 +293,9 @@ async fn worker_exec_settles_by_exit_status() {
     let dlq = queue_name("cli-worker-dlq");
     let queue = queue_name("cli-worker");
     create_with_dead_letter_queue(&client, &queue, &dlq, 2).await;
-    let ok = client
-        .send_message(&queue, &SendMessage::new("ok"))
-        .await
-        .unwrap()
-        .message_id;
-    let retry = client
-        .send_message(&queue, &SendMessage::new("retry"))
-        .await
-        .unwrap()
-        .message_id;
-    let fail = client
-        .send_message(&queue, &SendMessage::new("fail"))
-        .await
-        .unwrap()
-        .message_id;
+    let ok = send(&client, &queue, "ok").await.message_id;
+    let retry = send(&client, &queue, "retry").await.message_id;
+    let fail = send(&client, &queue, "fail").await.message_id;
 
     let script = r#"read -r body; [ "$TRIREME_MESSAGE_ID" = "$TRIREME_IDEMPOTENCY_KEY" ] || exit 9; case "$body" in ok) exit 0;; retry) exit 75;; *) exit 3;; esac"#;
     let mut command = args(

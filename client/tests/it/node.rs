@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use trireme_client::{
-    Client, ClientConfig, QueueAttributes, QueueName, RedrivePolicy, SendMessage,
+    Client, ClientConfig, QueueAttributes, QueueName, RedrivePolicy, SendMessage, SentMessage,
 };
 use trireme_node::Node;
 use trireme_node::clock::SystemClock;
@@ -81,6 +81,14 @@ pub async fn create_queue(client: &Client, name: &QueueName) {
         .create_queue(name, &QueueAttributes::default())
         .await
         .unwrap();
+}
+
+/// Sends one message with this body.
+pub async fn send(client: &Client, queue: &QueueName, body: &str) -> SentMessage {
+    client
+        .send_message(queue, &SendMessage::new(body))
+        .await
+        .unwrap()
 }
 
 /// Sends `count` messages to `queue`, with bodies `m0`, `m1`, ….

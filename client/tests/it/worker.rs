@@ -15,7 +15,7 @@ use trireme_client::{
     QueueName, ReceiveOptions, SendMessage, Worker, WorkerConfig, WorkerCounters, WorkerMetrics,
 };
 
-use crate::node::{TestNode, create_queue, create_with_dead_letter_queue, queue_name};
+use crate::node::{TestNode, create_queue, create_with_dead_letter_queue, queue_name, send};
 
 /// What a worker reported, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,10 +160,7 @@ async fn a_slow_handler_is_not_redelivered_while_its_heartbeats_run() {
     let client = node.client();
     let queue = queue_name("slow");
     create_queue(&client, &queue).await;
-    let sent = client
-        .send_message(&queue, &SendMessage::new("slow job"))
-        .await
-        .unwrap();
+    let sent = send(&client, &queue, "slow job").await;
 
     let (started_tx, mut started_rx) = mpsc::unbounded_channel::<()>();
     let finish = Arc::new(Semaphore::new(0));
@@ -269,14 +266,8 @@ async fn poison_messages_reach_the_dead_letter_queue_after_max_receive_count() {
     let dlq = queue_name("poison-dlq");
     let queue = queue_name("poison");
     create_with_dead_letter_queue(&client, &queue, &dlq, 3).await;
-    let poison = client
-        .send_message(&queue, &SendMessage::new("poison"))
-        .await
-        .unwrap();
-    let good = client
-        .send_message(&queue, &SendMessage::new("good"))
-        .await
-        .unwrap();
+    let poison = send(&client, &queue, "poison").await;
+    let good = send(&client, &queue, "good").await;
 
     let (metrics, mut rx) = events();
     let worker = Worker::new(client.clone(), queue.clone(), |job| async move {
@@ -445,10 +436,7 @@ async fn a_panicking_handler_is_retried_not_lost() {
     let client = node.client();
     let queue = queue_name("panic");
     create_queue(&client, &queue).await;
-    let sent = client
-        .send_message(&queue, &SendMessage::new("flaky"))
-        .await
-        .unwrap();
+    let sent = send(&client, &queue, "flaky").await;
 
     let (metrics, mut rx) = events();
     let worker = Worker::new(client.clone(), queue.clone(), |job| async move {
