@@ -1259,33 +1259,23 @@ async fn redrive_allow_policy_is_kept_and_enforced() {
         named[&QueueAttributeName::RedriveAllowPolicy],
         r#"{"redrivePermission":"allowAll"}"#
     );
-    let refused = h
-        .client
-        .create_queue()
-        .queue_name("hopeful")
-        .attributes(
-            QueueAttributeName::RedrivePolicy,
-            format!(
-                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
-                arn("closed-dlq")
-            ),
-        )
-        .send()
-        .await
-        .unwrap_err();
+    // A queue naming `dlq` as its dead-letter queue, received at most three times.
+    let create_with_dlq = |name: &'static str, dlq: &'static str| {
+        h.client
+            .create_queue()
+            .queue_name(name)
+            .attributes(
+                QueueAttributeName::RedrivePolicy,
+                format!(
+                    r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
+                    arn(dlq)
+                ),
+            )
+            .send()
+    };
+    let refused = create_with_dlq("hopeful", "closed-dlq").await.unwrap_err();
     assert_eq!(error_parts(&refused).0, "InvalidParameterValue");
-    let missing_dlq = h
-        .client
-        .create_queue()
-        .queue_name("orphan")
-        .attributes(
-            QueueAttributeName::RedrivePolicy,
-            format!(
-                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":3}}"#,
-                arn("no-such-queue")
-            ),
-        )
-        .send()
+    let missing_dlq = create_with_dlq("orphan", "no-such-queue")
         .await
         .unwrap_err();
     let (code, message) = error_parts(&missing_dlq);
