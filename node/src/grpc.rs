@@ -510,15 +510,26 @@ impl GrpcService {
         Ok(handle)
     }
 
-    /// Executes the accepted entries of a delete or visibility batch together (they then share
-    /// one group commit) and files each entry id under `successful` or `failed`.
+    /// Runs a delete or visibility batch: entries refused at the edge go to `failed` as they
+    /// are; the others execute together (they then share one group commit) and each entry id
+    /// is filed under `successful` or `failed`.
     async fn run_id_batch(
         &self,
-        ids: Vec<String>,
-        commands: Vec<Command>,
+        prepared: Vec<(String, Result<Command, pb::BatchEntryError>)>,
         successful: &mut Vec<String>,
         failed: &mut Vec<pb::BatchEntryError>,
     ) {
+        let mut ids = Vec::new();
+        let mut commands = Vec::new();
+        for (id, command) in prepared {
+            match command {
+                Ok(command) => {
+                    ids.push(id);
+                    commands.push(command);
+                }
+                Err(refusal) => failed.push(refusal),
+            }
+        }
         let results = self.engine.execute_all(commands).await;
         for (id, result) in ids.into_iter().zip(results) {
             match result {
@@ -1003,26 +1014,21 @@ impl QueueService for GrpcService {
             let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
             check_batch_ids(request.entries.iter().map(|entry| entry.id.as_str()))
                 .map_err(|e| field_status(&e))?;
+            let prepared = request.entries.into_iter().map(|entry| {
+                let command = self
+                    .engine
+                    .handles()
+                    .decode(&entry.receipt_handle)
+                    .map(|handle| Command::Delete {
+                        queue: queue.clone(),
+                        handle,
+                    })
+                    .map_err(|error| status::handle_entry_error(&entry.id, &error));
+                (entry.id, command)
+            });
             let mut response = pb::DeleteMessageBatchResponse::default();
-            let mut commands = Vec::new();
-            let mut ids = Vec::new();
-            for entry in request.entries {
-                match self.engine.handles().decode(&entry.receipt_handle) {
-                    Err(error) => response
-                        .failed
-                        .push(status::handle_entry_error(&entry.id, &error)),
-                    Ok(handle) => {
-                        ids.push(entry.id);
-                        commands.push(Command::Delete {
-                            queue: queue.clone(),
-                            handle,
-                        });
-                    }
-                }
-            }
             self.run_id_batch(
-                ids,
-                commands,
+                prepared.collect(),
                 &mut response.successful,
                 &mut response.failed,
             )
@@ -1071,41 +1077,35 @@ impl QueueService for GrpcService {
             let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
             check_batch_ids(request.entries.iter().map(|entry| entry.id.as_str()))
                 .map_err(|e| field_status(&e))?;
-            let mut response = pb::ChangeVisibilityBatchResponse::default();
-            let mut commands = Vec::new();
-            let mut ids = Vec::new();
-            for (index, entry) in request.entries.into_iter().enumerate() {
-                let timeout_s = match in_range(
-                    &format!("entries[{index}].visibility_timeout_seconds"),
-                    entry.visibility_timeout_seconds,
-                    0,
-                    core_limits::visibility_timeout_s_max,
-                ) {
-                    Ok(timeout_s) => timeout_s,
-                    Err(error) => {
-                        response
-                            .failed
-                            .push(status::field_entry_error(&entry.id, &error));
-                        continue;
-                    }
-                };
-                match self.engine.handles().decode(&entry.receipt_handle) {
-                    Err(error) => response
-                        .failed
-                        .push(status::handle_entry_error(&entry.id, &error)),
-                    Ok(handle) => {
-                        ids.push(entry.id);
-                        commands.push(Command::ChangeVisibility {
+            let prepared = request
+                .entries
+                .into_iter()
+                .enumerate()
+                .map(|(index, entry)| {
+                    let command = in_range(
+                        &format!("entries[{index}].visibility_timeout_seconds"),
+                        entry.visibility_timeout_seconds,
+                        0,
+                        core_limits::visibility_timeout_s_max,
+                    )
+                    .map_err(|error| status::field_entry_error(&entry.id, &error))
+                    .and_then(|timeout_s| {
+                        let handle = self
+                            .engine
+                            .handles()
+                            .decode(&entry.receipt_handle)
+                            .map_err(|error| status::handle_entry_error(&entry.id, &error))?;
+                        Ok(Command::ChangeVisibility {
                             queue: queue.clone(),
                             handle,
                             timeout_s,
-                        });
-                    }
-                }
-            }
+                        })
+                    });
+                    (entry.id, command)
+                });
+            let mut response = pb::ChangeVisibilityBatchResponse::default();
             self.run_id_batch(
-                ids,
-                commands,
+                prepared.collect(),
                 &mut response.successful,
                 &mut response.failed,
             )
