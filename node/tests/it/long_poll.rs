@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use trireme_proto::v1 as pb;
 
-use crate::harness::{TestNode, connect};
+use crate::harness::{Client, TestNode, connect};
 
 fn long_poll(queue: &str, wait_s: u32) -> pb::ReceiveMessagesRequest {
     pb::ReceiveMessagesRequest {
@@ -16,6 +17,14 @@ fn long_poll(queue: &str, wait_s: u32) -> pb::ReceiveMessagesRequest {
     }
 }
 
+/// A 20 s long poll of `queue` through `client`, on a task of its own.
+fn spawn_long_poll(
+    mut client: Client,
+    queue: &'static str,
+) -> JoinHandle<Result<tonic::Response<pb::ReceiveMessagesResponse>, tonic::Status>> {
+    tokio::spawn(async move { client.receive_messages(long_poll(queue, 20)).await })
+}
+
 /// A bound on how long a test waits for an answer that should come at once; it only guards
 /// against a hang and measures nothing.
 const HANG_GUARD: Duration = Duration::from_secs(15);
@@ -24,9 +33,7 @@ const HANG_GUARD: Duration = Duration::from_secs(15);
 async fn long_poll_is_answered_by_the_send_that_makes_a_message_ready() {
     let mut node = TestNode::start().await;
     node.create("events").await;
-    let mut poller = node.client.clone();
-    let waiting =
-        tokio::spawn(async move { poller.receive_messages(long_poll("events", 20)).await });
+    let waiting = spawn_long_poll(node.client.clone(), "events");
     node.await_waiters("events", 1).await;
     let id = node.send("events", "wake up").await;
     let answer = tokio::time::timeout(HANG_GUARD, waiting)
@@ -47,10 +54,7 @@ async fn many_idle_long_polls_are_each_served_once() {
     node.create("fanout").await;
     let mut polls = Vec::new();
     for _ in 0..50 {
-        let mut poller = node.client.clone();
-        polls.push(tokio::spawn(async move {
-            poller.receive_messages(long_poll("fanout", 20)).await
-        }));
+        polls.push(spawn_long_poll(node.client.clone(), "fanout"));
     }
     node.await_waiters("fanout", 50).await;
     for index in 0..50 {
@@ -95,8 +99,7 @@ async fn abandoned_long_poll_is_cancelled_and_takes_no_message() {
     let mut node = TestNode::start().await;
     node.create("gone").await;
     // A connection of its own, closed with the task, so the server sees the request end.
-    let mut poller = connect(node.address).await;
-    let waiting = tokio::spawn(async move { poller.receive_messages(long_poll("gone", 20)).await });
+    let waiting = spawn_long_poll(connect(node.address).await, "gone");
     node.await_waiters("gone", 1).await;
     waiting.abort();
     node.await_waiters("gone", 0).await;
@@ -113,9 +116,7 @@ async fn abandoned_long_poll_is_cancelled_and_takes_no_message() {
 async fn shutdown_answers_open_long_polls_empty() {
     let mut node = TestNode::start().await;
     node.create("closing").await;
-    let mut poller = node.client.clone();
-    let waiting =
-        tokio::spawn(async move { poller.receive_messages(long_poll("closing", 20)).await });
+    let waiting = spawn_long_poll(node.client.clone(), "closing");
     node.await_waiters("closing", 1).await;
     let shutdown = tokio::spawn(node.shutdown());
     let answer = tokio::time::timeout(HANG_GUARD, waiting)
