@@ -7,7 +7,7 @@ use trireme_client::{
     Backoff, Client, ClientConfig, Error, QueueName, ReceiveOptions, RetryPolicy, SendMessage,
 };
 
-use crate::fake::{self, Behaviour};
+use crate::fake::{self, Behaviour, FakeNode};
 
 fn client(endpoints: &[&str], attempts_max: u32) -> Client {
     let mut config = ClientConfig::new(endpoints.iter().copied());
@@ -20,15 +20,22 @@ fn client(endpoints: &[&str], attempts_max: u32) -> Client {
     Client::new(config).unwrap()
 }
 
+/// An unavailable node listed before one that answers, and a client of both allowed three
+/// attempts.
+async fn down_then_up() -> (FakeNode, FakeNode, Client) {
+    let down = fake::start(Behaviour::Fails(Code::Unavailable)).await;
+    let up = fake::start(Behaviour::Answers).await;
+    let client = client(&[&down.address, &up.address], 3);
+    (down, up, client)
+}
+
 fn orders() -> QueueName {
     QueueName::new("orders").unwrap()
 }
 
 #[tokio::test]
 async fn idempotent_call_moves_to_the_next_node_when_one_is_unavailable() {
-    let down = fake::start(Behaviour::Fails(Code::Unavailable)).await;
-    let up = fake::start(Behaviour::Answers).await;
-    let client = client(&[&down.address, &up.address], 3);
+    let (down, up, client) = down_then_up().await;
     let queue = client.get_queue(&orders()).await.unwrap();
     assert_eq!(queue.name, orders());
     assert_eq!((down.calls(), up.calls()), (1, 1));
@@ -39,9 +46,7 @@ async fn idempotent_call_moves_to_the_next_node_when_one_is_unavailable() {
 
 #[tokio::test]
 async fn receive_is_not_repeated_after_it_reached_a_node() {
-    let down = fake::start(Behaviour::Fails(Code::Unavailable)).await;
-    let up = fake::start(Behaviour::Answers).await;
-    let client = client(&[&down.address, &up.address], 3);
+    let (down, up, client) = down_then_up().await;
     let err = client
         .receive_messages(&orders(), &ReceiveOptions::default())
         .await
@@ -55,9 +60,7 @@ async fn receive_is_not_repeated_after_it_reached_a_node() {
 
 #[tokio::test]
 async fn send_without_deduplication_id_is_not_repeated_but_with_one_is() {
-    let down = fake::start(Behaviour::Fails(Code::Unavailable)).await;
-    let up = fake::start(Behaviour::Answers).await;
-    let client = client(&[&down.address, &up.address], 3);
+    let (down, up, client) = down_then_up().await;
     let plain = SendMessage::new("x");
     assert!(matches!(
         client.send_message(&orders(), &plain).await,
