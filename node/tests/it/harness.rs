@@ -94,12 +94,18 @@ impl TestNode {
 
     /// Sends `body` and returns the message id.
     pub async fn send(&mut self, queue: &str, body: &str) -> String {
-        self.client
-            .send_message(send_request(queue, body))
+        self.try_send(send_request(queue, body))
             .await
             .unwrap()
-            .into_inner()
             .message_id
+    }
+
+    /// Sends `request`; the node may refuse.
+    pub async fn try_send(
+        &mut self,
+        request: pb::SendMessageRequest,
+    ) -> Result<pb::SendMessageResponse, tonic::Status> {
+        Ok(self.client.send_message(request).await?.into_inner())
     }
 
     /// One receive of up to `max` messages, no wait, with `visibility_s`.

@@ -20,12 +20,7 @@ async fn send_receive_delete_round_trip_reports_counts_times_and_md5() {
             )),
         },
     );
-    let sent = node
-        .client
-        .send_message(request)
-        .await
-        .unwrap()
-        .into_inner();
+    let sent = node.try_send(request).await.unwrap();
     assert_eq!(sent.md5_of_body, "5d41402abc4b2a76b9719d911017c592");
     assert!(!sent.duplicate);
 
@@ -175,18 +170,8 @@ async fn deduplication_id_answers_the_first_message_id() {
         deduplication_id: Some("order-17".to_owned()),
         ..send_request("dedup", "charge")
     };
-    let first = node
-        .client
-        .send_message(request.clone())
-        .await
-        .unwrap()
-        .into_inner();
-    let second = node
-        .client
-        .send_message(request)
-        .await
-        .unwrap()
-        .into_inner();
+    let first = node.try_send(request.clone()).await.unwrap();
+    let second = node.try_send(request).await.unwrap();
     assert!(!first.duplicate);
     assert!(second.duplicate);
     assert_eq!(first.message_id, second.message_id);

@@ -85,12 +85,7 @@ async fn deduplication_window_and_deleted_queue_name_survive_a_restart() {
         deduplication_id: Some("once".to_owned()),
         ..send_request("d", "body")
     };
-    let first = node
-        .client
-        .send_message(request.clone())
-        .await
-        .unwrap()
-        .into_inner();
+    let first = node.try_send(request.clone()).await.unwrap();
     node.client
         .delete_queue(pb::DeleteQueueRequest {
             name: "gone".to_owned(),
@@ -98,12 +93,7 @@ async fn deduplication_window_and_deleted_queue_name_survive_a_restart() {
         .await
         .unwrap();
     let mut node = node.restart().await;
-    let second = node
-        .client
-        .send_message(request)
-        .await
-        .unwrap()
-        .into_inner();
+    let second = node.try_send(request).await.unwrap();
     assert!(second.duplicate);
     assert_eq!(second.message_id, first.message_id);
     let recreate = node

@@ -137,28 +137,21 @@ async fn message_limits_are_checked_with_field_and_limit() {
     )
     .await;
     let missing = node
-        .client
-        .send_message(send_request("absent", "x"))
+        .try_send(send_request("absent", "x"))
         .await
         .unwrap_err();
     assert_refused(missing, Code::NotFound, &["absent"]);
     let too_long = node
-        .client
-        .send_message(send_request("small", &"x".repeat(1_025)))
+        .try_send(send_request("small", &"x".repeat(1_025)))
         .await
         .unwrap_err();
     assert_refused(too_long, Code::InvalidArgument, &["1025", "1024"]);
     let over_mib = node
-        .client
-        .send_message(send_request("small", &"x".repeat(1_048_577)))
+        .try_send(send_request("small", &"x".repeat(1_048_577)))
         .await
         .unwrap_err();
     assert_refused(over_mib, Code::InvalidArgument, &["body", "1048576"]);
-    let empty = node
-        .client
-        .send_message(send_request("small", ""))
-        .await
-        .unwrap_err();
+    let empty = node.try_send(send_request("small", "")).await.unwrap_err();
     assert_eq!(empty.code(), Code::InvalidArgument, "{empty:?}");
     let delay = node
         .client
