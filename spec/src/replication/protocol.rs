@@ -886,10 +886,9 @@ impl State {
         replica.rebuilding = ALL_REPLICAS & !bit(r);
         replica.up = true;
         replica.away_past_horizon = false;
-        // The new disk holds no tombstone until anti-entropy gives it one.
-        for holders in &mut self.ghost.tombstone_holders {
-            holders.1 &= !bit(r);
-        }
+        // Ghost: the slot keeps its predecessor's place among the tombstone's holders. The new
+        // disk is empty, so it holds no older copy that a collection could uncover
+        // (spec#considerations, "a replacement during collection").
         self.ghost.reach(Scenario::Replaced);
     }
 
