@@ -18,6 +18,9 @@ mod replication {
     const ALL_THREE: &str = "tombstone dropped only when all three replicas hold it";
     const QUORUM_STORED: &str = "delivered only after two replicas stored the claim";
     const CONVERGED: &str = "after heal, replicas converge";
+    const DRAINED: &str =
+        "after heal, every acknowledged send was delivered, deleted or dead-lettered";
+    const MOVED_AT_MAX: &str = "dead-letter move only past maxReceiveCount";
 
     const ORPHAN: &str = "claim reached one replica, then its coordinator died";
     const CONCURRENT: &str = "two coordinators claim one version at once";
@@ -419,5 +422,33 @@ mod replication {
             ..Config::quiet("no packet horizon")
         };
         finds(with(Bug::NoPacketHorizon, config), RESURRECTED);
+    }
+
+    #[test]
+    fn move_one_receive_early_moves_at_the_first_receive() {
+        let config = Config {
+            start: Start::Sent,
+            dead_letter: true,
+            max_receive_count: 1,
+            claims_max: 1,
+            ..Config::quiet("move one receive early")
+        };
+        finds(with(Bug::MoveOneReceiveEarly, config), MOVED_AT_MAX);
+    }
+
+    #[test]
+    fn claim_never_expiring_never_drains() {
+        let config = Config {
+            start: Start::Received,
+            heal: true,
+            ..Config::quiet("claim never expires")
+        };
+        finds(with(Bug::ClaimNeverExpires, config.clone()), DRAINED);
+        // Drain fails on its own: the replicas still converge.
+        let checker = ReplicationModel::new(with(Bug::ClaimNeverExpires, config))
+            .checker()
+            .spawn_bfs()
+            .join();
+        checker.assert_no_discovery(CONVERGED);
     }
 }

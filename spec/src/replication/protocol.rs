@@ -67,6 +67,12 @@ pub enum Bug {
     NoPacketHorizon,
     /// Anti-entropy leaves tombstones out of what it exchanges.
     AntiEntropySkipsTombstones,
+    /// A claim counts the receive about to happen toward `maxReceiveCount`, so the message moves
+    /// one receive early (at the first receive when `maxReceiveCount` is 1).
+    MoveOneReceiveEarly,
+    /// A claimed copy never becomes visible again: receives skip it as if its visibility
+    /// timeout had not expired, so a message whose consumer died is never received again.
+    ClaimNeverExpires,
 }
 
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
@@ -1184,7 +1190,16 @@ impl State {
                 };
                 // Time is abstract (spec#time): any claim may have expired by the coordinator's
                 // clock, so the message may be claimed again.
-                if config.dead_letter && receive_count >= config.max_receive_count {
+                if claim.is_some() && config.has(Bug::ClaimNeverExpires) {
+                    self.finish(c);
+                    return;
+                }
+                let counted = if config.has(Bug::MoveOneReceiveEarly) {
+                    receive_count + 1
+                } else {
+                    receive_count
+                };
+                if config.dead_letter && counted >= config.max_receive_count {
                     let generation = merged.generation;
                     if config.has(Bug::SourceTombstonedFirst) {
                         self.begin(
