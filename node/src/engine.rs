@@ -262,7 +262,12 @@ impl Engine {
         let (requests, requests_rx) = mpsc::channel(settings.engine_queue_commands_max);
         let (cancels, cancels_rx) = mpsc::channel(settings.long_polls_max);
         let rng = match seed {
-            Some(seed) => ChaCha20Rng::seed_from_u64(seed),
+            // A configured seed alone would draw the same message ids after every restart, and a
+            // new message could take the id of one deleted before it (an old receipt handle could
+            // then act on it). Every id of an acknowledged send is in a commit, so the revision
+            // of the latest commit differs between any two boots that both stored messages: mixed
+            // in, it keeps the streams of such boots apart (found by the simulation).
+            Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ storage.revision().rotate_left(32)),
             None => ChaCha20Rng::from_os_rng(),
         };
         let link = Arc::new(EngineLink {
@@ -1036,6 +1041,23 @@ mod tests {
             engine.execute(send(&engine, "later")).await,
             Err(EngineError::ShuttingDown)
         ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restart_with_the_same_seed_draws_new_message_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = start(dir.path());
+        create_queue(&engine).await;
+        let first = engine.execute(send(&engine, "before")).await.unwrap();
+        engine.close().await;
+        let engine = start(dir.path());
+        let second = engine.execute(send(&engine, "after")).await.unwrap();
+        engine.close().await;
+        let (Outcome::Sent { id: first, .. }, Outcome::Sent { id: second, .. }) = (first, second)
+        else {
+            panic!("both sends are stored");
+        };
+        assert_ne!(first, second, "a restarted node reused a message id");
     }
 
     /// The simulation runs each node on a current-thread runtime, where the commit runs inline.
