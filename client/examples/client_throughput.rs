@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run --release -p trireme-node -- --data-dir ./data &
-//! cargo run --release -p trireme-client --example throughput -- --messages 20000 --batch 10
+//! cargo run --release -p trireme-client --example client_throughput -- --messages 20000 --batch 10
 //! ```
 
 use std::sync::Arc;
