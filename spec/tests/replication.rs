@@ -5,6 +5,7 @@
 
 mod replication {
     use std::collections::BTreeSet;
+    use std::io::Write as _;
     use std::time::Instant;
 
     use stateright::{Checker, Expectation, HasDiscoveries, Model};
@@ -133,7 +134,10 @@ mod replication {
         let properties = model.properties();
         let started = Instant::now();
         let checker = model.checker().spawn_bfs().join();
-        println!(
+        // Written to stderr directly, past the test harness's capture, so that every
+        // `cargo test` run shows the state count and depth, passing or not.
+        let _ = writeln!(
+            std::io::stderr(),
             "replication model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
             checker.state_count(),
             checker.unique_state_count(),

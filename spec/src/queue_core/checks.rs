@@ -1,10 +1,11 @@
 //! Model checks of the queue-core model: every property of the page holds in the full state
 //! space, every witness is reached, and each planted bug turns its property red.
 //!
-//! Run `cargo test -p trireme-spec -- --nocapture` to see state counts and depths;
+//! Every run of `cargo test -p trireme-spec` prints the state counts and depths;
 //! `TRIREME_MODEL_LARGE=1` checks the large configuration instead.
 
 use std::collections::BTreeSet;
+use std::io::Write as _;
 use std::time::Instant;
 
 use stateright::{Checker, HasDiscoveries, Model};
@@ -24,7 +25,10 @@ fn every_property_of_the_page_holds() {
         .symmetry_fn(QueueCore::representative)
         .spawn_dfs()
         .join();
-    println!(
+    // Written to stderr directly, past the test harness's capture, so that every
+    // `cargo test` run shows the state count and depth, passing or not.
+    let _ = writeln!(
+        std::io::stderr(),
         "queue-core full check ({}): {} unique states, {} transitions, max depth {}, {:.1?}",
         if checker.model().t_max == super::T_MAX_LARGE {
             "large"
