@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use md5::{Digest, Md5};
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span, debug, field, info_span};
 use trireme_core::{
@@ -22,6 +21,7 @@ use trireme_proto::v1::queue_service_server::QueueService;
 use crate::engine::{Engine, EngineError};
 use crate::limits;
 use crate::redrive::{RedriveProgress, RedriveStatus};
+use crate::sqs::body_md5;
 use crate::status::{self, FieldError};
 
 /// The gRPC service of one node.
@@ -65,15 +65,6 @@ fn engine_status(error: &EngineError) -> Status {
 fn field_status(error: &FieldError) -> Status {
     debug!(%error, "refused at the edge");
     status::field_status(error)
-}
-
-/// The MD5 of a body as lowercase hex, as SQS reports it.
-#[must_use]
-pub fn md5_hex(body: &str) -> String {
-    Md5::digest(body.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
 }
 
 fn queue_name(field: &str, name: &str) -> Result<QueueName, FieldError> {
@@ -385,7 +376,7 @@ fn check_batch_ids<'a>(ids: impl ExactSizeIterator<Item = &'a str>) -> Result<()
     }
     let mut seen = HashSet::with_capacity(count);
     for (index, id) in ids.enumerate() {
-        let legal = (1..=80).contains(&id.len())
+        let legal = (1..=limits::batch_entry_id_chars_max).contains(&id.len())
             && id
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
@@ -467,7 +458,7 @@ impl GrpcService {
                     pb::ReceivedMessage {
                         message_id: delivery.message.to_string(),
                         receipt_handle: handles.encode(&delivery.handle),
-                        md5_of_body: md5_hex(&delivery.body),
+                        md5_of_body: body_md5(&delivery.body),
                         body: delivery.body,
                         attributes: pb_attributes(delivery.attributes),
                         receive_count: delivery.receive_count,
@@ -812,7 +803,7 @@ impl QueueService for GrpcService {
             )
             .map_err(|e| field_status(&e))?;
             let id = self.engine.new_message_id();
-            let md5_of_body = md5_hex(&parts.body);
+            let md5_of_body = body_md5(&parts.body);
             let outcome = self
                 .command(Command::Send {
                     queue,
@@ -896,7 +887,7 @@ impl QueueService for GrpcService {
                         .failed
                         .push(status::field_entry_error(&entry.id, &error)),
                     Ok(parts) => {
-                        accepted.push((entry.id, md5_hex(&parts.body)));
+                        accepted.push((entry.id, body_md5(&parts.body)));
                         commands.push(Command::Send {
                             queue: queue.clone(),
                             id: self.engine.new_message_id(),
@@ -1205,7 +1196,7 @@ mod tests {
 
     #[test]
     fn md5_matches_the_sqs_example() {
-        assert_eq!(md5_hex("hello"), "5d41402abc4b2a76b9719d911017c592");
+        assert_eq!(body_md5("hello"), "5d41402abc4b2a76b9719d911017c592");
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub const request_timeout_s_default: u64 = 60;
 
 /// Payload of one send batch: the sum of all bodies and attributes (SQS's limit).
 pub const batch_payload_bytes_max: u64 = 1_048_576;
+/// Longest batch entry id (ids are 1 to this many of `[A-Za-z0-9_-]`), on both endpoints.
+pub const batch_entry_id_chars_max: usize = 80;
 
 /// Commands the engine applies before one group commit. Bounds the latency a commit adds to
 /// the first command of a batch and the size of one write transaction.

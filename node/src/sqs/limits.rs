@@ -7,18 +7,19 @@ use trireme_core::limits as core_limits;
 /// Largest request body read. A batch may carry 1 MiB of payload; JSON escaping and base64
 /// binary attributes can make its text several times larger, so the cap leaves room for that.
 pub const request_bytes_max: usize = 8 * 1024 * 1024;
-/// Total payload (bodies and attributes) of one `SendMessageBatch`, as SQS allows.
-pub const batch_payload_bytes_max: u64 = 1_048_576;
+/// Total payload (bodies and attributes) of one `SendMessageBatch`: the node's rule, shared
+/// with gRPC.
+pub use crate::limits::batch_payload_bytes_max;
 /// How far a request's `X-Amz-Date` may be from the server's clock, as AWS allows.
 pub const clock_skew_ms_max: u64 = 15 * 60 * 1_000;
-/// Longest batch entry id.
-pub const batch_entry_id_chars_max: usize = 80;
-/// Largest `MaxResults` of `ListQueues` and `ListDeadLetterSourceQueues`.
-pub const list_results_max: u32 = 1_000;
-/// Largest `MaxResults` of `ListMessageMoveTasks`.
-pub const move_tasks_results_max: u32 = 10;
-/// Largest `MaxNumberOfMessagesPerSecond` of a move task.
-pub const move_task_rate_per_s_max: u32 = 500;
+/// Longest batch entry id: the node's rule, shared with gRPC.
+pub use crate::limits::batch_entry_id_chars_max;
+/// Largest `MaxResults` of `ListQueues` and `ListDeadLetterSourceQueues` (the gRPC limit too).
+pub use crate::limits::list_queues_results_max as list_results_max;
+/// Largest `MaxResults` of `ListMessageMoveTasks` (the gRPC `ListRedrives` limit too).
+pub use crate::limits::list_redrives_results_max as move_tasks_results_max;
+/// Largest `MaxNumberOfMessagesPerSecond` of a move task (the redrive tasks' own cap).
+pub use crate::limits::redrive_rate_per_s_max as move_task_rate_per_s_max;
 /// Longest `NextToken` accepted (it holds a queue name).
 pub const next_token_chars_max: usize = 512;
 

@@ -17,6 +17,10 @@ mod messages;
 mod move_task;
 mod redrive_policy;
 mod sigv4;
+
+/// The body digest both endpoints report (`MD5OfMessageBody`, gRPC `md5_of_body`): one
+/// implementation, tested against SQS's vectors in `digest`.
+pub(crate) use digest::body_md5;
 mod wire;
 
 use std::sync::Arc;
