@@ -1,0 +1,947 @@
+//! One state machine per coordinator operation (spec/replication.md#operations): a coordinator
+//! is whichever node a client reached; it talks to the message's three replicas and answers the
+//! client. Each operation is `start` (the requests of its first round), `on_reply` (one reply
+//! from one replica) and `on_timeout` (its deadline passed): each returns [`Effects`], the
+//! requests to send and, once, the answer. Time, the coordinator's id and nonces come in as
+//! values; nothing here sends, sleeps or reads a clock.
+//!
+//! Two rules hold for every operation. A reply from a node that is not one of the three
+//! replicas, a second reply from one replica, and any reply after the answer are ignored, so a
+//! duplicated or late ack is never counted twice. And once an operation has answered (including
+//! by timing out) it never answers again: **a coordinator that timed out never delivers**, even
+//! if the acks it was waiting for arrive later.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use trireme_core::Millis;
+
+use crate::ids::{Generation, NodeId};
+use crate::placement::REPLICAS;
+use crate::record::{
+    Body, Claim, Divergence, Held, Live, Record, SourceQueue, Tombstone, TombstoneReason,
+    merge_held,
+};
+use crate::replica::Write;
+
+/// Durable acks a write needs before the coordinator answers (`W`).
+pub const WRITE_QUORUM: usize = 2;
+/// Replies a read needs before the coordinator decides (`R`).
+pub const READ_QUORUM: usize = 2;
+const _: () = assert!(WRITE_QUORUM + READ_QUORUM > REPLICAS);
+const _: () = assert!(2 * WRITE_QUORUM > REPLICAS);
+
+/// What a coordinator asks a replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Answer with what you hold for the key.
+    Read,
+    /// Make this write; `ack: false` for read repair, which nobody waits for.
+    Write {
+        /// The write.
+        write: Write,
+        /// Whether the coordinator waits for the ack.
+        ack: bool,
+    },
+}
+
+/// What a replica answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The record it holds (after its fsync), for a read.
+    Record(Option<Record>),
+    /// The write is durable.
+    Ack,
+    /// The write was refused (a newer claim, a tombstone, a divergence, too old for the horizon).
+    Refused,
+}
+
+/// One request to one replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The replica.
+    pub to: NodeId,
+    /// What it is asked.
+    pub request: Request,
+}
+
+/// What one step of an operation asks its driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Effects<A> {
+    /// Requests to send now.
+    pub sends: Vec<Outgoing>,
+    /// The answer to the client, at most once per operation.
+    pub answer: Option<A>,
+}
+
+impl<A> Effects<A> {
+    fn none() -> Effects<A> {
+        Effects {
+            sends: Vec::new(),
+            answer: None,
+        }
+    }
+
+    fn answer(answer: A) -> Effects<A> {
+        Effects {
+            sends: Vec::new(),
+            answer: Some(answer),
+        }
+    }
+
+    fn sends(sends: Vec<Outgoing>) -> Effects<A> {
+        Effects {
+            sends,
+            answer: None,
+        }
+    }
+}
+
+fn broadcast(replicas: &[NodeId; REPLICAS], write: &Write) -> Vec<Outgoing> {
+    replicas
+        .iter()
+        .map(|to| Outgoing {
+            to: *to,
+            request: Request::Write {
+                write: write.clone(),
+                ack: true,
+            },
+        })
+        .collect()
+}
+
+fn reads(replicas: &[NodeId; REPLICAS]) -> Vec<Outgoing> {
+    replicas
+        .iter()
+        .map(|to| Outgoing {
+            to: *to,
+            request: Request::Read,
+        })
+        .collect()
+}
+
+/// Gathers read replies until `needed` distinct replicas answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ReadPhase {
+    replicas: [NodeId; REPLICAS],
+    needed: usize,
+    replies: BTreeMap<NodeId, Option<Record>>,
+}
+
+impl ReadPhase {
+    fn new(replicas: [NodeId; REPLICAS], needed: usize) -> ReadPhase {
+        ReadPhase {
+            replicas,
+            needed,
+            replies: BTreeMap::new(),
+        }
+    }
+
+    /// Records a reply; `true` once the quorum is complete (exactly once).
+    fn take(&mut self, from: NodeId, reply: &Reply) -> bool {
+        let Reply::Record(record) = reply else {
+            return false;
+        };
+        if !self.replicas.contains(&from) || self.replies.contains_key(&from) {
+            return false;
+        }
+        self.replies.insert(from, record.clone());
+        self.replies.len() == self.needed
+    }
+
+    fn merged(&self) -> Result<Option<Record>, Divergence> {
+        self.replies
+            .values()
+            .try_fold(None, |joined: Option<Record>, reply| {
+                merge_held(joined.as_ref(), reply.as_ref())
+            })
+    }
+
+    /// Read repair (spec/replication.md#receive-claim, step 2): the merged record, unacknowledged,
+    /// to every replica that replied with something else.
+    fn repairs(&self, merged: Option<&Record>) -> Vec<Outgoing> {
+        let Some(merged) = merged else {
+            return Vec::new();
+        };
+        self.replies
+            .iter()
+            .filter(|(_, reply)| reply.as_ref() != Some(merged))
+            .map(|(to, _)| Outgoing {
+                to: *to,
+                request: Request::Write {
+                    write: Write::Merge(merged.clone()),
+                    ack: false,
+                },
+            })
+            .collect()
+    }
+}
+
+/// Counts acks and refusals of one write round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct WritePhase {
+    replicas: [NodeId; REPLICAS],
+    acks: BTreeSet<NodeId>,
+    refusals: BTreeSet<NodeId>,
+}
+
+/// Where a write round stands after a reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Progress {
+    Waiting,
+    /// `W` durable acks: the write counts.
+    Quorum,
+    /// Refusals make `W` acks impossible.
+    Refused,
+}
+
+impl WritePhase {
+    fn new(replicas: [NodeId; REPLICAS]) -> WritePhase {
+        WritePhase {
+            replicas,
+            acks: BTreeSet::new(),
+            refusals: BTreeSet::new(),
+        }
+    }
+
+    fn take(&mut self, from: NodeId, reply: &Reply) -> Progress {
+        if !self.replicas.contains(&from)
+            || self.acks.contains(&from)
+            || self.refusals.contains(&from)
+        {
+            return Progress::Waiting;
+        }
+        match reply {
+            Reply::Ack => {
+                self.acks.insert(from);
+                if self.acks.len() == WRITE_QUORUM {
+                    return Progress::Quorum;
+                }
+            }
+            Reply::Refused => {
+                self.refusals.insert(from);
+                if self.refusals.len() == REPLICAS - WRITE_QUORUM + 1 {
+                    return Progress::Refused;
+                }
+            }
+            Reply::Record(_) => {}
+        }
+        Progress::Waiting
+    }
+}
+
+// ----- send ---------------------------------------------------------------------------------
+
+/// The answer to a send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SendAnswer {
+    /// Two replicas hold the message durably.
+    Sent,
+    /// Fewer than two acks by the deadline. The message may still exist (a failed call that
+    /// took effect: the client's retry is a duplicate unless it carries a deduplication id).
+    Unavailable,
+}
+
+/// spec/replication.md#send: write to the three replicas, answer at two durable acks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendOp {
+    write: WritePhase,
+    answered: bool,
+}
+
+impl SendOp {
+    /// Starts the send of `record` (generation 0, never received).
+    #[must_use]
+    pub fn start(replicas: [NodeId; REPLICAS], record: Record) -> (SendOp, Effects<SendAnswer>) {
+        assert_eq!(record.generation, Generation(0), "a send writes generation 0");
+        assert!(record.claim().is_none(), "a sent message has no claim");
+        let sends = broadcast(&replicas, &Write::Merge(record));
+        (
+            SendOp {
+                write: WritePhase::new(replicas),
+                answered: false,
+            },
+            Effects::sends(sends),
+        )
+    }
+
+    /// One replica's reply.
+    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<SendAnswer> {
+        if self.answered {
+            return Effects::none();
+        }
+        match self.write.take(from, reply) {
+            Progress::Quorum => self.finish(SendAnswer::Sent),
+            Progress::Refused => self.finish(SendAnswer::Unavailable),
+            Progress::Waiting => Effects::none(),
+        }
+    }
+
+    /// The deadline passed.
+    pub fn on_timeout(&mut self) -> Effects<SendAnswer> {
+        if self.answered {
+            return Effects::none();
+        }
+        self.finish(SendAnswer::Unavailable)
+    }
+
+    fn finish(&mut self, answer: SendAnswer) -> Effects<SendAnswer> {
+        self.answered = true;
+        Effects::answer(answer)
+    }
+}
+
+// ----- receive ------------------------------------------------------------------------------
+
+/// What one receive of one message needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveSettings {
+    /// This coordinator.
+    pub me: NodeId,
+    /// Now, by this coordinator's clock.
+    pub now: Millis,
+    /// The visibility timeout of this receive.
+    pub visibility_timeout_ms: u64,
+    /// The redrive policy's `maxReceiveCount`, if the queue has a dead-letter queue.
+    pub max_receive_count: Option<u32>,
+    /// Drawn fresh by the driver for this claim.
+    pub nonce: u64,
+}
+
+/// Why a receive found nothing to deliver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NothingBecause {
+    /// No live copy: deleted, moved, or never there.
+    Gone,
+    /// Claimed, and the claim's deadline has not passed by this coordinator's clock.
+    Invisible,
+    /// Still delayed.
+    Delayed,
+}
+
+/// The answer to a receive of one message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReceiveAnswer {
+    /// The claim is durable on two replicas: deliver this record (it holds the new claim).
+    Delivered(Record),
+    /// Nothing to deliver.
+    Nothing(NothingBecause),
+    /// The receive count reached `maxReceiveCount`: the driver runs a [`MoveOp`] with this
+    /// merged record instead of delivering.
+    DeadLetter(Record),
+    /// Replicas refused the claim (another receive took this version): nothing delivered.
+    LostRace,
+    /// No quorum by the deadline: nothing delivered.
+    Unavailable,
+    /// The replies disagree on a once-field (a bug elsewhere): nothing delivered.
+    Diverged(Divergence),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ReceivePhase {
+    Read(ReadPhase),
+    Claim { write: WritePhase, record: Record },
+    Answered,
+}
+
+/// spec/replication.md#receive-claim: quorum read, then a conditional claim, delivered only
+/// after two acks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceiveOp {
+    settings: ReceiveSettings,
+    phase: ReceivePhase,
+}
+
+impl ReceiveOp {
+    /// Starts a receive of one message: the read of all three.
+    #[must_use]
+    pub fn start(
+        replicas: [NodeId; REPLICAS],
+        settings: ReceiveSettings,
+    ) -> (ReceiveOp, Effects<ReceiveAnswer>) {
+        (
+            ReceiveOp {
+                settings,
+                phase: ReceivePhase::Read(ReadPhase::new(replicas, READ_QUORUM)),
+            },
+            Effects::sends(reads(&replicas)),
+        )
+    }
+
+    /// One replica's reply.
+    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<ReceiveAnswer> {
+        match &mut self.phase {
+            ReceivePhase::Read(read) => {
+                if read.take(from, reply) {
+                    let read = read.clone();
+                    self.decide(&read)
+                } else {
+                    Effects::none()
+                }
+            }
+            ReceivePhase::Claim { write, record } => match write.take(from, reply) {
+                Progress::Quorum => {
+                    let record = record.clone();
+                    self.finish(ReceiveAnswer::Delivered(record))
+                }
+                Progress::Refused => self.finish(ReceiveAnswer::LostRace),
+                Progress::Waiting => Effects::none(),
+            },
+            ReceivePhase::Answered => Effects::none(),
+        }
+    }
+
+    /// The deadline passed: nothing is delivered, ever, by this operation.
+    pub fn on_timeout(&mut self) -> Effects<ReceiveAnswer> {
+        if self.phase == ReceivePhase::Answered {
+            return Effects::none();
+        }
+        self.finish(ReceiveAnswer::Unavailable)
+    }
+
+    fn decide(&mut self, read: &ReadPhase) -> Effects<ReceiveAnswer> {
+        let merged = match read.merged() {
+            Ok(merged) => merged,
+            Err(divergence) => return self.finish(ReceiveAnswer::Diverged(divergence)),
+        };
+        let mut sends = read.repairs(merged.as_ref());
+        let settings = self.settings;
+        let Some((record, live)) = merged
+            .as_ref()
+            .and_then(|record| record.live().map(|live| (record, live)))
+        else {
+            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
+        };
+        if live.held.is_some_and(|held| held.deadline > settings.now) {
+            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Invisible));
+        }
+        if live.birth.visible_from > settings.now {
+            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Delayed));
+        }
+        if settings
+            .max_receive_count
+            .is_some_and(|max| live.receive_count >= max)
+        {
+            return self.finish_with(sends, ReceiveAnswer::DeadLetter(record.clone()));
+        }
+        let claimed = Record {
+            generation: record.generation,
+            body: Body::Live(Live {
+                held: Some(Held {
+                    claim: Claim {
+                        seq: live.held.map_or(0, |held| held.claim.seq) + 1,
+                        coordinator: settings.me,
+                        nonce: settings.nonce,
+                    },
+                    change_counter: 0,
+                    deadline: settings.now.plus_ms(settings.visibility_timeout_ms),
+                    received_at: settings.now,
+                }),
+                receive_count: live.receive_count + 1,
+                first_received_at: live.first_received_at.or(Some(settings.now)),
+                ..live.clone()
+            }),
+        };
+        sends.extend(broadcast(&read.replicas, &Write::Claim(claimed.clone())));
+        self.phase = ReceivePhase::Claim {
+            write: WritePhase::new(read.replicas),
+            record: claimed,
+        };
+        Effects::sends(sends)
+    }
+
+    fn finish(&mut self, answer: ReceiveAnswer) -> Effects<ReceiveAnswer> {
+        self.finish_with(Vec::new(), answer)
+    }
+
+    fn finish_with(
+        &mut self,
+        sends: Vec<Outgoing>,
+        answer: ReceiveAnswer,
+    ) -> Effects<ReceiveAnswer> {
+        self.phase = ReceivePhase::Answered;
+        Effects {
+            sends,
+            answer: Some(answer),
+        }
+    }
+}
+
+// ----- delete and change visibility ----------------------------------------------------------
+
+/// A receipt handle as the replicas know it, after the edge authenticated and decoded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Handle {
+    /// The generation the handle was issued in.
+    pub generation: Generation,
+    /// The claim it is.
+    pub claim: Claim,
+}
+
+/// The answer to a delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteAnswer {
+    /// The conditional tombstone is durable on two replicas.
+    Deleted,
+    /// The generation had already ended; its tombstone is now durable on two replicas.
+    AlreadyGone,
+    /// The message moved on to a later generation: that handle's life is over; nothing written.
+    Moved,
+    /// The handle is superseded by a newer receive: nothing written.
+    Stale,
+    /// No replica of the quorum knows the message (never there, or collected long ago).
+    NotFound,
+    /// No quorum by the deadline. The tombstone may have reached a replica.
+    Unavailable,
+    /// The replies disagree on a once-field.
+    Diverged(Divergence),
+}
+
+/// The answer to a visibility change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VisibilityAnswer {
+    /// The new deadline is durable on two replicas.
+    Changed,
+    /// The handle is superseded, or the message left this generation: nothing written.
+    Stale,
+    /// The generation ended (deleted or moved), or no replica knows the message.
+    NotInFlight,
+    /// The new deadline would pass the cap counted from the receive.
+    ExceedsCap,
+    /// No quorum by the deadline.
+    Unavailable,
+    /// The replies disagree on a once-field.
+    Diverged(Divergence),
+}
+
+/// What a handle operation writes once its read agrees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandleAction {
+    /// Delete (spec/replication.md#delete).
+    Delete,
+    /// Change visibility to `now + timeout_ms`, within `cap_ms` of the receive.
+    ChangeVisibility {
+        /// The new visibility timeout from now (0: visible at once).
+        timeout_ms: u64,
+        /// The longest visibility counted from the receive (SQS: 12 hours).
+        cap_ms: u64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum HandlePhase {
+    Read(ReadPhase),
+    Write {
+        write: WritePhase,
+        already_gone: bool,
+    },
+    Answered,
+}
+
+/// spec/replication.md#delete and #change-visibility: a quorum read, and a conditional write
+/// only if the merged current claim is the caller's handle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandleOp {
+    handle: Handle,
+    action: HandleAction,
+    now: Millis,
+    phase: HandlePhase,
+}
+
+/// The answer of a [`HandleOp`], by action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandleAnswer {
+    /// A delete's answer.
+    Delete(DeleteAnswer),
+    /// A visibility change's answer.
+    Visibility(VisibilityAnswer),
+}
+
+impl HandleOp {
+    /// Starts `action` with `handle` at `now` (this coordinator's clock): the read of all three.
+    #[must_use]
+    pub fn start(
+        replicas: [NodeId; REPLICAS],
+        handle: Handle,
+        action: HandleAction,
+        now: Millis,
+    ) -> (HandleOp, Effects<HandleAnswer>) {
+        (
+            HandleOp {
+                handle,
+                action,
+                now,
+                phase: HandlePhase::Read(ReadPhase::new(replicas, READ_QUORUM)),
+            },
+            Effects::sends(reads(&replicas)),
+        )
+    }
+
+    /// One replica's reply.
+    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<HandleAnswer> {
+        match &mut self.phase {
+            HandlePhase::Read(read) => {
+                if read.take(from, reply) {
+                    let read = read.clone();
+                    self.decide(&read)
+                } else {
+                    Effects::none()
+                }
+            }
+            HandlePhase::Write {
+                write,
+                already_gone,
+            } => {
+                let already_gone = *already_gone;
+                match write.take(from, reply) {
+                    Progress::Quorum => {
+                        let answer = match self.action {
+                            HandleAction::Delete if already_gone => DeleteAnswer::AlreadyGone,
+                            HandleAction::Delete => DeleteAnswer::Deleted,
+                            HandleAction::ChangeVisibility { .. } => {
+                                return self.finish(HandleAnswer::Visibility(
+                                    VisibilityAnswer::Changed,
+                                ));
+                            }
+                        };
+                        self.finish(HandleAnswer::Delete(answer))
+                    }
+                    Progress::Refused => {
+                        let answer = self.stale();
+                        self.finish(answer)
+                    }
+                    Progress::Waiting => Effects::none(),
+                }
+            }
+            HandlePhase::Answered => Effects::none(),
+        }
+    }
+
+    /// The deadline passed.
+    pub fn on_timeout(&mut self) -> Effects<HandleAnswer> {
+        if self.phase == HandlePhase::Answered {
+            return Effects::none();
+        }
+        let answer = match self.action {
+            HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::Unavailable),
+            HandleAction::ChangeVisibility { .. } => {
+                HandleAnswer::Visibility(VisibilityAnswer::Unavailable)
+            }
+        };
+        self.finish(answer)
+    }
+
+    fn stale(&self) -> HandleAnswer {
+        match self.action {
+            HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::Stale),
+            HandleAction::ChangeVisibility { .. } => {
+                HandleAnswer::Visibility(VisibilityAnswer::Stale)
+            }
+        }
+    }
+
+    fn decide(&mut self, read: &ReadPhase) -> Effects<HandleAnswer> {
+        let merged = match read.merged() {
+            Ok(merged) => merged,
+            Err(divergence) => {
+                let answer = match self.action {
+                    HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::Diverged(divergence)),
+                    HandleAction::ChangeVisibility { .. } => {
+                        HandleAnswer::Visibility(VisibilityAnswer::Diverged(divergence))
+                    }
+                };
+                return self.finish(answer);
+            }
+        };
+        let handle = self.handle;
+        let Some(merged) = merged else {
+            let answer = match self.action {
+                HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::NotFound),
+                HandleAction::ChangeVisibility { .. } => {
+                    HandleAnswer::Visibility(VisibilityAnswer::NotInFlight)
+                }
+            };
+            return self.finish(answer);
+        };
+        if merged.generation > handle.generation {
+            // The message moved and came back: that handle's life is over (spec#delete, 3).
+            let answer = match self.action {
+                HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::Moved),
+                HandleAction::ChangeVisibility { .. } => {
+                    HandleAnswer::Visibility(VisibilityAnswer::Stale)
+                }
+            };
+            return self.finish(answer);
+        }
+        if merged.generation == handle.generation && merged.is_tombstone() {
+            return match self.action {
+                // Already gone: make that tombstone durable on two replicas before saying so
+                // (spec#considerations, "already gone needs a quorum too").
+                HandleAction::Delete => {
+                    self.phase = HandlePhase::Write {
+                        write: WritePhase::new(read.replicas),
+                        already_gone: true,
+                    };
+                    Effects::sends(broadcast(&read.replicas, &Write::Merge(merged)))
+                }
+                HandleAction::ChangeVisibility { .. } => {
+                    self.finish(HandleAnswer::Visibility(VisibilityAnswer::NotInFlight))
+                }
+            };
+        }
+        let current = (merged.generation == handle.generation)
+            .then(|| merged.live().and_then(|live| live.held))
+            .flatten();
+        let Some(held) = current.filter(|held| held.claim == handle.claim) else {
+            let answer = self.stale();
+            return self.finish(answer);
+        };
+        let write = match self.action {
+            HandleAction::Delete => Write::Tombstone {
+                generation: handle.generation,
+                expect: Some(handle.claim),
+                tombstone: Tombstone {
+                    reason: TombstoneReason::Deleted,
+                    at: self.now,
+                },
+            },
+            HandleAction::ChangeVisibility { timeout_ms, cap_ms } => {
+                let deadline = self.now.plus_ms(timeout_ms);
+                if deadline > held.received_at.plus_ms(cap_ms) {
+                    return self.finish(HandleAnswer::Visibility(VisibilityAnswer::ExceedsCap));
+                }
+                let mut changed = merged.clone();
+                if let Body::Live(live) = &mut changed.body {
+                    live.held = Some(Held {
+                        change_counter: held.change_counter + 1,
+                        deadline,
+                        ..held
+                    });
+                }
+                Write::Visibility(changed)
+            }
+        };
+        self.phase = HandlePhase::Write {
+            write: WritePhase::new(read.replicas),
+            already_gone: false,
+        };
+        Effects::sends(broadcast(&read.replicas, &write))
+    }
+
+    fn finish(&mut self, answer: HandleAnswer) -> Effects<HandleAnswer> {
+        self.phase = HandlePhase::Answered;
+        Effects::answer(answer)
+    }
+}
+
+// ----- dead-letter move -----------------------------------------------------------------------
+
+/// The answer to a dead-letter move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MoveAnswer {
+    /// The dead-letter copy is durable on two replicas and the source generation is
+    /// tombstoned on two.
+    Moved,
+    /// The copy is durable but the source's tombstone was refused (a concurrent receive claimed
+    /// it again): the message is in both queues until the next receive repeats the move.
+    CopiedOnly,
+    /// No quorum by the deadline; the copy may or may not be durable (a duplicate at worst).
+    Unavailable,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum MovePhase {
+    Copy(WritePhase),
+    Source(WritePhase),
+    Answered,
+}
+
+/// spec/replication.md#dead-letter-move: the dead-letter copy first, with two durable acks, and
+/// only then the conditional tombstone of the source generation, conditioned on the claim the
+/// move read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveOp {
+    source_replicas: [NodeId; REPLICAS],
+    generation: Generation,
+    expect: Option<Claim>,
+    now: Millis,
+    phase: MovePhase,
+}
+
+impl MoveOp {
+    /// Starts the move of `source` (the merged live record the receive read) out of
+    /// `source_queue` into the replicas of its dead-letter copy.
+    #[must_use]
+    pub fn start(
+        source_replicas: [NodeId; REPLICAS],
+        target_replicas: [NodeId; REPLICAS],
+        source: &Record,
+        source_queue: SourceQueue,
+        now: Millis,
+    ) -> (MoveOp, Effects<MoveAnswer>) {
+        let copy = dead_letter_copy(source, source_queue, now);
+        let op = MoveOp {
+            source_replicas,
+            generation: source.generation,
+            expect: source.claim(),
+            now,
+            phase: MovePhase::Copy(WritePhase::new(target_replicas)),
+        };
+        (op, Effects::sends(broadcast(&target_replicas, &Write::Merge(copy))))
+    }
+
+    /// One replica's reply (of either queue).
+    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<MoveAnswer> {
+        match &mut self.phase {
+            MovePhase::Copy(write) => match write.take(from, reply) {
+                Progress::Quorum => {
+                    self.phase = MovePhase::Source(WritePhase::new(self.source_replicas));
+                    Effects::sends(broadcast(
+                        &self.source_replicas,
+                        &Write::Tombstone {
+                            generation: self.generation,
+                            expect: self.expect,
+                            tombstone: Tombstone {
+                                reason: TombstoneReason::Moved,
+                                at: self.now,
+                            },
+                        },
+                    ))
+                }
+                Progress::Refused => self.finish(MoveAnswer::Unavailable),
+                Progress::Waiting => Effects::none(),
+            },
+            MovePhase::Source(write) => match write.take(from, reply) {
+                Progress::Quorum => self.finish(MoveAnswer::Moved),
+                Progress::Refused => self.finish(MoveAnswer::CopiedOnly),
+                Progress::Waiting => Effects::none(),
+            },
+            MovePhase::Answered => Effects::none(),
+        }
+    }
+
+    /// The deadline passed.
+    pub fn on_timeout(&mut self) -> Effects<MoveAnswer> {
+        match self.phase {
+            MovePhase::Answered => Effects::none(),
+            MovePhase::Copy(_) => self.finish(MoveAnswer::Unavailable),
+            MovePhase::Source(_) => self.finish(MoveAnswer::CopiedOnly),
+        }
+    }
+
+    fn finish(&mut self, answer: MoveAnswer) -> Effects<MoveAnswer> {
+        self.phase = MovePhase::Answered;
+        Effects::answer(answer)
+    }
+}
+
+/// The dead-letter copy of `source` (spec/replication.md §12, "two dead-letter movers write one
+/// record"): every field but `entered_at` derives from the source generation alone.
+#[must_use]
+pub fn dead_letter_copy(source: &Record, source_queue: SourceQueue, now: Millis) -> Record {
+    let live = source
+        .live()
+        .expect("only a live copy is moved to the dead-letter queue");
+    let mut birth = live.birth.clone();
+    birth.source_queue = Some(source_queue);
+    birth.visible_from = Millis(0);
+    Record {
+        generation: source.generation.next(),
+        body: Body::Live(Live {
+            birth,
+            entered_at: now,
+            held: None,
+            receive_count: live.receive_count,
+            first_received_at: live.first_received_at,
+        }),
+    }
+}
+
+// ----- collection -----------------------------------------------------------------------------
+
+/// The answer to the read of a collection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollectAnswer {
+    /// All three replicas hold the tombstone of `generation`: drop it once the horizon has
+    /// passed since `confirmed_at` (this coordinator's clock), with [`drop_requests`].
+    Confirmed {
+        /// The tombstone's generation.
+        generation: Generation,
+        /// When the three replicas were seen holding it.
+        confirmed_at: Millis,
+    },
+    /// Not all three hold the same tombstone (or one did not answer): nothing to do now.
+    NotYet,
+}
+
+/// spec/replication.md#tombstones-and-their-collection, step 1: read **all three**.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectOp {
+    read: ReadPhase,
+    now: Millis,
+    answered: bool,
+}
+
+impl CollectOp {
+    /// Starts the read of all three replicas at `now`.
+    #[must_use]
+    pub fn start(replicas: [NodeId; REPLICAS], now: Millis) -> (CollectOp, Effects<CollectAnswer>) {
+        (
+            CollectOp {
+                read: ReadPhase::new(replicas, REPLICAS),
+                now,
+                answered: false,
+            },
+            Effects::sends(reads(&replicas)),
+        )
+    }
+
+    /// One replica's reply.
+    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<CollectAnswer> {
+        if self.answered || !self.read.take(from, reply) {
+            return Effects::none();
+        }
+        self.answered = true;
+        let mut replies = self.read.replies.values();
+        let first = replies.next().cloned().flatten();
+        let answer = match first {
+            Some(tombstone)
+                if tombstone.is_tombstone()
+                    && replies.all(|reply| reply.as_ref() == Some(&tombstone)) =>
+            {
+                CollectAnswer::Confirmed {
+                    generation: tombstone.generation,
+                    confirmed_at: self.now,
+                }
+            }
+            _ => CollectAnswer::NotYet,
+        };
+        Effects::answer(answer)
+    }
+
+    /// The deadline passed before all three answered.
+    pub fn on_timeout(&mut self) -> Effects<CollectAnswer> {
+        if self.answered {
+            return Effects::none();
+        }
+        self.answered = true;
+        Effects::answer(CollectAnswer::NotYet)
+    }
+}
+
+/// Step 3 of collection: the conditional drop, to all three, once the horizon has passed since
+/// the confirmation. Nobody waits for the acks: a lost drop leaves the tombstone, which a later
+/// collection drops again (spec/replication.md §13).
+#[must_use]
+pub fn drop_requests(replicas: [NodeId; REPLICAS], generation: Generation) -> Vec<Outgoing> {
+    replicas
+        .iter()
+        .map(|to| Outgoing {
+            to: *to,
+            request: Request::Write {
+                write: Write::Drop { generation },
+                ack: false,
+            },
+        })
+        .collect()
+}

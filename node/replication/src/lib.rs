@@ -1,0 +1,19 @@
+//! trireme-replication: the protocol of spec/replication.md as a pure crate, beside
+//! `trireme-core` (queue-core). It owns the record a replica stores and its merge (`record`), what
+//! a replica accepts and refuses (`replica`), where a message's three copies live (`placement`),
+//! and one state machine per coordinator operation (`coordinator`): inputs in, effects out.
+//!
+//! It must never read a clock, draw randomness, block, log, or touch a file or socket. Time,
+//! request ids and nonces come in as values; messages to peers, records to persist and answers
+//! to clients go out as data, and a thin async driver in the node executes them. Names are the
+//! page's: *replica*, *coordinator*, *claim*, *generation*, *tombstone*, *collection*, *horizon*.
+#![forbid(unsafe_code)]
+
+pub mod coordinator;
+pub mod ids;
+pub mod placement;
+pub mod record;
+pub mod replica;
+
+pub use ids::{Generation, NodeId, RequestId};
+pub use record::{Birth, Body, Claim, Divergence, Held, Live, Record, Tombstone, TombstoneReason};

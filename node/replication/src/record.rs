@@ -1,0 +1,439 @@
+//! The record a replica stores for one message in one queue, and its merge
+//! (spec/replication.md#the-record and §12 *The stored record on a replica*).
+//!
+//! The merge is a join: commutative, associative and idempotent, so replicas that have seen the
+//! same writes hold the same record whatever order the writes came in. It is partial in one
+//! place only: two writes of one generation whose once-fields differ are a bug in a writer, and
+//! the merge reports a [`Divergence`] instead of choosing (§12, *Considerations*). This module
+//! owns the order and the merge; it must never look at time, replicas or the network.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use trireme_core::{Incarnation, Millis, QueueName};
+
+use crate::ids::{Generation, NodeId};
+
+/// The replicated form of a receipt handle: one receive of one generation.
+///
+/// Ordered by `seq` first, so a later receive supersedes an earlier one; two coordinators that
+/// pick the same `seq` at once are told apart by `coordinator`, and one coordinator's two claims
+/// of one `seq` by `nonce` (spec/replication.md#the-record).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct Claim {
+    /// Receives of this generation, from 1.
+    pub seq: u32,
+    /// The coordinator that issued the claim.
+    pub coordinator: NodeId,
+    /// Drawn by the coordinator for every claim it issues.
+    pub nonce: u64,
+}
+
+/// The current claim with the visibility it rides with (§12: `received_at_ms`, `deadline_ms`
+/// and `change_counter` ride with the claim).
+///
+/// The order is the field order: the greater claim wins; within one claim, the later change
+/// (higher counter); two changes of one claim with the same counter, the later deadline. It is
+/// a total order, so the greater of two is a join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Held {
+    /// The receive this is.
+    pub claim: Claim,
+    /// Visibility changes of this claim so far (0 at the receive).
+    pub change_counter: u32,
+    /// When the message becomes visible again, by the clock of the coordinator that wrote it.
+    pub deadline: Millis,
+    /// When the receive that made the claim happened: the 12-hour visibility cap counts from it.
+    pub received_at: Millis,
+}
+
+/// A dead-letter copy's source: the queue (and which creation of it) the message left.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SourceQueue {
+    /// The queue's name.
+    pub name: QueueName,
+    /// Which creation of the name.
+    pub incarnation: Incarnation,
+}
+
+/// The fields written once per generation (§12, "once"): every writer of a generation derives
+/// them from the same inputs, so every replica holding the generation holds the same value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Birth {
+    /// Body and message attributes, encoded by the node; opaque here.
+    pub payload: Vec<u8>,
+    /// The original send (retention counts from it, across moves).
+    pub sent_at: Millis,
+    /// The delay's end; `Millis(0)` for none.
+    pub visible_from: Millis,
+    /// For a dead-letter copy, the queue it came from.
+    pub source_queue: Option<SourceQueue>,
+    /// The send's deduplication id, if it had one.
+    pub dedup_id: Option<String>,
+}
+
+/// A message that is in the queue in this generation, received or not.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Live {
+    /// What the generation was born with.
+    pub birth: Birth,
+    /// When this generation entered this queue (send, move or redrive); the earliest writer's.
+    pub entered_at: Millis,
+    /// The newest receive of this generation, if any.
+    pub held: Option<Held>,
+    /// Receives of this generation: merged by max, never by last writer.
+    pub receive_count: u32,
+    /// The first receive of the message, kept across moves.
+    pub first_received_at: Option<Millis>,
+}
+
+/// Why a generation ended. The order decides which reason a merge keeps (the first); nothing
+/// but operators and metrics reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TombstoneReason {
+    /// Deleted with its current receipt handle.
+    Deleted,
+    /// Moved to another queue (dead-letter move, dead-letter now, redrive).
+    Moved,
+    /// Past the queue's retention period.
+    Expired,
+    /// Hidden by a purge.
+    Purged,
+}
+
+/// The end of a generation. It dominates every live copy of its generation for as long as it
+/// exists (spec/replication.md#tombstones-and-their-collection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Tombstone {
+    /// Why the generation ended.
+    pub reason: TombstoneReason,
+    /// When, by the earliest writer's clock.
+    pub at: Millis,
+}
+
+/// What a replica knows about one generation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Body {
+    /// The message is in the queue.
+    Live(Live),
+    /// The generation ended.
+    Tombstone(Tombstone),
+}
+
+/// The record of one message in one queue on one replica. `Absent` (never written, or
+/// collected) is the record not being there: callers hold an `Option<Record>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Record {
+    /// The life of the message this record is about.
+    pub generation: Generation,
+    /// What the replica knows about that life.
+    pub body: Body,
+}
+
+/// Two writes of one generation disagree on a field that is written once per generation.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("generation {generation} was written twice with different once-fields")]
+pub struct Divergence {
+    /// The generation whose writers disagree.
+    pub generation: u32,
+}
+
+impl Record {
+    /// A message just sent (generation 0, never received).
+    #[must_use]
+    pub fn sent(birth: Birth) -> Record {
+        let entered_at = birth.sent_at;
+        Record {
+            generation: Generation(0),
+            body: Body::Live(Live {
+                birth,
+                entered_at,
+                held: None,
+                receive_count: 0,
+                first_received_at: None,
+            }),
+        }
+    }
+
+    /// The tombstone of `generation`.
+    #[must_use]
+    pub fn tombstone(generation: Generation, reason: TombstoneReason, at: Millis) -> Record {
+        Record {
+            generation,
+            body: Body::Tombstone(Tombstone { reason, at }),
+        }
+    }
+
+    /// The live body, if the message is in the queue.
+    #[must_use]
+    pub fn live(&self) -> Option<&Live> {
+        match &self.body {
+            Body::Live(live) => Some(live),
+            Body::Tombstone(_) => None,
+        }
+    }
+
+    /// Whether the record is a tombstone.
+    #[must_use]
+    pub fn is_tombstone(&self) -> bool {
+        matches!(self.body, Body::Tombstone(_))
+    }
+
+    /// The current claim, if the record is live and was received in this generation.
+    #[must_use]
+    pub fn claim(&self) -> Option<Claim> {
+        self.live().and_then(|live| live.held).map(|held| held.claim)
+    }
+
+    /// The join of `self` (what a replica holds) and `incoming` (what a write or a peer brings).
+    ///
+    /// A later generation wins whole; within a generation a tombstone wins over a live copy;
+    /// two tombstones keep the first reason and the earliest time; two live copies keep the
+    /// greater held claim (with its visibility), the greater receive count, the earliest entry
+    /// and first receive.
+    ///
+    /// # Errors
+    /// [`Divergence`] when two live copies of one generation carry different once-fields.
+    pub fn merge(&self, incoming: &Record) -> Result<Record, Divergence> {
+        if self.generation != incoming.generation {
+            return Ok(if self.generation > incoming.generation {
+                self.clone()
+            } else {
+                incoming.clone()
+            });
+        }
+        let body = match (&self.body, &incoming.body) {
+            (Body::Tombstone(a), Body::Tombstone(b)) => Body::Tombstone(Tombstone {
+                reason: a.reason.min(b.reason),
+                at: a.at.min(b.at),
+            }),
+            (Body::Tombstone(t), Body::Live(_)) | (Body::Live(_), Body::Tombstone(t)) => {
+                Body::Tombstone(*t)
+            }
+            (Body::Live(a), Body::Live(b)) => {
+                if a.birth != b.birth {
+                    return Err(Divergence {
+                        generation: self.generation.0,
+                    });
+                }
+                Body::Live(Live {
+                    birth: a.birth.clone(),
+                    entered_at: a.entered_at.min(b.entered_at),
+                    held: a.held.max(b.held),
+                    receive_count: a.receive_count.max(b.receive_count),
+                    first_received_at: earliest(a.first_received_at, b.first_received_at),
+                })
+            }
+        };
+        Ok(Record {
+            generation: self.generation,
+            body,
+        })
+    }
+
+    /// Whether `self` already holds everything `other` knows (merging `other` in changes
+    /// nothing). A diverged pair covers neither way.
+    #[must_use]
+    pub fn covers(&self, other: &Record) -> bool {
+        self.merge(other).is_ok_and(|joined| joined == *self)
+    }
+}
+
+/// The join of what two replicas hold, either of which may hold nothing.
+///
+/// # Errors
+/// [`Divergence`] as [`Record::merge`].
+pub fn merge_held(
+    held: Option<&Record>,
+    incoming: Option<&Record>,
+) -> Result<Option<Record>, Divergence> {
+    match (held, incoming) {
+        (None, None) => Ok(None),
+        (Some(one), None) | (None, Some(one)) => Ok(Some(one.clone())),
+        (Some(a), Some(b)) => a.merge(b).map(Some),
+    }
+}
+
+/// Whether `held` (possibly nothing) already covers `incoming` (possibly nothing).
+#[must_use]
+pub fn covers(held: Option<&Record>, incoming: Option<&Record>) -> bool {
+    match (held, incoming) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(a), Some(b)) => a.covers(b),
+    }
+}
+
+fn earliest(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (one, None) | (None, one) => one,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Once-fields derived from the generation alone, as every correct writer derives them.
+    fn birth(generation: u32) -> Birth {
+        Birth {
+            payload: vec![7, generation as u8],
+            sent_at: Millis(1_000),
+            visible_from: Millis(if generation == 0 { 1_500 } else { 0 }),
+            source_queue: None,
+            dedup_id: None,
+        }
+    }
+
+    fn held() -> impl Strategy<Value = Held> {
+        (1u32..4, 0u16..3, 0u64..2, 0u32..3, 0u64..3, 0u64..2).prop_map(
+            |(seq, coordinator, nonce, change_counter, deadline, received_at)| Held {
+                claim: Claim {
+                    seq,
+                    coordinator: NodeId(coordinator),
+                    nonce,
+                },
+                change_counter,
+                deadline: Millis(deadline),
+                received_at: Millis(received_at),
+            },
+        )
+    }
+
+    fn record() -> impl Strategy<Value = Record> {
+        let reason = prop_oneof![
+            Just(TombstoneReason::Deleted),
+            Just(TombstoneReason::Moved),
+            Just(TombstoneReason::Expired),
+            Just(TombstoneReason::Purged),
+        ];
+        let tombstone = (reason, 0u64..3).prop_map(|(reason, at)| Tombstone {
+            reason,
+            at: Millis(at),
+        });
+        (0u32..3, any::<bool>(), tombstone, live_parts()).prop_map(
+            |(generation, ended, tombstone, (entered_at, held, receive_count, first))| {
+                let body = if ended {
+                    Body::Tombstone(tombstone)
+                } else {
+                    Body::Live(Live {
+                        birth: birth(generation),
+                        entered_at: Millis(entered_at),
+                        held,
+                        receive_count,
+                        first_received_at: first.map(Millis),
+                    })
+                };
+                Record {
+                    generation: Generation(generation),
+                    body,
+                }
+            },
+        )
+    }
+
+    fn live_parts() -> impl Strategy<Value = (u64, Option<Held>, u32, Option<u64>)> {
+        (
+            0u64..3,
+            proptest::option::of(held()),
+            0u32..4,
+            proptest::option::of(0u64..3),
+        )
+    }
+
+    fn record_or_absent() -> impl Strategy<Value = Option<Record>> {
+        proptest::option::of(record())
+    }
+
+    fn join(a: &Option<Record>, b: &Option<Record>) -> Option<Record> {
+        merge_held(a.as_ref(), b.as_ref()).expect("births derive from the generation alone")
+    }
+
+    proptest! {
+        #[test]
+        fn merge_is_commutative(a in record_or_absent(), b in record_or_absent()) {
+            prop_assert_eq!(join(&a, &b), join(&b, &a));
+        }
+
+        #[test]
+        fn merge_is_associative(
+            a in record_or_absent(), b in record_or_absent(), c in record_or_absent()
+        ) {
+            prop_assert_eq!(join(&join(&a, &b), &c), join(&a, &join(&b, &c)));
+        }
+
+        #[test]
+        fn merge_is_idempotent(a in record_or_absent(), b in record_or_absent()) {
+            prop_assert_eq!(join(&a, &a), a.clone());
+            let joined = join(&a, &b);
+            prop_assert_eq!(join(&joined, &b), joined);
+        }
+
+        #[test]
+        fn merge_is_an_upper_bound(a in record_or_absent(), b in record_or_absent()) {
+            let joined = join(&a, &b);
+            prop_assert!(covers(joined.as_ref(), a.as_ref()));
+            prop_assert!(covers(joined.as_ref(), b.as_ref()));
+        }
+
+        #[test]
+        fn tombstone_dominates_its_generation(a in record()) {
+            let tombstone = Record::tombstone(a.generation, TombstoneReason::Purged, Millis(9));
+            let joined = a.merge(&tombstone).unwrap();
+            prop_assert!(joined.is_tombstone());
+        }
+
+        #[test]
+        fn receive_count_never_goes_down(a in record(), b in record()) {
+            let joined = a.merge(&b).unwrap();
+            if a.generation == joined.generation && let (Some(before), Some(after)) = (a.live(), joined.live()) {
+                prop_assert!(after.receive_count >= before.receive_count);
+            }
+        }
+    }
+
+    #[test]
+    fn different_once_fields_diverge_instead_of_choosing() {
+        let mut other = birth(0);
+        other.payload.push(1);
+        let a = Record::sent(birth(0));
+        let b = Record::sent(other);
+        assert_eq!(a.merge(&b), Err(Divergence { generation: 0 }));
+        assert!(!a.covers(&b));
+        assert!(!b.covers(&a));
+    }
+
+    #[test]
+    fn later_generation_outranks_the_tombstone_it_left() {
+        let left = Record::tombstone(Generation(0), TombstoneReason::Moved, Millis(5));
+        let mut back = Record::sent(birth(2));
+        back.generation = Generation(2);
+        assert_eq!(left.merge(&back).unwrap(), back);
+        assert!(back.covers(&left));
+    }
+
+    #[test]
+    fn equal_counters_take_the_later_deadline() {
+        // §5: two changes of one claim with one counter merge to the later deadline on every
+        // replica, whichever arrives first.
+        let claim = Claim { seq: 1, coordinator: NodeId(1), nonce: 3 };
+        let with = |deadline| {
+            let mut record = Record::sent(birth(0));
+            if let Body::Live(live) = &mut record.body {
+                live.held = Some(Held {
+                    claim,
+                    change_counter: 1,
+                    deadline: Millis(deadline),
+                    received_at: Millis(10),
+                });
+            }
+            record
+        };
+        let (early, late) = (with(100), with(200));
+        assert_eq!(early.merge(&late).unwrap(), late);
+        assert_eq!(late.merge(&early).unwrap(), late);
+    }
+}

@@ -1,0 +1,306 @@
+//! What a replica accepts and refuses (spec/replication.md#operations, the replica side of each
+//! step). A replica never overwrites: every write it accepts is the merge of what it holds with
+//! what it receives, and the conditional writes (claim, tombstone, visibility change, drop) are
+//! checked against what it holds first.
+//!
+//! The caller owns durability: it persists [`Verdict::Store`] and acks only after the fsync that
+//! covers it (spec/replication.md#durability). Requests of one batch are checked one after
+//! another, each against the state that includes the records before it
+//! (spec/replication.md §13, *Batching*): checking them all against the state before the batch
+//! would let one replica accept two claims of one `seq`.
+
+use serde::{Deserialize, Serialize};
+use trireme_core::Millis;
+
+use crate::ids::Generation;
+use crate::record::{Body, Claim, Divergence, Record, Tombstone, merge_held};
+
+/// A write a coordinator asks a replica to make.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Write {
+    /// Merge the record in: a send, a dead-letter or redrive copy, a tombstone made durable on a
+    /// quorum before a delete answers "already gone", a read repair, anti-entropy.
+    Merge(Record),
+    /// Conditional claim (spec/replication.md#receive-claim, step 5): the merged record the
+    /// coordinator read, holding its new claim. Accepted only if, in that generation, the
+    /// replica holds no tombstone and its current claim's `seq` is strictly lower (or it is
+    /// behind: an older generation or nothing). Carrying the whole record repairs a replica that
+    /// was behind, and a replica that holds nothing never gets a claim without its message.
+    Claim(Record),
+    /// Conditional tombstone (spec/replication.md#delete, step 4, and the moves): accepted if,
+    /// in that generation, the replica's claim is no newer than `expect`, or it already holds
+    /// the tombstone, or it is behind.
+    Tombstone {
+        /// The generation that ends.
+        generation: Generation,
+        /// The claim the coordinator read (`None`: an unclaimed copy).
+        expect: Option<Claim>,
+        /// Why and when.
+        tombstone: Tombstone,
+    },
+    /// Conditional visibility change (spec/replication.md#change-visibility): the merged record
+    /// holding the handle's claim with its change counter plus one. Same condition as the
+    /// tombstone, and refused where the generation already ended.
+    Visibility(Record),
+    /// Conditional drop of a confirmed tombstone
+    /// (spec/replication.md#tombstones-and-their-collection, step 3): dropped only if the
+    /// replica still holds the tombstone of `generation`.
+    Drop {
+        /// The generation whose tombstone was confirmed on all three replicas.
+        generation: Generation,
+    },
+}
+
+/// What the replica does with one write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Accepted: persist this (`None`: remove the record), then ack.
+    Store(Option<Record>),
+    /// Accepted, and the replica already holds it: ack once what it holds is durable.
+    Unchanged,
+    /// Refused: answer with what the replica holds, for repair.
+    Refused,
+    /// Two writers of one generation disagree on a once-field: refused and reported.
+    Diverged(Divergence),
+}
+
+impl Verdict {
+    /// Whether the coordinator gets an ack.
+    #[must_use]
+    pub fn acks(&self) -> bool {
+        matches!(self, Verdict::Store(_) | Verdict::Unchanged)
+    }
+}
+
+/// Decides `write` against `held`, what the replica holds for the key (`None`: nothing).
+#[must_use]
+pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
+    match write {
+        Write::Merge(record) => merge_into(held, record),
+        Write::Claim(record) => {
+            let claim = record
+                .claim()
+                .expect("a conditional claim carries the claim it makes");
+            let accept = match same_generation(held, record.generation) {
+                Position::Ahead => false,
+                Position::Behind => true,
+                Position::Same(body) => match body {
+                    Body::Tombstone(_) => false,
+                    Body::Live(live) => live.held.map_or(0, |h| h.claim.seq) < claim.seq,
+                },
+            };
+            if accept {
+                merge_into(held, record)
+            } else {
+                Verdict::Refused
+            }
+        }
+        Write::Tombstone {
+            generation,
+            expect,
+            tombstone,
+        } => {
+            let accept = match same_generation(held, *generation) {
+                Position::Ahead => false,
+                Position::Behind => true,
+                Position::Same(body) => match body {
+                    Body::Tombstone(_) => true,
+                    Body::Live(live) => live.held.map(|h| h.claim) <= *expect,
+                },
+            };
+            if accept {
+                let record = Record {
+                    generation: *generation,
+                    body: Body::Tombstone(*tombstone),
+                };
+                merge_into(held, &record)
+            } else {
+                Verdict::Refused
+            }
+        }
+        Write::Visibility(record) => {
+            let claim = record
+                .claim()
+                .expect("a visibility change carries the claim it changes");
+            let accept = match same_generation(held, record.generation) {
+                Position::Ahead => false,
+                Position::Behind => true,
+                Position::Same(body) => match body {
+                    Body::Tombstone(_) => false,
+                    Body::Live(live) => live.held.map(|h| h.claim) <= Some(claim),
+                },
+            };
+            if accept {
+                merge_into(held, record)
+            } else {
+                Verdict::Refused
+            }
+        }
+        Write::Drop { generation } => match held {
+            Some(record) if record.generation == *generation && record.is_tombstone() => {
+                Verdict::Store(None)
+            }
+            // Anything else (a later generation brought back by a redrive, or nothing) is kept.
+            _ => Verdict::Unchanged,
+        },
+    }
+}
+
+/// Whether a request sent at `sent_at` by its sender's clock may still be accepted at `now` by
+/// this replica's clock (spec/replication.md, *Horizon rule*): a request older than the horizon
+/// is refused, so once a collection has waited the horizon no older copy can still arrive.
+#[must_use]
+pub fn within_horizon(sent_at: Millis, now: Millis, horizon_ms: u64) -> bool {
+    now.0.saturating_sub(sent_at.0) <= horizon_ms
+}
+
+enum Position<'a> {
+    /// The replica holds a later generation.
+    Ahead,
+    /// The replica holds an older generation, or nothing.
+    Behind,
+    /// The replica holds this generation.
+    Same(&'a Body),
+}
+
+fn same_generation(held: Option<&Record>, generation: Generation) -> Position<'_> {
+    match held {
+        None => Position::Behind,
+        Some(record) => match record.generation.cmp(&generation) {
+            std::cmp::Ordering::Greater => Position::Ahead,
+            std::cmp::Ordering::Less => Position::Behind,
+            std::cmp::Ordering::Equal => Position::Same(&record.body),
+        },
+    }
+}
+
+fn merge_into(held: Option<&Record>, incoming: &Record) -> Verdict {
+    match merge_held(held, Some(incoming)) {
+        Ok(merged) if merged.as_ref() == held => Verdict::Unchanged,
+        Ok(merged) => Verdict::Store(merged),
+        Err(divergence) => Verdict::Diverged(divergence),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::NodeId;
+    use crate::record::{Birth, Held, TombstoneReason};
+
+    fn sent() -> Record {
+        Record::sent(Birth {
+            payload: b"body".to_vec(),
+            sent_at: Millis(1),
+            visible_from: Millis(0),
+            source_queue: None,
+            dedup_id: None,
+        })
+    }
+
+    fn claimed(seq: u32, coordinator: u16) -> Record {
+        let mut record = sent();
+        if let Body::Live(live) = &mut record.body {
+            live.held = Some(Held {
+                claim: Claim {
+                    seq,
+                    coordinator: NodeId(coordinator),
+                    nonce: 0,
+                },
+                change_counter: 0,
+                deadline: Millis(100),
+                received_at: Millis(10),
+            });
+            live.receive_count = seq;
+        }
+        record
+    }
+
+    fn tombstone_write(expect: Option<Claim>) -> Write {
+        Write::Tombstone {
+            generation: Generation(0),
+            expect,
+            tombstone: Tombstone {
+                reason: TombstoneReason::Deleted,
+                at: Millis(50),
+            },
+        }
+    }
+
+    #[test]
+    fn a_replica_accepts_at_most_one_claim_per_seq() {
+        let first = claimed(1, 1);
+        let Verdict::Store(Some(held)) = accept(Some(&sent()), &Write::Claim(first.clone()))
+        else {
+            panic!("the first claim of seq 1 is accepted");
+        };
+        assert_eq!(
+            accept(Some(&held), &Write::Claim(claimed(1, 2))),
+            Verdict::Refused
+        );
+        assert!(accept(Some(&held), &Write::Claim(claimed(2, 2))).acks());
+    }
+
+    #[test]
+    fn a_replica_behind_accepts_a_claim_and_gets_the_message_with_it() {
+        let claim = claimed(1, 1);
+        assert_eq!(accept(None, &Write::Claim(claim.clone())), Verdict::Store(Some(claim)));
+    }
+
+    #[test]
+    fn a_tombstone_refuses_claims_of_its_generation() {
+        let tombstone = Record::tombstone(Generation(0), TombstoneReason::Deleted, Millis(5));
+        assert_eq!(
+            accept(Some(&tombstone), &Write::Claim(claimed(3, 1))),
+            Verdict::Refused
+        );
+    }
+
+    #[test]
+    fn a_tombstone_is_refused_where_a_newer_claim_is_held() {
+        let held = claimed(2, 1);
+        let stale = claimed(1, 1).claim();
+        assert_eq!(accept(Some(&held), &tombstone_write(stale)), Verdict::Refused);
+        assert!(accept(Some(&held), &tombstone_write(held.claim())).acks());
+        // A replica that is behind cannot know better and accepts (spec: why the quorum read).
+        assert!(accept(Some(&sent()), &tombstone_write(stale)).acks());
+    }
+
+    #[test]
+    fn an_existing_tombstone_is_acked_again_without_a_change() {
+        let tombstone = Record::tombstone(Generation(0), TombstoneReason::Deleted, Millis(50));
+        assert_eq!(
+            accept(Some(&tombstone), &tombstone_write(None)),
+            Verdict::Unchanged
+        );
+    }
+
+    #[test]
+    fn a_drop_removes_only_the_confirmed_tombstone() {
+        let tombstone = Record::tombstone(Generation(0), TombstoneReason::Moved, Millis(50));
+        let drop = Write::Drop {
+            generation: Generation(0),
+        };
+        assert_eq!(accept(Some(&tombstone), &drop), Verdict::Store(None));
+        let mut back = sent();
+        back.generation = Generation(2);
+        assert_eq!(accept(Some(&back), &drop), Verdict::Unchanged);
+    }
+
+    #[test]
+    fn a_visibility_change_of_a_superseded_claim_is_refused() {
+        let held = claimed(2, 1);
+        let mut change = claimed(1, 1);
+        if let Body::Live(live) = &mut change.body {
+            live.held.as_mut().unwrap().change_counter = 1;
+        }
+        assert_eq!(accept(Some(&held), &Write::Visibility(change)), Verdict::Refused);
+    }
+
+    #[test]
+    fn the_horizon_refuses_old_requests() {
+        assert!(within_horizon(Millis(1_000), Millis(2_000), 1_000));
+        assert!(!within_horizon(Millis(1_000), Millis(2_001), 1_000));
+        assert!(within_horizon(Millis(5_000), Millis(2_000), 1_000));
+    }
+}
