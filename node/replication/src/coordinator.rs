@@ -6,8 +6,9 @@
 //! values; nothing here sends, sleeps or reads a clock.
 //!
 //! Two rules hold for every operation. A reply from a node that is not one of the three
-//! replicas, a second reply from one replica, and any reply after the answer are ignored, so a
-//! duplicated or late ack is never counted twice. And once an operation has answered (including
+//! replicas, a second ack from one replica, and any reply after the answer are ignored, so a
+//! duplicated or late ack is never counted twice (a duplicated read's later reply replaces the
+//! earlier one and still counts once). And once an operation has answered (including
 //! by timing out) it never answers again: **a coordinator that timed out never delivers**, even
 //! if the acks it was waiting for arrive later.
 
@@ -137,16 +138,18 @@ impl ReadPhase {
         }
     }
 
-    /// Records a reply; `true` once the quorum is complete (exactly once).
+    /// Records a reply; `true` once the quorum is complete (exactly once). A second reply from
+    /// one replica (a duplicated read) replaces its first: a replica's record only grows by
+    /// merge, so the later reply knows at least as much, and it still counts once.
     fn take(&mut self, from: NodeId, reply: &Reply) -> bool {
         let Reply::Record(record) = reply else {
             return false;
         };
-        if !self.replicas.contains(&from) || self.replies.contains_key(&from) {
+        if !self.replicas.contains(&from) {
             return false;
         }
-        self.replies.insert(from, record.clone());
-        self.replies.len() == self.needed
+        let first = self.replies.insert(from, record.clone()).is_none();
+        first && self.replies.len() == self.needed
     }
 
     fn merged(&self) -> Result<Option<Record>, Divergence> {
@@ -253,7 +256,11 @@ impl SendOp {
     /// Starts the send of `record` (generation 0, never received).
     #[must_use]
     pub fn start(replicas: [NodeId; REPLICAS], record: Record) -> (SendOp, Effects<SendAnswer>) {
-        assert_eq!(record.generation, Generation(0), "a send writes generation 0");
+        assert_eq!(
+            record.generation,
+            Generation(0),
+            "a send writes generation 0"
+        );
         assert!(record.claim().is_none(), "a sent message has no claim");
         let sends = broadcast(&replicas, &Write::Merge(record));
         (
@@ -389,6 +396,12 @@ impl ReceiveOp {
             },
             ReceivePhase::Answered => Effects::none(),
         }
+    }
+
+    /// Whether the operation still waits for read replies (a driver may cancel the third read).
+    #[must_use]
+    pub fn reading(&self) -> bool {
+        matches!(self.phase, ReceivePhase::Read(_))
     }
 
     /// The deadline passed: nothing is delivered, ever, by this operation.
@@ -599,9 +612,8 @@ impl HandleOp {
                             HandleAction::Delete if already_gone => DeleteAnswer::AlreadyGone,
                             HandleAction::Delete => DeleteAnswer::Deleted,
                             HandleAction::ChangeVisibility { .. } => {
-                                return self.finish(HandleAnswer::Visibility(
-                                    VisibilityAnswer::Changed,
-                                ));
+                                return self
+                                    .finish(HandleAnswer::Visibility(VisibilityAnswer::Changed));
                             }
                         };
                         self.finish(HandleAnswer::Delete(answer))
@@ -615,6 +627,12 @@ impl HandleOp {
             }
             HandlePhase::Answered => Effects::none(),
         }
+    }
+
+    /// Whether the operation still waits for read replies (a driver may cancel the third read).
+    #[must_use]
+    pub fn reading(&self) -> bool {
+        matches!(self.phase, HandlePhase::Read(_))
     }
 
     /// The deadline passed.
@@ -645,7 +663,9 @@ impl HandleOp {
             Ok(merged) => merged,
             Err(divergence) => {
                 let answer = match self.action {
-                    HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::Diverged(divergence)),
+                    HandleAction::Delete => {
+                        HandleAnswer::Delete(DeleteAnswer::Diverged(divergence))
+                    }
                     HandleAction::ChangeVisibility { .. } => {
                         HandleAnswer::Visibility(VisibilityAnswer::Diverged(divergence))
                     }
@@ -787,7 +807,10 @@ impl MoveOp {
             now,
             phase: MovePhase::Copy(WritePhase::new(target_replicas)),
         };
-        (op, Effects::sends(broadcast(&target_replicas, &Write::Merge(copy))))
+        (
+            op,
+            Effects::sends(broadcast(&target_replicas, &Write::Merge(copy))),
+        )
     }
 
     /// One replica's reply (of either queue).
@@ -944,4 +967,352 @@ pub fn drop_requests(replicas: [NodeId; REPLICAS], generation: Generation) -> Ve
             },
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Birth;
+
+    const R: [NodeId; REPLICAS] = [NodeId(1), NodeId(2), NodeId(3)];
+    const HOUR_MS: u64 = 3_600_000;
+
+    fn sent() -> Record {
+        Record::sent(Birth {
+            payload: b"job".to_vec(),
+            sent_at: Millis(1_000),
+            visible_from: Millis(0),
+            source_queue: None,
+            dedup_id: None,
+        })
+    }
+
+    fn settings(now: u64, max_receive_count: Option<u32>) -> ReceiveSettings {
+        ReceiveSettings {
+            me: NodeId(1),
+            now: Millis(now),
+            visibility_timeout_ms: 30_000,
+            max_receive_count,
+            nonce: 77,
+        }
+    }
+
+    /// Runs a receive against replicas that all hold `held`, acking or refusing the claim.
+    fn receive(held: &Record, now: u64, acks: bool) -> (ReceiveOp, Vec<ReceiveAnswer>) {
+        let (mut op, _) = ReceiveOp::start(R, settings(now, Some(3)));
+        let mut answers = Vec::new();
+        for from in &R[..2] {
+            answers.extend(
+                op.on_reply(*from, &Reply::Record(Some(held.clone())))
+                    .answer,
+            );
+        }
+        let reply = if acks { Reply::Ack } else { Reply::Refused };
+        for from in &R[..2] {
+            answers.extend(op.on_reply(*from, &reply).answer);
+        }
+        (op, answers)
+    }
+
+    #[test]
+    fn a_send_answers_once_at_two_acks_and_never_twice() {
+        let (mut op, effects) = SendOp::start(R, sent());
+        assert_eq!(effects.sends.len(), 3);
+        assert_eq!(op.on_reply(R[0], &Reply::Ack).answer, None);
+        assert_eq!(
+            op.on_reply(R[0], &Reply::Ack).answer,
+            None,
+            "a duplicated ack counts once"
+        );
+        assert_eq!(
+            op.on_reply(NodeId(9), &Reply::Ack).answer,
+            None,
+            "not a replica"
+        );
+        assert_eq!(
+            op.on_reply(R[1], &Reply::Ack).answer,
+            Some(SendAnswer::Sent)
+        );
+        assert_eq!(op.on_reply(R[2], &Reply::Ack).answer, None);
+        assert_eq!(op.on_timeout().answer, None);
+    }
+
+    #[test]
+    fn a_receive_delivers_only_after_two_acks() {
+        let (_, answers) = receive(&sent(), 5_000, true);
+        let [ReceiveAnswer::Delivered(record)] = answers.as_slice() else {
+            panic!("one delivery, got {answers:?}");
+        };
+        let live = record.live().unwrap();
+        let held = live.held.unwrap();
+        assert_eq!(held.claim.seq, 1);
+        assert_eq!(held.claim.nonce, 77);
+        assert_eq!(held.deadline, Millis(35_000));
+        assert_eq!(held.received_at, Millis(5_000));
+        assert_eq!(live.receive_count, 1);
+        assert_eq!(live.first_received_at, Some(Millis(5_000)));
+    }
+
+    #[test]
+    fn a_receive_that_timed_out_never_delivers() {
+        let (mut op, _) = ReceiveOp::start(R, settings(5_000, None));
+        op.on_reply(R[0], &Reply::Record(Some(sent())));
+        op.on_reply(R[1], &Reply::Record(Some(sent())));
+        op.on_reply(R[0], &Reply::Ack);
+        assert_eq!(op.on_timeout().answer, Some(ReceiveAnswer::Unavailable));
+        assert_eq!(
+            op.on_reply(R[1], &Reply::Ack).answer,
+            None,
+            "a late ack delivers nothing"
+        );
+    }
+
+    #[test]
+    fn a_refused_claim_loses_the_race_and_delivers_nothing() {
+        let (_, answers) = receive(&sent(), 5_000, false);
+        assert_eq!(answers, vec![ReceiveAnswer::LostRace]);
+    }
+
+    #[test]
+    fn an_unexpired_claim_or_a_delay_hides_the_message() {
+        let (_, answers) = receive(&sent(), 5_000, true);
+        let ReceiveAnswer::Delivered(claimed) = &answers[0] else {
+            panic!("delivered first");
+        };
+        let (_, again) = receive(claimed, 6_000, true);
+        assert_eq!(
+            again,
+            vec![ReceiveAnswer::Nothing(NothingBecause::Invisible)]
+        );
+        let (_, later) = receive(claimed, 35_000, true);
+        assert!(
+            matches!(later[0], ReceiveAnswer::Delivered(_)),
+            "visible at its deadline"
+        );
+        let mut delayed = sent();
+        if let Body::Live(live) = &mut delayed.body {
+            live.birth.visible_from = Millis(10_000);
+        }
+        let (_, early) = receive(&delayed, 9_999, true);
+        assert_eq!(early, vec![ReceiveAnswer::Nothing(NothingBecause::Delayed)]);
+    }
+
+    #[test]
+    fn a_receive_at_the_maximum_moves_instead_of_claiming() {
+        let mut record = sent();
+        if let Body::Live(live) = &mut record.body {
+            live.receive_count = 3;
+        }
+        let (mut op, _) = ReceiveOp::start(R, settings(5_000, Some(3)));
+        op.on_reply(R[0], &Reply::Record(Some(record.clone())));
+        let effects = op.on_reply(R[1], &Reply::Record(Some(record.clone())));
+        assert_eq!(effects.answer, Some(ReceiveAnswer::DeadLetter(record)));
+        assert!(
+            effects.sends.is_empty(),
+            "nothing claimed, nothing repaired"
+        );
+    }
+
+    #[test]
+    fn a_receive_repairs_the_replica_that_replied_with_less() {
+        let (mut op, _) = ReceiveOp::start(R, settings(5_000, None));
+        op.on_reply(R[0], &Reply::Record(None));
+        let effects = op.on_reply(R[1], &Reply::Record(Some(sent())));
+        let repairs: Vec<_> = effects
+            .sends
+            .iter()
+            .filter(|out| matches!(out.request, Request::Write { ack: false, .. }))
+            .collect();
+        assert_eq!(repairs.len(), 1);
+        assert_eq!(repairs[0].to, R[0]);
+    }
+
+    fn delivered() -> (Record, Handle) {
+        let (_, answers) = receive(&sent(), 5_000, true);
+        let ReceiveAnswer::Delivered(record) = answers[0].clone() else {
+            panic!("delivered");
+        };
+        let handle = Handle {
+            generation: record.generation,
+            claim: record.claim().unwrap(),
+        };
+        (record, handle)
+    }
+
+    fn handle_op(
+        held: &Record,
+        handle: Handle,
+        action: HandleAction,
+    ) -> (HandleOp, Effects<HandleAnswer>) {
+        let (mut op, _) = HandleOp::start(R, handle, action, Millis(10_000));
+        op.on_reply(R[0], &Reply::Record(Some(held.clone())));
+        let effects = op.on_reply(R[1], &Reply::Record(Some(held.clone())));
+        (op, effects)
+    }
+
+    #[test]
+    fn a_delete_with_the_current_handle_writes_a_conditional_tombstone() {
+        let (record, handle) = delivered();
+        let (mut op, effects) = handle_op(&record, handle, HandleAction::Delete);
+        assert!(effects.sends.iter().all(|out| matches!(
+            &out.request,
+            Request::Write { write: Write::Tombstone { expect, .. }, ack: true } if *expect == Some(handle.claim)
+        )));
+        op.on_reply(R[0], &Reply::Ack);
+        assert_eq!(
+            op.on_reply(R[2], &Reply::Ack).answer,
+            Some(HandleAnswer::Delete(DeleteAnswer::Deleted))
+        );
+    }
+
+    #[test]
+    fn a_delete_with_a_superseded_handle_writes_nothing() {
+        let (record, handle) = delivered();
+        let (_, again) = receive(&record, 40_000, true);
+        let ReceiveAnswer::Delivered(newer) = &again[0] else {
+            panic!("received again");
+        };
+        let (_, effects) = handle_op(newer, handle, HandleAction::Delete);
+        assert!(effects.sends.is_empty());
+        assert_eq!(
+            effects.answer,
+            Some(HandleAnswer::Delete(DeleteAnswer::Stale))
+        );
+    }
+
+    #[test]
+    fn already_gone_is_answered_only_after_the_tombstone_is_on_two_replicas() {
+        let (_, handle) = delivered();
+        let tombstone = Record::tombstone(handle.generation, TombstoneReason::Deleted, Millis(9));
+        let (mut op, effects) = handle_op(&tombstone, handle, HandleAction::Delete);
+        assert_eq!(effects.answer, None);
+        assert_eq!(effects.sends.len(), 3);
+        op.on_reply(R[0], &Reply::Ack);
+        assert_eq!(
+            op.on_reply(R[1], &Reply::Ack).answer,
+            Some(HandleAnswer::Delete(DeleteAnswer::AlreadyGone))
+        );
+    }
+
+    #[test]
+    fn a_visibility_change_counts_up_and_respects_the_cap() {
+        let (record, handle) = delivered();
+        let change = HandleAction::ChangeVisibility {
+            timeout_ms: 60_000,
+            cap_ms: 12 * HOUR_MS,
+        };
+        let (_, effects) = handle_op(&record, handle, change);
+        let Request::Write {
+            write: Write::Visibility(changed),
+            ..
+        } = &effects.sends[0].request
+        else {
+            panic!("a conditional visibility write");
+        };
+        let held = changed.live().unwrap().held.unwrap();
+        assert_eq!(held.change_counter, 1);
+        assert_eq!(held.deadline, Millis(70_000));
+        assert_eq!(
+            held.received_at,
+            Millis(5_000),
+            "the cap counts from the receive"
+        );
+        let too_long = HandleAction::ChangeVisibility {
+            timeout_ms: 12 * HOUR_MS,
+            cap_ms: 12 * HOUR_MS,
+        };
+        let (_, refused) = handle_op(&record, handle, too_long);
+        assert_eq!(
+            refused.answer,
+            Some(HandleAnswer::Visibility(VisibilityAnswer::ExceedsCap))
+        );
+    }
+
+    #[test]
+    fn a_move_tombstones_the_source_only_after_the_copy_is_durable() {
+        let mut record = sent();
+        if let Body::Live(live) = &mut record.body {
+            live.receive_count = 3;
+        }
+        let target = [NodeId(4), NodeId(5), NodeId(6)];
+        let source_queue = SourceQueue {
+            name: trireme_core::QueueName::try_from("jobs".to_string()).unwrap(),
+            incarnation: trireme_core::Incarnation(1),
+        };
+        let (mut op, effects) = MoveOp::start(R, target, &record, source_queue.clone(), Millis(50));
+        assert!(effects.sends.iter().all(|out| target.contains(&out.to)));
+        let Request::Write {
+            write: Write::Merge(copy),
+            ..
+        } = &effects.sends[0].request
+        else {
+            panic!("the copy first");
+        };
+        assert_eq!(copy.generation, Generation(1));
+        let live = copy.live().unwrap();
+        assert_eq!(live.receive_count, 3);
+        assert_eq!(live.birth.source_queue, Some(source_queue));
+        assert_eq!(
+            live.birth.sent_at,
+            Millis(1_000),
+            "retention keeps the original send"
+        );
+        assert!(
+            op.on_reply(R[0], &Reply::Ack).sends.is_empty(),
+            "a source ack means nothing yet"
+        );
+        op.on_reply(target[0], &Reply::Ack);
+        let tombstones = op.on_reply(target[1], &Reply::Ack).sends;
+        assert!(tombstones.iter().all(|out| R.contains(&out.to)));
+        op.on_reply(R[0], &Reply::Ack);
+        assert_eq!(
+            op.on_reply(R[1], &Reply::Ack).answer,
+            Some(MoveAnswer::Moved)
+        );
+    }
+
+    #[test]
+    fn two_movers_write_copies_that_merge_into_one() {
+        let mut record = sent();
+        if let Body::Live(live) = &mut record.body {
+            live.receive_count = 3;
+        }
+        let source_queue = SourceQueue {
+            name: trireme_core::QueueName::try_from("jobs".to_string()).unwrap(),
+            incarnation: trireme_core::Incarnation(1),
+        };
+        let first = dead_letter_copy(&record, source_queue.clone(), Millis(50));
+        let second = dead_letter_copy(&record, source_queue, Millis(40));
+        let joined = first
+            .merge(&second)
+            .expect("the copies agree on every once-field");
+        assert_eq!(joined, second.merge(&first).unwrap());
+        assert_eq!(joined.live().unwrap().entered_at, Millis(40));
+    }
+
+    #[test]
+    fn collection_needs_the_same_tombstone_on_all_three() {
+        let tombstone = Record::tombstone(Generation(0), TombstoneReason::Deleted, Millis(9));
+        let (mut op, _) = CollectOp::start(R, Millis(100));
+        op.on_reply(R[0], &Reply::Record(Some(tombstone.clone())));
+        assert_eq!(
+            op.on_reply(R[1], &Reply::Record(Some(tombstone.clone())))
+                .answer,
+            None
+        );
+        assert_eq!(
+            op.on_reply(R[2], &Reply::Record(Some(tombstone))).answer,
+            Some(CollectAnswer::Confirmed {
+                generation: Generation(0),
+                confirmed_at: Millis(100)
+            })
+        );
+        let (mut partial, _) = CollectOp::start(R, Millis(100));
+        partial.on_reply(R[0], &Reply::Record(None));
+        partial.on_reply(R[1], &Reply::Record(None));
+        assert_eq!(
+            partial.on_reply(R[2], &Reply::Record(Some(sent()))).answer,
+            Some(CollectAnswer::NotYet)
+        );
+    }
 }

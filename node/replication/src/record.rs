@@ -183,7 +183,9 @@ impl Record {
     /// The current claim, if the record is live and was received in this generation.
     #[must_use]
     pub fn claim(&self) -> Option<Claim> {
-        self.live().and_then(|live| live.held).map(|held| held.claim)
+        self.live()
+            .and_then(|live| live.held)
+            .map(|held| held.claim)
     }
 
     /// The join of `self` (what a replica holds) and `incoming` (what a write or a peer brings).
@@ -419,7 +421,11 @@ mod tests {
     fn equal_counters_take_the_later_deadline() {
         // §5: two changes of one claim with one counter merge to the later deadline on every
         // replica, whichever arrives first.
-        let claim = Claim { seq: 1, coordinator: NodeId(1), nonce: 3 };
+        let claim = Claim {
+            seq: 1,
+            coordinator: NodeId(1),
+            nonce: 3,
+        };
         let with = |deadline| {
             let mut record = Record::sent(birth(0));
             if let Body::Live(live) = &mut record.body {

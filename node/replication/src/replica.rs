@@ -230,8 +230,7 @@ mod tests {
     #[test]
     fn a_replica_accepts_at_most_one_claim_per_seq() {
         let first = claimed(1, 1);
-        let Verdict::Store(Some(held)) = accept(Some(&sent()), &Write::Claim(first.clone()))
-        else {
+        let Verdict::Store(Some(held)) = accept(Some(&sent()), &Write::Claim(first.clone())) else {
             panic!("the first claim of seq 1 is accepted");
         };
         assert_eq!(
@@ -244,7 +243,10 @@ mod tests {
     #[test]
     fn a_replica_behind_accepts_a_claim_and_gets_the_message_with_it() {
         let claim = claimed(1, 1);
-        assert_eq!(accept(None, &Write::Claim(claim.clone())), Verdict::Store(Some(claim)));
+        assert_eq!(
+            accept(None, &Write::Claim(claim.clone())),
+            Verdict::Store(Some(claim))
+        );
     }
 
     #[test]
@@ -260,7 +262,10 @@ mod tests {
     fn a_tombstone_is_refused_where_a_newer_claim_is_held() {
         let held = claimed(2, 1);
         let stale = claimed(1, 1).claim();
-        assert_eq!(accept(Some(&held), &tombstone_write(stale)), Verdict::Refused);
+        assert_eq!(
+            accept(Some(&held), &tombstone_write(stale)),
+            Verdict::Refused
+        );
         assert!(accept(Some(&held), &tombstone_write(held.claim())).acks());
         // A replica that is behind cannot know better and accepts (spec: why the quorum read).
         assert!(accept(Some(&sent()), &tombstone_write(stale)).acks());
@@ -294,7 +299,10 @@ mod tests {
         if let Body::Live(live) = &mut change.body {
             live.held.as_mut().unwrap().change_counter = 1;
         }
-        assert_eq!(accept(Some(&held), &Write::Visibility(change)), Verdict::Refused);
+        assert_eq!(
+            accept(Some(&held), &Write::Visibility(change)),
+            Verdict::Refused
+        );
     }
 
     #[test]

@@ -1,0 +1,740 @@
+//! Conformance: this crate and the model of spec/replication.md (`trireme_spec::replication`)
+//! are stepped through the same random operations, and their full states are compared after
+//! every step: every replica's record, every request in flight, every coordinator's phase and
+//! handle, and every delivery.
+//!
+//! The model drives: each step is one of the actions the model enables (sends, receives,
+//! deletes, deliveries, drops, duplicates, crashes, restarts, timeouts, anti-entropy), applied to
+//! the model with `next_state` and to a small world built from this crate (replicas that decide
+//! with `replica::accept`, coordinators that are `coordinator::*Op`, a multiset network). The
+//! model's reductions are mirrored, not re-implemented: a refusal is silent (the crate's early
+//! answer on refusals is covered by its unit tests), replies arrive in the step that produced
+//! them, and a read its coordinator no longer awaits is dropped from the network.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use stateright::Model;
+use trireme_core::Millis;
+use trireme_replication::coordinator::{
+    Effects, Handle, HandleAction, HandleAnswer, HandleOp, ReceiveAnswer, ReceiveOp,
+    ReceiveSettings, Reply, Request, SendAnswer, SendOp,
+};
+use trireme_replication::record::{Birth, Body, Claim, Held, Live, Record};
+use trireme_replication::replica::{Verdict, Write, accept};
+use trireme_replication::{Generation, NodeId};
+use trireme_spec::replication::protocol::{self as model, Message, Op, Packet};
+use trireme_spec::replication::record as model_record;
+use trireme_spec::replication::{Action, Config, ReplicationModel, Start, State};
+
+const REPLICAS: usize = 3;
+const COORDINATORS: usize = 2;
+/// Steps per random walk; the model's budgets end most walks sooner.
+const STEPS_MAX: usize = 60;
+
+fn replicas() -> [NodeId; REPLICAS] {
+    [NodeId(0), NodeId(1), NodeId(2)]
+}
+
+/// Once-fields derived from the generation alone, as every correct writer derives them.
+fn birth(generation: u32) -> Birth {
+    Birth {
+        payload: vec![b'm', generation as u8],
+        sent_at: Millis(0),
+        visible_from: Millis(0),
+        source_queue: None,
+        dedup_id: None,
+    }
+}
+
+// ----- between the two vocabularies -------------------------------------------------------------
+
+fn project(record: Option<&Record>) -> model_record::Record {
+    let Some(record) = record else {
+        return model_record::Record::default();
+    };
+    let generation = u8::try_from(record.generation.0).expect("the model's generations are small");
+    match &record.body {
+        Body::Tombstone(_) => model_record::Record::tombstone(generation),
+        Body::Live(live) => model_record::Record {
+            generation,
+            body: model_record::Body::Live {
+                claim: live.held.map(|held| project_claim(held.claim)),
+                receive_count: u8::try_from(live.receive_count).expect("small counts"),
+            },
+        },
+    }
+}
+
+fn project_claim(claim: Claim) -> model_record::Claim {
+    assert_eq!(claim.nonce, 0, "the model has no nonces; the world draws 0");
+    model_record::Claim {
+        seq: u8::try_from(claim.seq).expect("small seqs"),
+        coordinator: u8::try_from(claim.coordinator.0).expect("two coordinators"),
+    }
+}
+
+fn inject_claim(claim: model_record::Claim) -> Claim {
+    Claim {
+        seq: u32::from(claim.seq),
+        coordinator: NodeId(u16::from(claim.coordinator)),
+        nonce: 0,
+    }
+}
+
+/// The crate's record of a model record, with the fields the model leaves out at the values the
+/// world's clock (always 0) and visibility timeout (0) give them.
+fn inject(record: model_record::Record) -> Option<Record> {
+    let generation = Generation(u32::from(record.generation));
+    match record.body {
+        model_record::Body::Absent => None,
+        model_record::Body::Tombstone => Some(Record::tombstone(
+            generation,
+            trireme_replication::TombstoneReason::Deleted,
+            Millis(0),
+        )),
+        model_record::Body::Live {
+            claim,
+            receive_count,
+        } => Some(Record {
+            generation,
+            body: Body::Live(Live {
+                birth: birth(generation.0),
+                entered_at: Millis(0),
+                held: claim.map(|claim| Held {
+                    claim: inject_claim(claim),
+                    change_counter: 0,
+                    deadline: Millis(0),
+                    received_at: Millis(0),
+                }),
+                receive_count: u32::from(receive_count),
+                first_received_at: claim.map(|_| Millis(0)),
+            }),
+        }),
+    }
+}
+
+/// A request as both sides can state it: the model's ghost fields (a tombstone's reason) and
+/// the crate's extra fields (payload, times) left out.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Wire {
+    Read,
+    Write {
+        record: model_record::Record,
+        ack: bool,
+    },
+    Claim {
+        generation: u8,
+        claim: model_record::Claim,
+        receive_count: u8,
+    },
+    Tombstone {
+        generation: u8,
+        expect: Option<model_record::Claim>,
+    },
+    Drop {
+        generation: u8,
+    },
+}
+
+/// `(replica, coordinator or 0 when not current, current, request)`, as the model normalises.
+type WireKey = (u8, u8, bool, Wire);
+
+fn wire_of_model(packet: &Packet) -> WireKey {
+    let wire = match packet.message {
+        Message::Read { .. } => Wire::Read,
+        Message::Write { record, ack, .. } => Wire::Write { record, ack },
+        Message::Claim {
+            generation,
+            claim,
+            receive_count,
+        } => Wire::Claim {
+            generation,
+            claim,
+            receive_count,
+        },
+        Message::Tombstone {
+            generation, expect, ..
+        } => Wire::Tombstone { generation, expect },
+        Message::Drop { generation, .. } => Wire::Drop { generation },
+        Message::ReadReply { .. } | Message::Ack => {
+            unreachable!("replies reach coordinators in the step that made them")
+        }
+    };
+    (packet.replica, packet.coordinator, packet.round == 1, wire)
+}
+
+fn wire_of_request(request: &Request) -> Wire {
+    match request {
+        Request::Read => Wire::Read,
+        Request::Write { write, ack } => match write {
+            Write::Merge(record) => Wire::Write {
+                record: project(Some(record)),
+                ack: *ack,
+            },
+            Write::Claim(record) => {
+                let projected = project(Some(record));
+                let model_record::Body::Live {
+                    claim: Some(claim),
+                    receive_count,
+                } = projected.body
+                else {
+                    panic!("a claim write holds its claim");
+                };
+                Wire::Claim {
+                    generation: projected.generation,
+                    claim,
+                    receive_count,
+                }
+            }
+            Write::Tombstone {
+                generation, expect, ..
+            } => Wire::Tombstone {
+                generation: u8::try_from(generation.0).expect("small generations"),
+                expect: expect.map(project_claim),
+            },
+            Write::Drop { generation } => Wire::Drop {
+                generation: u8::try_from(generation.0).expect("small generations"),
+            },
+            Write::Visibility(_) => panic!("the model's runs here change no visibility"),
+        },
+    }
+}
+
+// ----- the world built from this crate ---------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Running {
+    Idle,
+    Send(SendOp),
+    Receive(ReceiveOp),
+    Handle(HandleOp),
+}
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    replica: usize,
+    /// `None` for a read repair (nobody awaits it).
+    from: Option<usize>,
+    /// The coordinator's round when it was sent.
+    round: u64,
+    request: Request,
+}
+
+#[derive(Clone, Debug)]
+struct World {
+    stores: [Option<Record>; REPLICAS],
+    running: [Running; COORDINATORS],
+    rounds: [u64; COORDINATORS],
+    handles: [Option<Handle>; COORDINATORS],
+    network: Vec<InFlight>,
+    deliveries: Vec<(u8, model_record::Claim, u8)>,
+    /// A crate rule switched off (self-tests of the comparison only).
+    plant: Option<Plant>,
+}
+
+impl World {
+    fn from_model(state: &State) -> World {
+        let mut world = World {
+            stores: std::array::from_fn(|r| inject(state.replicas[r].store[0])),
+            running: [Running::Idle, Running::Idle],
+            rounds: [0; COORDINATORS],
+            handles: std::array::from_fn(|c| {
+                state.coordinators[c].handle.map(|handle| Handle {
+                    generation: Generation(u32::from(handle.generation)),
+                    claim: inject_claim(handle.claim),
+                })
+            }),
+            network: Vec::new(),
+            deliveries: state
+                .ghost
+                .deliveries
+                .iter()
+                .map(|d| (d.generation, d.claim, d.receive_count))
+                .collect(),
+            plant: None,
+        };
+        for packet in &state.network {
+            assert!(
+                packet.round == 0,
+                "starting points hold only requests nobody awaits"
+            );
+            let Message::Write { record, ack, .. } = packet.message else {
+                panic!("starting points hold only writes in flight");
+            };
+            world.network.push(InFlight {
+                replica: packet.replica as usize,
+                from: None,
+                round: 0,
+                request: Request::Write {
+                    write: Write::Merge(inject(record).expect("a write carries a record")),
+                    ack,
+                },
+            });
+        }
+        world
+    }
+
+    fn busy(&self, c: usize) -> bool {
+        !matches!(self.running[c], Running::Idle)
+    }
+
+    fn reading(&self, c: usize) -> bool {
+        match &self.running[c] {
+            Running::Receive(op) => op.reading(),
+            Running::Handle(op) => op.reading(),
+            Running::Idle | Running::Send(_) => false,
+        }
+    }
+
+    fn key(&self, packet: &InFlight) -> WireKey {
+        let current = packet
+            .from
+            .is_some_and(|c| self.busy(c) && packet.round == self.rounds[c]);
+        let coordinator = if current {
+            packet.from.expect("current packets have a coordinator") as u8
+        } else {
+            0
+        };
+        (
+            packet.replica as u8,
+            coordinator,
+            current,
+            wire_of_request(&packet.request),
+        )
+    }
+
+    /// The network as the model keeps it: reads nobody awaits are dead and removed.
+    fn normalize(&mut self) {
+        let network = std::mem::take(&mut self.network);
+        self.network = network
+            .into_iter()
+            .filter(|packet| {
+                if !matches!(packet.request, Request::Read) {
+                    return true;
+                }
+                let c = packet.from.expect("reads come from coordinators");
+                self.busy(c) && packet.round == self.rounds[c] && self.reading(c)
+            })
+            .collect();
+    }
+
+    fn keys(&self) -> Vec<WireKey> {
+        let mut keys: Vec<WireKey> = self.network.iter().map(|p| self.key(p)).collect();
+        keys.sort();
+        keys
+    }
+
+    /// Takes one step's effects of coordinator `c`: new rounds for its requests, the answer.
+    fn absorb<A>(&mut self, c: usize, effects: Effects<A>, on_answer: impl FnOnce(&mut World, A)) {
+        let opens_round = effects.sends.iter().any(|out| match &out.request {
+            Request::Read => true,
+            Request::Write { ack, .. } => *ack,
+        });
+        if opens_round {
+            self.rounds[c] += 1;
+        }
+        for out in effects.sends {
+            let repair = matches!(out.request, Request::Write { ack: false, .. });
+            self.network.push(InFlight {
+                replica: usize::from(out.to.0),
+                from: (!repair).then_some(c),
+                round: if repair { 0 } else { self.rounds[c] },
+                request: out.request,
+            });
+        }
+        if let Some(answer) = effects.answer {
+            self.running[c] = Running::Idle;
+            on_answer(self, answer);
+        }
+    }
+
+    fn start_send(&mut self, c: usize) {
+        let (op, effects) = SendOp::start(replicas(), Record::sent(birth(0)));
+        self.running[c] = Running::Send(op);
+        self.absorb(c, effects, |_, _: SendAnswer| {});
+    }
+
+    fn start_receive(&mut self, c: usize) {
+        let settings = ReceiveSettings {
+            me: NodeId(c as u16),
+            now: Millis(0),
+            visibility_timeout_ms: 0,
+            max_receive_count: None,
+            nonce: 0,
+        };
+        let (op, effects) = ReceiveOp::start(replicas(), settings);
+        self.running[c] = Running::Receive(op);
+        self.absorb(c, effects, World::on_receive_answer(c));
+    }
+
+    fn start_delete(&mut self, c: usize) {
+        let handle = self.handles[c].expect("delete is enabled only with a handle");
+        let (op, effects) = HandleOp::start(replicas(), handle, HandleAction::Delete, Millis(0));
+        self.running[c] = Running::Handle(op);
+        self.absorb(c, effects, |_, _: HandleAnswer| {});
+    }
+
+    fn on_receive_answer(c: usize) -> impl FnOnce(&mut World, ReceiveAnswer) {
+        move |world, answer| {
+            if let ReceiveAnswer::Delivered(record) = answer {
+                let claim = record.claim().expect("a delivery holds its claim");
+                let live = record.live().expect("a delivery is live");
+                world.handles[c] = Some(Handle {
+                    generation: record.generation,
+                    claim,
+                });
+                world.deliveries.push((
+                    u8::try_from(record.generation.0).expect("small"),
+                    project_claim(claim),
+                    u8::try_from(live.receive_count).expect("small"),
+                ));
+            }
+        }
+    }
+
+    fn abandon(&mut self, c: usize) {
+        match &mut self.running[c] {
+            Running::Send(op) => {
+                let effects = op.on_timeout();
+                self.absorb(c, effects, |_, _| {});
+            }
+            Running::Receive(op) => {
+                let effects = op.on_timeout();
+                self.absorb(c, effects, |_, _| {});
+            }
+            Running::Handle(op) => {
+                let effects = op.on_timeout();
+                self.absorb(c, effects, |_, _| {});
+            }
+            Running::Idle => panic!("only a busy coordinator times out"),
+        }
+    }
+
+    fn take(&mut self, key: &WireKey) -> InFlight {
+        let index = self
+            .network
+            .iter()
+            .position(|p| self.key(p) == *key)
+            .unwrap_or_else(|| panic!("the world has the model's packet {key:?}"));
+        self.network.remove(index)
+    }
+
+    fn deliver(&mut self, key: &WireKey) {
+        let packet = self.take(key);
+        let r = packet.replica;
+        let reply = match &packet.request {
+            Request::Read => Some(Reply::Record(self.stores[r].clone())),
+            Request::Write { write, ack } => {
+                let verdict = planted_verdict(self.plant, self.stores[r].as_ref(), write);
+                let acked = verdict.acks();
+                match verdict {
+                    Verdict::Store(record) => self.stores[r] = record,
+                    Verdict::Unchanged | Verdict::Refused => {}
+                    Verdict::Diverged(divergence) => panic!("no writer diverges: {divergence}"),
+                }
+                // A refusal is silent, as in the model; nobody waits for a repair's ack.
+                (acked && *ack).then_some(Reply::Ack)
+            }
+        };
+        let (Some(reply), Some(c)) = (reply, packet.from) else {
+            return;
+        };
+        if !self.busy(c) || packet.round != self.rounds[c] {
+            return;
+        }
+        let from = NodeId(r as u16);
+        match &mut self.running[c] {
+            Running::Send(op) => {
+                let effects = op.on_reply(from, &reply);
+                self.absorb(c, effects, |_, _| {});
+            }
+            Running::Receive(op) => {
+                let effects = op.on_reply(from, &reply);
+                self.absorb(c, effects, World::on_receive_answer(c));
+            }
+            Running::Handle(op) => {
+                let effects = op.on_reply(from, &reply);
+                self.absorb(c, effects, |_, _| {});
+            }
+            Running::Idle => unreachable!("checked busy above"),
+        }
+    }
+
+    fn anti_entropy(&mut self, from: usize, to: usize) {
+        if let Some(record) = self.stores[from].clone()
+            && let Verdict::Store(merged) = accept(self.stores[to].as_ref(), &Write::Merge(record))
+        {
+            self.stores[to] = merged;
+        }
+    }
+}
+
+// ----- comparison -------------------------------------------------------------------------------
+
+fn model_phase_busy(op: &Op) -> bool {
+    !matches!(op, Op::Idle)
+}
+
+fn compare(state: &State, world: &World, trace: &[Action]) {
+    for r in 0..REPLICAS {
+        assert_eq!(
+            project(world.stores[r].as_ref()),
+            state.replicas[r].store[0],
+            "replica {r} differs after {trace:?}"
+        );
+    }
+    let mut model_keys: Vec<WireKey> = state.network.iter().map(wire_of_model).collect();
+    model_keys.sort();
+    assert_eq!(world.keys(), model_keys, "network differs after {trace:?}");
+    for c in 0..COORDINATORS {
+        assert_eq!(
+            world.busy(c),
+            model_phase_busy(&state.coordinators[c].op),
+            "coordinator {c} phase differs after {trace:?}"
+        );
+        let handle = world.handles[c].map(|handle| model::Handle {
+            generation: u8::try_from(handle.generation.0).expect("small"),
+            claim: project_claim(handle.claim),
+        });
+        assert_eq!(
+            handle, state.coordinators[c].handle,
+            "coordinator {c} handle differs after {trace:?}"
+        );
+    }
+    let mut deliveries = world.deliveries.clone();
+    deliveries.sort();
+    let mut expected: Vec<_> = state
+        .ghost
+        .deliveries
+        .iter()
+        .map(|d| (d.generation, d.claim, d.receive_count))
+        .collect();
+    expected.sort();
+    assert_eq!(deliveries, expected, "deliveries differ after {trace:?}");
+}
+
+/// Applies `action` (enabled in `state`) to the world.
+fn apply(world: &mut World, state: &State, action: Action) {
+    match action {
+        Action::Deliver(i) => world.deliver(&wire_of_model(&state.network[i as usize])),
+        Action::Drop(i) => {
+            world.take(&wire_of_model(&state.network[i as usize]));
+        }
+        Action::Duplicate(i) => {
+            let key = wire_of_model(&state.network[i as usize]);
+            let packet = world.take(&key);
+            world.network.push(packet.clone());
+            world.network.push(packet);
+        }
+        // Replicas are durable: a crash only makes a replica unreachable, which the model's
+        // enabled deliveries already reflect.
+        Action::Crash(_) | Action::Restart(_) => {}
+        Action::Abandon(c) => world.abandon(c as usize),
+        Action::Send => world.start_send(0),
+        Action::Claim(c) => world.start_receive(c as usize),
+        Action::Delete(c) => world.start_delete(c as usize),
+        Action::AntiEntropy { a, b } => {
+            world.anti_entropy(a as usize, b as usize);
+            world.anti_entropy(b as usize, a as usize);
+        }
+        other => panic!("conformance runs do not enable {other:?}"),
+    }
+    world.normalize();
+}
+
+fn walk(config: &Config, seed: u64) -> usize {
+    walk_with(config, seed, None)
+}
+
+fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> usize {
+    let model = ReplicationModel::new(config.clone());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let initial = model.init_states();
+    let mut state = initial[rng.random_range(0..initial.len())].clone();
+    let mut world = World::from_model(&state);
+    world.plant = plant;
+    let mut trace = Vec::new();
+    compare(&state, &world, &trace);
+    for _ in 0..STEPS_MAX {
+        let mut actions = Vec::new();
+        model.actions(&state, &mut actions);
+        actions.retain(|action| !matches!(action, Action::Heal { .. }));
+        if actions.is_empty() {
+            break;
+        }
+        let action = actions[rng.random_range(0..actions.len())];
+        trace.push(action);
+        apply(&mut world, &state, action);
+        state = model
+            .next_state(&state, action)
+            .expect("every enabled action has a next state");
+        compare(&state, &world, &trace);
+    }
+    trace.len()
+}
+
+fn run(config: Config, sequences: u64) {
+    let mut steps = 0;
+    for seed in 0..sequences {
+        let result = std::panic::catch_unwind(|| walk(&config, seed));
+        match result {
+            Ok(taken) => steps += taken,
+            Err(panic) => {
+                eprintln!(
+                    "conformance {:?} failed at seed {seed}; replay: cargo test -p trireme-replication --test it conformance",
+                    config.name
+                );
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+    eprintln!(
+        "conformance {:?}: {sequences} sequences, {steps} compared steps",
+        config.name
+    );
+    assert!(steps > sequences as usize, "walks take steps");
+}
+
+const SEQUENCES: u64 = 600;
+
+#[test]
+fn receive_race_conforms() {
+    run(
+        Config {
+            start: Start::Sent,
+            claims_max: 3,
+            deletes_max: 2,
+            anti_entropy_max: 2,
+            ..Config::quiet("receive race")
+        },
+        SEQUENCES,
+    );
+}
+
+#[test]
+fn faults_conform() {
+    run(
+        Config {
+            start: Start::Sent,
+            claims_max: 2,
+            deletes_max: 2,
+            anti_entropy_max: 1,
+            faults_max: 3,
+            ..Config::quiet("faults")
+        },
+        SEQUENCES,
+    );
+}
+
+#[test]
+fn send_conforms() {
+    run(
+        Config {
+            start: Start::Empty,
+            claims_max: 2,
+            deletes_max: 1,
+            anti_entropy_max: 1,
+            faults_max: 2,
+            ..Config::quiet("send")
+        },
+        SEQUENCES,
+    );
+}
+
+#[test]
+fn received_start_conforms() {
+    run(
+        Config {
+            start: Start::Received,
+            claims_max: 2,
+            deletes_max: 2,
+            anti_entropy_max: 2,
+            faults_max: 1,
+            ..Config::quiet("received")
+        },
+        SEQUENCES,
+    );
+}
+
+/// A rule of the crate switched off in the world, to show the comparison catches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plant {
+    /// Replicas accept a claim whose `seq` equals the one they hold (the heart of S5).
+    ClaimOfEqualSeq,
+    /// Replicas accept every conditional tombstone, whatever claim they hold.
+    UnconditionalTombstone,
+}
+
+fn planted_verdict(plant: Option<Plant>, held: Option<&Record>, write: &Write) -> Verdict {
+    let verdict = accept(held, write);
+    if verdict != Verdict::Refused {
+        return verdict;
+    }
+    let forced = match (plant, write) {
+        (Some(Plant::ClaimOfEqualSeq), Write::Claim(record)) => {
+            held.and_then(Record::claim).map(|c| c.seq) == record.claim().map(|c| c.seq)
+                && !held.is_some_and(Record::is_tombstone)
+        }
+        (Some(Plant::UnconditionalTombstone), Write::Tombstone { .. }) => true,
+        _ => false,
+    };
+    if !forced {
+        return verdict;
+    }
+    let incoming = match write {
+        Write::Tombstone {
+            generation,
+            tombstone,
+            ..
+        } => Record {
+            generation: *generation,
+            body: Body::Tombstone(*tombstone),
+        },
+        Write::Claim(record) => record.clone(),
+        _ => unreachable!("only claims and tombstones are forced"),
+    };
+    let mut merged = incoming.clone();
+    if let Some(held) = held
+        && let Ok(joined) = held.merge(&incoming)
+    {
+        merged = joined;
+    }
+    if let (Some(Plant::ClaimOfEqualSeq), Body::Live(live)) = (plant, &mut merged.body) {
+        // Overwrite instead of merging, as a replica that takes the rival claim would.
+        live.held = incoming.live().and_then(|l| l.held);
+    }
+    Verdict::Store(Some(merged))
+}
+
+fn caught(config: &Config, plant: Plant) -> Option<u64> {
+    (0..SEQUENCES)
+        .find(|seed| std::panic::catch_unwind(|| walk_with(config, *seed, Some(plant))).is_err())
+}
+
+#[test]
+fn a_replica_accepting_a_claim_of_an_equal_seq_is_caught() {
+    let config = Config {
+        start: Start::Sent,
+        claims_max: 3,
+        deletes_max: 1,
+        anti_entropy_max: 1,
+        ..Config::quiet("planted: claim of an equal seq")
+    };
+    let seed = caught(&config, Plant::ClaimOfEqualSeq);
+    eprintln!("planted claim of an equal seq caught at seed {seed:?}");
+    assert!(seed.is_some(), "the comparison sees the planted rule");
+}
+
+#[test]
+fn a_replica_accepting_every_tombstone_is_caught() {
+    let config = Config {
+        start: Start::Received,
+        claims_max: 2,
+        deletes_max: 2,
+        anti_entropy_max: 1,
+        ..Config::quiet("planted: unconditional tombstone")
+    };
+    let seed = caught(&config, Plant::UnconditionalTombstone);
+    eprintln!("planted unconditional tombstone caught at seed {seed:?}");
+    assert!(seed.is_some(), "the comparison sees the planted rule");
+}
