@@ -55,12 +55,14 @@ async fn main() -> anyhow::Result<()> {
     let node = Node::start(
         &config,
         storage,
-        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        trireme_node::tcp_incoming(listener),
         Arc::new(SystemClock),
     )?;
     let channel = |address| async move {
         Channel::from_shared(format!("http://{address}"))
             .expect("a valid uri")
+            // tonic's default, set because it matters: without it each small request waits.
+            .tcp_nodelay(true)
             .connect()
             .await
     };

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Code, Request, Response, Status};
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::queue_service_server::{QueueService, QueueServiceServer};
@@ -49,7 +48,7 @@ pub async fn start(behaviour: Behaviour) -> FakeNode {
     tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(QueueServiceServer::new(service))
-            .serve_with_incoming(TcpListenerStream::new(listener))
+            .serve_with_incoming(trireme_node::tcp_incoming(listener))
             .await
             .unwrap();
     });

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use trireme_client::{
     Client, ClientConfig, QueueAttributes, QueueName, RedrivePolicy, SendMessage, SentMessage,
 };
@@ -29,7 +28,7 @@ impl TestNode {
         let storage = trireme_node::open_storage(&config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = format!("http://{}", listener.local_addr().unwrap());
-        let incoming = TcpListenerStream::new(listener);
+        let incoming = trireme_node::tcp_incoming(listener);
         let node = Node::start(&config, storage, incoming, Arc::new(SystemClock)).unwrap();
         TestNode {
             address,

@@ -41,7 +41,7 @@ impl TestNode {
         let storage = trireme_node::open_storage(&config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming = trireme_node::tcp_incoming(listener);
         let node = Node::start(&config, storage, incoming, Arc::new(SystemClock)).unwrap();
         TestNode {
             client: connect(address).await,

@@ -51,7 +51,7 @@ impl Harness {
         let config = Config::with_data_dir(dir.path());
         let storage = trireme_node::open_storage(&config).unwrap();
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc);
+        let incoming = trireme_node::tcp_incoming(grpc);
         let node = Node::start(&config, storage, incoming, Arc::new(SystemClock)).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -62,6 +62,7 @@ impl Harness {
             ..SqsSettings::default()
         };
         let app = router(node.engine().clone(), settings);
+        let listener = trireme_node::sqs_incoming(listener);
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Harness {
             client: client(address, KEY_ID, SECRET),
