@@ -1,7 +1,8 @@
 //! Model checks of spec/replication.md: the bounded configurations, exhaustively, and one test
 //! per planted bug asserting the checker finds a counterexample for the property it breaks.
 //!
-//! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`.
+//! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`; `TRIREME_MODEL_PATHS=1`
+//! prints the actions of each planted bug's counterexample.
 
 mod replication {
     use std::collections::BTreeSet;
@@ -36,6 +37,15 @@ mod replication {
     const HEALED: &str = "heal ran to its end";
     const CONCURRENT_DELETE: &str =
         "receive under way when a delete was acknowledged delivered afterwards";
+    const REDRIVE_DRAINS: &str = "after heal, a redrive empties the dead-letter queue";
+    const LATE_TOMBSTONE: &str = "a move's tombstone reaches a later life of the message";
+    const DELETED_IN_DEAD_LETTER: &str = "delete in the dead-letter queue acknowledged";
+    const REDRIVEN_RECEIVED: &str = "copy received in the dead-letter queue redriven";
+    const REDRIVE_REFUSED: &str = "redrive's tombstone refused for a newer claim";
+    const REDRIVE_OVER_NEWER: &str = "redrive finished over a newer delivered claim";
+    const MOVED_NOW: &str = "message moved by dead-letter-now";
+    const NOW_REFUSED: &str = "dead-letter-now refused for a superseded handle";
+    const NOW_RACE: &str = "dead-letter-now races a receive";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -126,6 +136,69 @@ mod replication {
         }
     }
 
+    /// spec#7: after the move, the dead-letter queue as an ordinary queue: two receives and a
+    /// delete there, with anti-entropy and read repair.
+    fn dead_letter_receive_delete() -> Config {
+        Config {
+            start: Start::Moved,
+            dead_letter: true,
+            dead_letter_claims: true,
+            max_receive_count: 1,
+            claims_max: 2,
+            deletes_max: 1,
+            anti_entropy_max: 1,
+            heal: true,
+            ..Config::quiet("dead-letter queue receive/delete")
+        }
+    }
+
+    /// spec#7: a copy received in the dead-letter queue is redriven (its claim expired), racing
+    /// another receive there; the heal redrives whatever is left.
+    fn redrive_received() -> Config {
+        Config {
+            start: Start::DeadLetterReceived,
+            dead_letter: true,
+            dead_letter_claims: true,
+            heal_redrives: true,
+            max_receive_count: 1,
+            claims_max: 1,
+            redrives_max: 1,
+            anti_entropy_max: 1,
+            heal: true,
+            ..Config::quiet("redrive of a received copy")
+        }
+    }
+
+    /// spec#7: the receive that moves the message to the dead-letter queue races the redrive
+    /// that brings it back (the move's source tombstone still in flight).
+    fn move_races_redrive() -> Config {
+        Config {
+            start: Start::Received,
+            dead_letter: true,
+            heal_redrives: true,
+            max_receive_count: 1,
+            claims_max: 1,
+            redrives_max: 1,
+            heal: true,
+            ..Config::quiet("move races redrive")
+        }
+    }
+
+    /// spec#dead-letter-now-replicated: the holder of the handle moves the message at once,
+    /// racing a receive that supersedes its handle (`maxReceiveCount` 2: no receive moves).
+    fn dead_letter_now() -> Config {
+        Config {
+            start: Start::Received,
+            dead_letter: true,
+            max_receive_count: 2,
+            claims_max: 1,
+            dead_letter_nows_max: 1,
+            anti_entropy_max: 1,
+            heal: true,
+            ..Config::quiet("dead-letter now")
+        }
+    }
+
     /// Runs `config` exhaustively, prints its size, and asserts that every `always` property
     /// holds and every named scenario is reached.
     fn check(config: Config, scenarios: &[&'static str]) {
@@ -164,6 +237,9 @@ mod replication {
             .spawn_bfs()
             .join();
         let path = checker.assert_any_discovery(property);
+        if std::env::var("TRIREME_MODEL_PATHS").is_ok_and(|v| v == "1") {
+            println!("{:#?}", path.clone().into_actions());
+        }
         println!(
             "planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
             path.into_actions().len(),
@@ -214,6 +290,50 @@ mod replication {
     #[test]
     fn redrive_holds() {
         check(redrive(), &[REDRIVEN, HEALED]);
+    }
+
+    #[test]
+    fn dead_letter_receive_delete_holds() {
+        check(
+            dead_letter_receive_delete(),
+            &[
+                DELETED_IN_DEAD_LETTER,
+                CONCURRENT,
+                DELETE_RACE,
+                ORPHAN,
+                REPAIRED,
+                HEALED,
+            ],
+        );
+    }
+
+    #[test]
+    fn redrive_received_holds() {
+        check(
+            redrive_received(),
+            &[
+                REDRIVEN_RECEIVED,
+                REDRIVE_REFUSED,
+                REDRIVE_OVER_NEWER,
+                HEALED,
+            ],
+        );
+    }
+
+    #[test]
+    fn move_races_redrive_holds() {
+        check(
+            move_races_redrive(),
+            &[MOVED, REDRIVEN, LATE_TOMBSTONE, HEALED],
+        );
+    }
+
+    #[test]
+    fn dead_letter_now_holds() {
+        check(
+            dead_letter_now(),
+            &[MOVED_NOW, NOW_REFUSED, NOW_RACE, HEALED],
+        );
     }
 
     #[test]
@@ -454,5 +574,103 @@ mod replication {
             .spawn_bfs()
             .join();
         checker.assert_no_discovery(CONVERGED);
+    }
+
+    #[test]
+    fn redrive_of_unclaimed_copies_only_never_drains_the_dead_letter_queue() {
+        let config = Config {
+            start: Start::DeadLetterReceived,
+            dead_letter: true,
+            dead_letter_claims: true,
+            heal_redrives: true,
+            max_receive_count: 1,
+            heal: true,
+            ..Config::quiet("redrive only unclaimed")
+        };
+        finds(with(Bug::RedriveOnlyUnclaimed, config), REDRIVE_DRAINS);
+    }
+
+    #[test]
+    fn redrive_expecting_no_claim_never_drains_the_dead_letter_queue() {
+        let config = Config {
+            start: Start::DeadLetterReceived,
+            dead_letter: true,
+            dead_letter_claims: true,
+            heal_redrives: true,
+            max_receive_count: 1,
+            heal: true,
+            ..Config::quiet("redrive expects unclaimed")
+        };
+        finds(
+            with(Bug::RedriveExpectsUnclaimed, config.clone()),
+            REDRIVE_DRAINS,
+        );
+        // The copy stays in both queues; the replicas still converge.
+        let checker = ReplicationModel::new(with(Bug::RedriveExpectsUnclaimed, config))
+            .checker()
+            .spawn_bfs()
+            .join();
+        checker.assert_no_discovery(CONVERGED);
+    }
+
+    #[test]
+    fn tombstone_ignoring_generation_loses_a_message_a_move_raced() {
+        let config = Config {
+            heal: false,
+            ..move_races_redrive()
+        };
+        finds(with(Bug::TombstoneIgnoresGeneration, config), LOST);
+    }
+
+    #[test]
+    fn delete_without_quorum_check_in_the_dead_letter_queue_takes_a_superseded_handle() {
+        let config = Config {
+            start: Start::DeadLetterReceived,
+            dead_letter: true,
+            dead_letter_claims: true,
+            max_receive_count: 1,
+            claims_max: 1,
+            deletes_max: 1,
+            ..Config::quiet("delete without quorum check, dead-letter queue")
+        };
+        finds(with(Bug::DeleteWithoutQuorumCheck, config), STALE_HANDLE);
+    }
+
+    #[test]
+    fn deliver_before_quorum_in_the_dead_letter_queue_delivers_a_claim_one_replica_stored() {
+        let config = Config {
+            start: Start::Moved,
+            dead_letter: true,
+            dead_letter_claims: true,
+            max_receive_count: 1,
+            claims_max: 1,
+            ..Config::quiet("deliver before quorum, dead-letter queue")
+        };
+        finds(with(Bug::DeliverBeforeQuorum, config), QUORUM_STORED);
+    }
+
+    #[test]
+    fn dead_letter_now_without_handle_check_moves_with_a_superseded_handle() {
+        let config = Config {
+            claims_max: 1,
+            anti_entropy_max: 0,
+            heal: false,
+            ..dead_letter_now()
+        };
+        finds(
+            with(Bug::DeadLetterNowWithoutHandleCheck, config),
+            STALE_HANDLE,
+        );
+    }
+
+    #[test]
+    fn dead_letter_now_tombstoning_the_source_first_loses_the_message() {
+        let config = Config {
+            claims_max: 0,
+            anti_entropy_max: 0,
+            heal: false,
+            ..dead_letter_now()
+        };
+        finds(with(Bug::SourceTombstonedFirst, config), LOST);
     }
 }

@@ -7,7 +7,7 @@
 use stateright::{Model, Property};
 
 use super::protocol::{
-    Bug, COORDINATORS, Config, Op, Queue, REPLICAS, Scenario, Start, State, Violation,
+    Bug, COORDINATORS, Config, MoveCause, Op, Queue, REPLICAS, Scenario, Start, State, Violation,
 };
 
 /// One step of the model.
@@ -25,8 +25,15 @@ pub enum Action {
     /// A coordinator times out or crashes.
     Abandon(u8),
     Send,
-    Claim(u8),
+    /// A receive from `queue` through `coordinator`.
+    Claim {
+        coordinator: u8,
+        queue: Queue,
+    },
+    /// A delete with the coordinator's newest handle, in the queue the handle names.
     Delete(u8),
+    /// Dead-letter-now with the coordinator's newest handle of the source copy.
+    DeadLetterNow(u8),
     Redrive,
     Collect(Queue),
     CollectDrop,
@@ -118,10 +125,25 @@ impl Model for ReplicationModel {
                 continue;
             }
             if used.claims < config.claims_max {
-                actions.push(Action::Claim(c as u8));
+                actions.push(Action::Claim {
+                    coordinator: c as u8,
+                    queue: Queue::Source,
+                });
+                if config.dead_letter_claims {
+                    actions.push(Action::Claim {
+                        coordinator: c as u8,
+                        queue: Queue::DeadLetter,
+                    });
+                }
             }
-            if used.deletes < config.deletes_max && state.coordinators[c].handle.is_some() {
+            let handle = state.coordinators[c].handle;
+            if used.deletes < config.deletes_max && handle.is_some() {
                 actions.push(Action::Delete(c as u8));
+            }
+            if used.dead_letter_nows < config.dead_letter_nows_max
+                && handle.is_some_and(|h| h.queue == Queue::Source)
+            {
+                actions.push(Action::DeadLetterNow(c as u8));
             }
         }
         if idle(state, SENDER) {
@@ -183,8 +205,9 @@ impl Model for ReplicationModel {
             Action::OldDiskReturns(r) => state.old_disk_returns(r as usize),
             Action::Abandon(c) => state.abandon(c as usize),
             Action::Send => state.start_send(SENDER),
-            Action::Claim(c) => state.start_claim(c as usize),
+            Action::Claim { coordinator, queue } => state.start_claim(coordinator as usize, queue),
             Action::Delete(c) => state.start_delete(config, c as usize),
+            Action::DeadLetterNow(c) => state.start_dead_letter_now(c as usize),
             Action::Redrive => state.start_redrive(SENDER),
             Action::Collect(queue) => state.start_collect(COLLECTOR, queue),
             Action::CollectDrop => state.collect_drop(COLLECTOR),
@@ -211,6 +234,7 @@ impl Model for ReplicationModel {
                 && used.deletes <= config.deletes_max
                 && used.collects <= config.collects_max
                 && used.redrives <= config.redrives_max
+                && used.dead_letter_nows <= config.dead_letter_nows_max
                 && used.horizons <= config.horizons_max
                 && used.anti_entropy <= config.anti_entropy_max
                 && used.replacements <= config.replacements_max)
@@ -304,6 +328,48 @@ impl Model for ReplicationModel {
                 "message redriven to its source queue",
                 |_, s: &State| s.ghost.reached(Scenario::Redriven),
             ));
+            properties.push(Property::sometimes(
+                "a move's tombstone reaches a later life of the message",
+                |_, s: &State| s.ghost.reached(Scenario::LateTombstoneOfEarlierLife),
+            ));
+        }
+        if self.config.dead_letter_claims {
+            properties.push(Property::sometimes(
+                "delete in the dead-letter queue acknowledged",
+                |_, s: &State| s.ghost.reached(Scenario::DeletedInDeadLetter),
+            ));
+            properties.push(Property::sometimes(
+                "copy received in the dead-letter queue redriven",
+                |_, s: &State| s.ghost.reached(Scenario::RedrivenAfterReceive),
+            ));
+            properties.push(Property::sometimes(
+                "redrive's tombstone refused for a newer claim",
+                |_, s: &State| s.ghost.reached(Scenario::RedriveRefusedByNewerClaim),
+            ));
+            properties.push(Property::sometimes(
+                "redrive finished over a newer delivered claim",
+                |_, s: &State| s.ghost.reached(Scenario::RedriveOverNewerClaim),
+            ));
+        }
+        if self.config.heal_redrives {
+            properties.push(Property::always(
+                "after heal, a redrive empties the dead-letter queue",
+                |_, s: &State| !s.healed || !s.joined(Queue::DeadLetter).is_live(),
+            ));
+        }
+        if self.config.dead_letter_nows_max > 0 {
+            properties.push(Property::sometimes(
+                "message moved by dead-letter-now",
+                |_, s: &State| s.ghost.reached(Scenario::MovedNow),
+            ));
+            properties.push(Property::sometimes(
+                "dead-letter-now refused for a superseded handle",
+                |_, s: &State| s.ghost.reached(Scenario::NowRefused),
+            ));
+            properties.push(Property::sometimes(
+                "dead-letter-now races a receive",
+                |_, s: &State| now_races_receive(s),
+            ));
         }
         properties
     }
@@ -349,6 +415,30 @@ fn concurrent_claims(s: &State) -> bool {
     }
 }
 
+/// One coordinator moves the message with dead-letter-now while the other claims the same life.
+fn now_races_receive(s: &State) -> bool {
+    (0..COORDINATORS).any(|c| {
+        let moving = match s.coordinators[c].op {
+            Op::NowRead { handle, .. } => Some(handle.generation),
+            Op::MoveTarget {
+                generation,
+                cause: MoveCause::Now { .. },
+                ..
+            }
+            | Op::MoveSource {
+                generation,
+                cause: MoveCause::Now { .. },
+                ..
+            } => Some(generation),
+            _ => None,
+        };
+        matches!(
+            (moving, s.coordinators[1 - c].op),
+            (Some(g), Op::ClaimWrite { generation, .. }) if g == generation
+        )
+    })
+}
+
 fn delete_races_receive(s: &State) -> bool {
     let deleting = |op: Op| match op {
         Op::DeleteRead { handle, .. }
@@ -379,6 +469,8 @@ impl Config {
         Config {
             name,
             dead_letter: false,
+            dead_letter_claims: false,
+            heal_redrives: false,
             max_receive_count: 0,
             start: Start::Empty,
             faults_max: 0,
@@ -386,6 +478,7 @@ impl Config {
             deletes_max: 0,
             collects_max: 0,
             redrives_max: 0,
+            dead_letter_nows_max: 0,
             horizons_max: 0,
             anti_entropy_max: 0,
             replacements_max: 0,

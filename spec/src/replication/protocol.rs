@@ -73,6 +73,18 @@ pub enum Bug {
     /// A claimed copy never becomes visible again: receives skip it as if its visibility
     /// timeout had not expired, so a message whose consumer died is never received again.
     ClaimNeverExpires,
+    /// Redrive takes only a dead-letter copy that was never received (part 1's first rule), so
+    /// a copy received in the dead-letter queue whose claim expired is never redriven.
+    RedriveOnlyUnclaimed,
+    /// Redrive takes a received copy but conditions its tombstone on no claim, as for a copy
+    /// never received: every replica holding the claim refuses it.
+    RedriveExpectsUnclaimed,
+    /// A replica applies a conditional tombstone to whatever generation it holds, not only to
+    /// the generation named, so a late tombstone of an earlier life kills a later one.
+    TombstoneIgnoresGeneration,
+    /// Dead-letter-now moves whatever live copy its read finds, without checking that the
+    /// merged current claim is the caller's handle.
+    DeadLetterNowWithoutHandleCheck,
 }
 
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
@@ -82,6 +94,11 @@ pub struct Config {
     pub name: &'static str,
     /// Whether the dead-letter queue, moves and redrive are in play.
     pub dead_letter: bool,
+    /// Whether receives and deletes also serve the dead-letter queue (spec#7).
+    pub dead_letter_claims: bool,
+    /// Whether the heal schedule also redrives the dead-letter queue before it drains the
+    /// source (liveness of redrive, spec#7).
+    pub heal_redrives: bool,
     /// A claim that finds this many receives moves the message instead (with `dead_letter`).
     pub max_receive_count: u8,
     /// Where the search starts.
@@ -96,6 +113,8 @@ pub struct Config {
     pub collects_max: u8,
     /// Redrives started.
     pub redrives_max: u8,
+    /// Dead-letter-now requests started (spec#dead-letter-now-replicated).
+    pub dead_letter_nows_max: u8,
     /// Times the clock may jump past the tombstone horizon.
     pub horizons_max: u8,
     /// Anti-entropy pushes (each merges one replica's records into another's).
@@ -166,11 +185,16 @@ pub enum Start {
     /// replica holds the source's tombstone of generation 0 and the dead-letter copy of
     /// generation 1.
     Moved,
+    /// Moved, then received in the dead-letter queue by coordinator 1, whose claim replicas 0
+    /// and 1 acked; replica 2 holds the unclaimed dead-letter copy.
+    DeadLetterReceived,
 }
 
-/// A receipt handle as the client holds it: the claim and the generation it was issued in.
+/// A receipt handle as the client holds it: the queue it was issued in, the generation (the
+/// message's life there) and the claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Handle {
+    pub queue: Queue,
     pub generation: u8,
     pub claim: Claim,
 }
@@ -199,13 +223,15 @@ pub enum Op {
     Send {
         acks: u8,
     },
-    /// `deletes_acked_before`: ghost, the source generations whose delete had been
-    /// acknowledged when this receive was invoked.
+    /// `deletes_acked_before`: ghost, the generations whose delete had been acknowledged when
+    /// this receive was invoked.
     ClaimRead {
+        queue: Queue,
         deletes_acked_before: u8,
         replies: [Option<Record>; REPLICAS],
     },
     ClaimWrite {
+        queue: Queue,
         generation: u8,
         claim: Claim,
         receive_count: u8,
@@ -225,11 +251,18 @@ pub enum Op {
         conditional: bool,
         acks: u8,
     },
+    /// The quorum read of a dead-letter-now with the caller's handle.
+    NowRead {
+        handle: Handle,
+        stale_at_invocation: bool,
+        replies: [Option<Record>; REPLICAS],
+    },
     /// Writing the dead-letter copy (or, with the planted bug, after the source tombstone).
     MoveTarget {
         generation: u8,
         expect: Option<Claim>,
         receive_count: u8,
+        cause: MoveCause,
         acks: u8,
     },
     /// Tombstoning the source copy.
@@ -237,17 +270,22 @@ pub enum Op {
         generation: u8,
         expect: Option<Claim>,
         receive_count: u8,
+        cause: MoveCause,
         acks: u8,
     },
     RedriveRead {
         replies: [Option<Record>; REPLICAS],
     },
+    /// Writing the redriven copy; `expect` is the dead-letter claim the read found.
     RedriveTarget {
         generation: u8,
+        expect: Option<Claim>,
         acks: u8,
     },
+    /// Tombstoning the dead-letter copy, conditioned on `expect`.
     RedriveSource {
         generation: u8,
+        expect: Option<Claim>,
         acks: u8,
     },
     CollectRead {
@@ -268,6 +306,7 @@ impl Op {
         match self {
             Op::ClaimRead { replies, .. }
             | Op::DeleteRead { replies, .. }
+            | Op::NowRead { replies, .. }
             | Op::RedriveRead { replies }
             | Op::CollectRead { replies, .. } => Some(replies),
             _ => None,
@@ -287,6 +326,16 @@ impl Op {
             _ => None,
         }
     }
+}
+
+/// Why a message moves from the source to the dead-letter queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MoveCause {
+    /// A receive found the receive count at `maxReceiveCount` (spec#dead-letter-move).
+    PastMax,
+    /// The holder of the current handle asked for it (spec#dead-letter-now-replicated). Ghost:
+    /// whether a receive acknowledged before the request superseded the handle.
+    Now { stale_at_invocation: bool },
 }
 
 /// A node serving one client operation at a time.
@@ -314,8 +363,9 @@ pub enum Message {
         record: Record,
         ack: bool,
     },
-    /// Conditional claim of the source copy: applied only if the replica's claim is older.
+    /// Conditional claim of `queue`'s copy: applied only if the replica's claim is older.
     Claim {
+        queue: Queue,
         generation: u8,
         claim: Claim,
         receive_count: u8,
@@ -351,6 +401,8 @@ pub enum Reason {
     Delete { stale_at_invocation: bool },
     /// The message moved to the other queue (dead-letter move or redrive).
     Move,
+    /// Dead-letter-now. Ghost: whether its handle was superseded before it was invoked.
+    Now { stale_at_invocation: bool },
 }
 
 /// A request in flight from a coordinator to a replica.
@@ -363,7 +415,7 @@ pub struct Packet {
     pub message: Message,
 }
 
-/// A delivery of the source copy to a client.
+/// A delivery of a copy to a client (the generation names the life, and so the queue).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Delivery {
     pub generation: u8,
@@ -399,6 +451,23 @@ pub enum Scenario {
     /// A receive already under way when a delete was acknowledged delivered afterwards (the
     /// concurrent case spec#considerations allows).
     DeliveredAfterConcurrentDelete = 8,
+    /// A delete in the dead-letter queue was acknowledged.
+    DeletedInDeadLetter = 9,
+    /// A redrive finished with a copy that had been received in the dead-letter queue.
+    RedrivenAfterReceive = 10,
+    /// A replica refused a redrive's tombstone because it held a newer claim (a receive in the
+    /// dead-letter queue raced the redrive).
+    RedriveRefusedByNewerClaim = 11,
+    /// A redrive finished although a claim newer than the one it read had been delivered (the
+    /// allowed case of spec#7's considerations).
+    RedriveOverNewerClaim = 12,
+    /// A move's or redrive's tombstone reached a replica that already held a later life of the
+    /// message in that queue (a move racing a redrive).
+    LateTombstoneOfEarlierLife = 13,
+    /// Dead-letter-now moved the message.
+    MovedNow = 14,
+    /// Dead-letter-now was refused because its handle had been superseded.
+    NowRefused = 15,
 }
 
 /// What only the model knows: what clients were told, and what went wrong.
@@ -451,6 +520,7 @@ pub struct Used {
     pub deletes: u8,
     pub collects: u8,
     pub redrives: u8,
+    pub dead_letter_nows: u8,
     pub horizons: u8,
     pub anti_entropy: u8,
     pub replacements: u8,
@@ -548,6 +618,7 @@ impl State {
         received.replicas[1].store[Queue::Source.index()] = claimed;
         received.replicas[2].store[Queue::Source.index()] = sent;
         received.coordinators[1].handle = Some(Handle {
+            queue: Queue::Source,
             generation: 0,
             claim,
         });
@@ -561,13 +632,33 @@ impl State {
             in_flight.push(repair_to_2(claimed));
             return vec![in_flight, received];
         }
-        if config.start == Start::Moved {
+        if matches!(config.start, Start::Moved | Start::DeadLetterReceived) {
             let mut moved = received;
             for r in 0..REPLICAS {
                 moved.store(r, Queue::Source, Record::tombstone(0), Cause::Request);
                 moved.replicas[r].store[Queue::DeadLetter.index()] = Record::ready(1, 1);
             }
             moved.ghost.reach(Scenario::Moved);
+            if config.start == Start::Moved {
+                return vec![moved];
+            }
+            let claim = Claim {
+                seq: 1,
+                coordinator: 1,
+            };
+            let claimed = Record::claimed(1, claim, 2);
+            moved.replicas[0].store[Queue::DeadLetter.index()] = claimed;
+            moved.replicas[1].store[Queue::DeadLetter.index()] = claimed;
+            moved.coordinators[1].handle = Some(Handle {
+                queue: Queue::DeadLetter,
+                generation: 1,
+                claim,
+            });
+            moved.ghost.deliveries.push(Delivery {
+                generation: 1,
+                claim,
+                receive_count: 2,
+            });
             return vec![moved];
         }
         let mut deleted = received;
@@ -633,8 +724,7 @@ impl State {
                 *holders = (new.generation, 0);
             }
             holders.1 |= bit(r);
-            if queue == Queue::Source
-                && old.is_live()
+            if old.is_live()
                 && old.generation == new.generation
                 && self.ghost.deletes_acked & bit(new.generation as usize) != 0
             {
@@ -677,23 +767,28 @@ impl State {
         );
     }
 
-    /// A client receives through `coordinator`: the quorum read of spec#receive-claim.
-    pub fn start_claim(&mut self, coordinator: usize) {
+    /// A client receives from `queue` through `coordinator`: the quorum read of
+    /// spec#receive-claim.
+    pub fn start_claim(&mut self, coordinator: usize, queue: Queue) {
         self.used.claims += 1;
         let deletes_acked_before = self.ghost.deletes_acked;
         self.begin(
             coordinator,
             Op::ClaimRead {
+                queue,
                 deletes_acked_before,
                 replies: [None; REPLICAS],
             },
         );
-        self.broadcast(
-            coordinator,
-            Message::Read {
-                queue: Queue::Source,
-            },
-        );
+        self.broadcast(coordinator, Message::Read { queue });
+    }
+
+    /// Ghost: whether a receive acknowledged before now superseded `handle`.
+    fn superseded(&self, handle: Handle) -> bool {
+        self.ghost
+            .deliveries
+            .iter()
+            .any(|d| d.generation == handle.generation && d.claim > handle.claim)
     }
 
     /// `coordinator`'s client deletes with the newest handle it holds (spec#delete).
@@ -702,12 +797,7 @@ impl State {
             .handle
             .expect("delete is enabled only with a handle");
         self.used.deletes += 1;
-        // Ghost: a receive acknowledged before this invocation superseded the handle.
-        let stale_at_invocation = self
-            .ghost
-            .deliveries
-            .iter()
-            .any(|d| d.generation == handle.generation && d.claim > handle.claim);
+        let stale_at_invocation = self.superseded(handle);
         if config.has(Bug::DeleteWithoutQuorumCheck) {
             self.send_delete_tombstone(coordinator, handle, stale_at_invocation);
             return;
@@ -715,6 +805,31 @@ impl State {
         self.begin(
             coordinator,
             Op::DeleteRead {
+                handle,
+                stale_at_invocation,
+                replies: [None; REPLICAS],
+            },
+        );
+        self.broadcast(
+            coordinator,
+            Message::Read {
+                queue: handle.queue,
+            },
+        );
+    }
+
+    /// `coordinator`'s client, holding the newest handle of the source copy, moves the message
+    /// to the dead-letter queue at once: the quorum read of spec#dead-letter-now-replicated.
+    pub fn start_dead_letter_now(&mut self, coordinator: usize) {
+        let handle = self.coordinators[coordinator]
+            .handle
+            .expect("dead-letter-now is enabled only with a handle");
+        assert_eq!(handle.queue, Queue::Source);
+        self.used.dead_letter_nows += 1;
+        let stale_at_invocation = self.superseded(handle);
+        self.begin(
+            coordinator,
+            Op::NowRead {
                 handle,
                 stale_at_invocation,
                 replies: [None; REPLICAS],
@@ -741,7 +856,7 @@ impl State {
         self.broadcast(
             coordinator,
             Message::Tombstone {
-                queue: Queue::Source,
+                queue: handle.queue,
                 generation: handle.generation,
                 expect: Some(handle.claim),
                 reason: Reason::Delete {
@@ -797,14 +912,17 @@ impl State {
     /// The coordinator timed out or crashed: its client learns nothing more.
     pub fn abandon(&mut self, coordinator: usize) {
         if let Op::ClaimWrite {
-            generation, claim, ..
+            queue,
+            generation,
+            claim,
+            ..
         } = self.coordinators[coordinator].op
         {
             let holding = self
                 .replicas
                 .iter()
                 .filter(|r| {
-                    let record = r.store[Queue::Source.index()];
+                    let record = r.store[queue.index()];
                     record.generation == generation && record.claim() == Some(claim)
                 })
                 .count();
@@ -1020,11 +1138,12 @@ impl State {
                 }
             }
             Message::Claim {
+                queue,
                 generation,
                 claim,
                 receive_count,
             } => {
-                let held = self.replicas[r].store[Queue::Source.index()];
+                let held = self.replicas[r].store[queue.index()];
                 // Compare-and-set on the version: the claim must be strictly newer than the
                 // replica's current claim of this generation (spec#claim).
                 let accept = match held.generation.cmp(&generation) {
@@ -1040,7 +1159,7 @@ impl State {
                 };
                 if accept {
                     let record = Record::claimed(generation, claim, receive_count);
-                    self.merge_into(config, r, Queue::Source, record, Cause::Request);
+                    self.merge_into(config, r, queue, record, Cause::Request);
                     self.reply(config, &packet, Message::Ack);
                 }
             }
@@ -1051,6 +1170,17 @@ impl State {
                 reason,
             } => {
                 let held = self.replicas[r].store[queue.index()];
+                let moving = !matches!(reason, Reason::Delete { .. });
+                if moving && held.generation > generation {
+                    // A move's tombstone arriving after a later life of the message came back
+                    // to this queue (spec#7, a move racing a redrive): refused below.
+                    self.ghost.reach(Scenario::LateTombstoneOfEarlierLife);
+                }
+                let generation = if config.has(Bug::TombstoneIgnoresGeneration) {
+                    held.generation.max(generation)
+                } else {
+                    generation
+                };
                 // Applied only if the replica knows no claim newer than the caller's handle
                 // (spec#delete); an existing tombstone of the generation is acked again.
                 let accept = match held.generation.cmp(&generation) {
@@ -1061,16 +1191,29 @@ impl State {
                         Body::Live { claim, .. } => claim <= expect,
                     },
                 };
+                if !accept
+                    && queue == Queue::DeadLetter
+                    && reason == Reason::Move
+                    && held.generation == generation
+                    && held.claim() > expect
+                {
+                    self.ghost.reach(Scenario::RedriveRefusedByNewerClaim);
+                }
                 if accept {
-                    if let Reason::Delete {
-                        stale_at_invocation,
-                    } = reason
-                        && held != Record::tombstone(generation)
-                    {
-                        self.ghost.deleted = true;
-                        if stale_at_invocation {
-                            self.ghost.violate(Violation::StaleHandleTookEffect);
+                    let first = held != Record::tombstone(generation);
+                    match reason {
+                        Reason::Delete {
+                            stale_at_invocation,
+                        } if first => {
+                            self.ghost.deleted = true;
+                            if stale_at_invocation {
+                                self.ghost.violate(Violation::StaleHandleTookEffect);
+                            }
                         }
+                        Reason::Now {
+                            stale_at_invocation: true,
+                        } if first => self.ghost.violate(Violation::StaleHandleTookEffect),
+                        _ => {}
                     }
                     self.merge_into(
                         config,
@@ -1174,11 +1317,12 @@ impl State {
     fn decide(&mut self, config: &Config, c: usize) {
         match self.coordinators[c].op {
             Op::ClaimRead {
+                queue,
                 replies,
                 deletes_acked_before,
             } => {
                 let merged = join_all(replies.iter().flatten().copied());
-                self.read_repair(Queue::Source, &replies, merged);
+                self.read_repair(queue, &replies, merged);
                 let Body::Live {
                     claim,
                     receive_count,
@@ -1199,31 +1343,20 @@ impl State {
                 } else {
                     receive_count
                 };
-                if config.dead_letter && counted >= config.max_receive_count {
-                    let generation = merged.generation;
-                    if config.has(Bug::SourceTombstonedFirst) {
-                        self.begin(
-                            c,
-                            Op::MoveSource {
-                                generation,
-                                expect: claim,
-                                receive_count,
-                                acks: 0,
-                            },
-                        );
-                        self.send_move_tombstone(c, generation, claim);
-                    } else {
-                        self.begin(
-                            c,
-                            Op::MoveTarget {
-                                generation,
-                                expect: claim,
-                                receive_count,
-                                acks: 0,
-                            },
-                        );
-                        self.send_move_copy(c, generation, receive_count);
-                    }
+                // Only the source has a redrive policy; the dead-letter queue has none
+                // (spec#7), so a receive there never moves.
+                if queue == Queue::Source
+                    && config.dead_letter
+                    && counted >= config.max_receive_count
+                {
+                    self.start_move(
+                        config,
+                        c,
+                        merged.generation,
+                        claim,
+                        receive_count,
+                        MoveCause::PastMax,
+                    );
                     return;
                 }
                 let claim = Claim {
@@ -1234,6 +1367,7 @@ impl State {
                 self.begin(
                     c,
                     Op::ClaimWrite {
+                        queue,
                         generation,
                         claim,
                         receive_count: receive_count + 1,
@@ -1244,6 +1378,7 @@ impl State {
                 self.broadcast(
                     c,
                     Message::Claim {
+                        queue,
                         generation,
                         claim,
                         receive_count: receive_count + 1,
@@ -1270,7 +1405,7 @@ impl State {
                     self.broadcast(
                         c,
                         Message::Write {
-                            queue: Queue::Source,
+                            queue: handle.queue,
                             record: merged,
                             ack: true,
                         },
@@ -1284,14 +1419,59 @@ impl State {
                     self.finish(c);
                 }
             }
+            Op::NowRead {
+                handle,
+                stale_at_invocation,
+                replies,
+            } => {
+                let merged = join_all(replies.iter().flatten().copied());
+                let holds = merged.generation == handle.generation
+                    && if config.has(Bug::DeadLetterNowWithoutHandleCheck) {
+                        merged.is_live()
+                    } else {
+                        merged.claim() == Some(handle.claim)
+                    };
+                let Some(receive_count) = merged.receive_count().filter(|_| holds) else {
+                    // Superseded handle, or the message already left this life: refused,
+                    // nothing written (spec#dead-letter-now-replicated).
+                    if stale_at_invocation {
+                        self.ghost.reach(Scenario::NowRefused);
+                    }
+                    self.finish(c);
+                    return;
+                };
+                // The tombstone is conditioned on the claim the read found: the caller's
+                // handle, or with the planted bug whatever claim is current.
+                self.start_move(
+                    config,
+                    c,
+                    merged.generation,
+                    merged.claim(),
+                    receive_count,
+                    MoveCause::Now {
+                        stale_at_invocation,
+                    },
+                );
+            }
             Op::RedriveRead { replies } => {
                 let merged = join_all(replies.iter().flatten().copied());
-                if merged.is_live() && merged.claim().is_none() {
+                // Any claim may have expired by this coordinator's clock (spec#time): a copy
+                // received in the dead-letter queue is redriven like one never received
+                // (spec#7), and its tombstone is conditioned on the claim read here.
+                let takes = merged.is_live()
+                    && (merged.claim().is_none() || !config.has(Bug::RedriveOnlyUnclaimed));
+                if takes {
                     let generation = merged.generation;
+                    let expect = if config.has(Bug::RedriveExpectsUnclaimed) {
+                        None
+                    } else {
+                        merged.claim()
+                    };
                     self.begin(
                         c,
                         Op::RedriveTarget {
                             generation,
+                            expect,
                             acks: 0,
                         },
                     );
@@ -1325,6 +1505,45 @@ impl State {
         }
     }
 
+    /// Starts the move of generation `generation` to the dead-letter queue: the copy first,
+    /// then the source's tombstone conditioned on `expect` (spec#dead-letter-move), or the
+    /// other way round with the planted bug.
+    fn start_move(
+        &mut self,
+        config: &Config,
+        c: usize,
+        generation: u8,
+        expect: Option<Claim>,
+        receive_count: u8,
+        cause: MoveCause,
+    ) {
+        if config.has(Bug::SourceTombstonedFirst) {
+            self.begin(
+                c,
+                Op::MoveSource {
+                    generation,
+                    expect,
+                    receive_count,
+                    cause,
+                    acks: 0,
+                },
+            );
+            self.send_move_tombstone(c, generation, expect, cause);
+        } else {
+            self.begin(
+                c,
+                Op::MoveTarget {
+                    generation,
+                    expect,
+                    receive_count,
+                    cause,
+                    acks: 0,
+                },
+            );
+            self.send_move_copy(c, generation, receive_count);
+        }
+    }
+
     fn send_move_copy(&mut self, c: usize, generation: u8, receive_count: u8) {
         self.broadcast(
             c,
@@ -1336,16 +1555,39 @@ impl State {
         );
     }
 
-    fn send_move_tombstone(&mut self, c: usize, generation: u8, expect: Option<Claim>) {
+    fn send_move_tombstone(
+        &mut self,
+        c: usize,
+        generation: u8,
+        expect: Option<Claim>,
+        cause: MoveCause,
+    ) {
+        let reason = match cause {
+            MoveCause::PastMax => Reason::Move,
+            MoveCause::Now {
+                stale_at_invocation,
+            } => Reason::Now {
+                stale_at_invocation,
+            },
+        };
         self.broadcast(
             c,
             Message::Tombstone {
                 queue: Queue::Source,
                 generation,
                 expect,
-                reason: Reason::Move,
+                reason,
             },
         );
+    }
+
+    /// The move of `cause` finished: both writes have their quorum.
+    fn moved(&mut self, c: usize, cause: MoveCause) {
+        match cause {
+            MoveCause::PastMax => self.ghost.reach(Scenario::Moved),
+            MoveCause::Now { .. } => self.ghost.reach(Scenario::MovedNow),
+        }
+        self.finish(c);
     }
 
     /// A write phase has its quorum of acks.
@@ -1356,6 +1598,7 @@ impl State {
                 self.finish(c);
             }
             Op::ClaimWrite {
+                queue,
                 generation,
                 claim,
                 receive_count,
@@ -1367,26 +1610,34 @@ impl State {
                 } else if self.ghost.deletes_acked & bit(generation as usize) != 0 {
                     self.ghost.reach(Scenario::DeliveredAfterConcurrentDelete);
                 }
-                self.deliver_claim(generation, claim, receive_count);
-                self.coordinators[c].handle = Some(Handle { generation, claim });
+                self.deliver_claim(queue, generation, claim, receive_count);
+                self.coordinators[c].handle = Some(Handle {
+                    queue,
+                    generation,
+                    claim,
+                });
                 self.finish(c);
             }
             Op::DeleteWrite { handle, .. } => {
                 self.ghost.deletes_acked |= bit(handle.generation as usize);
+                if handle.queue == Queue::DeadLetter {
+                    self.ghost.reach(Scenario::DeletedInDeadLetter);
+                }
                 self.finish(c);
             }
             Op::MoveTarget {
                 generation,
                 expect,
                 receive_count,
+                cause,
                 ..
             } => {
-                if receive_count < config.max_receive_count {
+                // Dead-letter-now moves at any count; only a receive's move waits for the max.
+                if cause == MoveCause::PastMax && receive_count < config.max_receive_count {
                     self.ghost.violate(Violation::MovedBeforeMax);
                 }
                 if config.has(Bug::SourceTombstonedFirst) {
-                    self.ghost.reach(Scenario::Moved);
-                    self.finish(c);
+                    self.moved(c, cause);
                 } else {
                     self.begin(
                         c,
@@ -1394,16 +1645,18 @@ impl State {
                             generation,
                             expect,
                             receive_count,
+                            cause,
                             acks: 0,
                         },
                     );
-                    self.send_move_tombstone(c, generation, expect);
+                    self.send_move_tombstone(c, generation, expect, cause);
                 }
             }
             Op::MoveSource {
                 generation,
                 expect,
                 receive_count,
+                cause,
                 ..
             } => {
                 if config.has(Bug::SourceTombstonedFirst) {
@@ -1413,20 +1666,23 @@ impl State {
                             generation,
                             expect,
                             receive_count,
+                            cause,
                             acks: 0,
                         },
                     );
                     self.send_move_copy(c, generation, receive_count);
                 } else {
-                    self.ghost.reach(Scenario::Moved);
-                    self.finish(c);
+                    self.moved(c, cause);
                 }
             }
-            Op::RedriveTarget { generation, .. } => {
+            Op::RedriveTarget {
+                generation, expect, ..
+            } => {
                 self.begin(
                     c,
                     Op::RedriveSource {
                         generation,
+                        expect,
                         acks: 0,
                     },
                 );
@@ -1435,21 +1691,34 @@ impl State {
                     Message::Tombstone {
                         queue: Queue::DeadLetter,
                         generation,
-                        expect: None,
+                        expect,
                         reason: Reason::Move,
                     },
                 );
             }
-            Op::RedriveSource { .. } => {
+            Op::RedriveSource {
+                generation, expect, ..
+            } => {
                 self.ghost.reach(Scenario::Redriven);
+                if expect.is_some() {
+                    self.ghost.reach(Scenario::RedrivenAfterReceive);
+                }
+                let overtaken = self
+                    .ghost
+                    .deliveries
+                    .iter()
+                    .any(|d| d.generation == generation && Some(d.claim) > expect);
+                if overtaken {
+                    self.ghost.reach(Scenario::RedriveOverNewerClaim);
+                }
                 self.finish(c);
             }
             _ => unreachable!("complete_write is called only in write phases"),
         }
     }
 
-    /// The coordinator hands the source copy to its client.
-    fn deliver_claim(&mut self, generation: u8, claim: Claim, receive_count: u8) {
+    /// The coordinator hands `queue`'s copy to its client.
+    fn deliver_claim(&mut self, queue: Queue, generation: u8, claim: Claim, receive_count: u8) {
         let same_version = self
             .ghost
             .deliveries
@@ -1462,7 +1731,7 @@ impl State {
         let holding = self
             .replicas
             .iter()
-            .filter(|r| stored.le(&r.store[Queue::Source.index()]))
+            .filter(|r| stored.le(&r.store[queue.index()]))
             .count();
         if holding < WRITE_QUORUM {
             self.ghost.violate(Violation::DeliveredWithoutQuorum);
@@ -1525,8 +1794,9 @@ impl State {
     ///
     /// Faults stop: every replica comes back, packets in flight are delivered (or, with
     /// `deliver_pending = false`, were all lost), operations that cannot finish time out,
-    /// anti-entropy runs between every pair until nothing changes, and a fair consumer
-    /// (coordinator 0) receives and deletes until the source queue is empty.
+    /// anti-entropy runs between every pair until nothing changes, with `heal_redrives` one
+    /// redrive takes the dead-letter copy back, and a fair consumer (coordinator 0) receives
+    /// and deletes until the source queue is empty.
     pub fn heal(&mut self, config: &Config, deliver_pending: bool) {
         let mut steps = 0u32;
         for r in 0..REPLICAS {
@@ -1539,26 +1809,48 @@ impl State {
         }
         self.heal_network(config, &mut steps);
         self.heal_anti_entropy(config, &mut steps);
-        for _ in 0..4 {
-            if !self.joined(Queue::Source).is_live() {
+        // With `heal_redrives`, a receive of the drain may move the message to the dead-letter
+        // queue again (its count was already at the max): then the redrive runs again. Each
+        // redrive resets the count, so the second round drains.
+        for _ in 0..2 {
+            if config.heal_redrives && self.joined(Queue::DeadLetter).is_live() {
+                // Every claim in the dead-letter queue has expired by now: one redrive takes
+                // the copy back to the source (spec#7, liveness).
+                self.start_redrive(0);
+                self.heal_network(config, &mut steps);
+                self.heal_anti_entropy(config, &mut steps);
+            }
+            self.heal_drain(config, &mut steps);
+            if !config.heal_redrives || !self.joined(Queue::DeadLetter).is_live() {
                 break;
             }
-            self.start_claim(0);
-            self.heal_network(config, &mut steps);
-            let delivered = self.coordinators[0].handle;
-            if let Some(handle) = delivered
-                && self.joined(Queue::Source).claim() == Some(handle.claim)
-            {
-                self.start_delete(config, 0);
-                self.heal_network(config, &mut steps);
-            }
-            self.heal_anti_entropy(config, &mut steps);
         }
         if steps > HEAL_STEPS_MAX {
             self.ghost.violate(Violation::HealStuck);
         }
         self.normalize();
         self.healed = true;
+    }
+
+    /// A fair consumer (coordinator 0) receives from the source and deletes what it was
+    /// given, until the source is empty (at most four receives).
+    fn heal_drain(&mut self, config: &Config, steps: &mut u32) {
+        for _ in 0..4 {
+            if !self.joined(Queue::Source).is_live() {
+                break;
+            }
+            self.start_claim(0, Queue::Source);
+            self.heal_network(config, steps);
+            let delivered = self.coordinators[0].handle;
+            if let Some(handle) = delivered
+                && handle.queue == Queue::Source
+                && self.joined(Queue::Source).claim() == Some(handle.claim)
+            {
+                self.start_delete(config, 0);
+                self.heal_network(config, steps);
+            }
+            self.heal_anti_entropy(config, steps);
+        }
     }
 
     fn heal_network(&mut self, config: &Config, steps: &mut u32) {
