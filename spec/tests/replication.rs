@@ -190,6 +190,7 @@ mod replication {
         Config {
             start: Start::Received,
             dead_letter: true,
+            dead_letter_claims: true,
             max_receive_count: 2,
             claims_max: 1,
             dead_letter_nows_max: 1,
