@@ -147,6 +147,7 @@ fn wire_of_model(packet: &Packet) -> WireKey {
             generation,
             claim,
             receive_count,
+            ..
         } => Wire::Claim {
             generation,
             claim,
@@ -493,6 +494,7 @@ fn compare(state: &State, world: &World, trace: &[Action]) {
             "coordinator {c} phase differs after {trace:?}"
         );
         let handle = world.handles[c].map(|handle| model::Handle {
+            queue: model::Queue::Source,
             generation: u8::try_from(handle.generation.0).expect("small"),
             claim: project_claim(handle.claim),
         });
@@ -531,7 +533,11 @@ fn apply(world: &mut World, state: &State, action: Action) {
         Action::Crash(_) | Action::Restart(_) => {}
         Action::Abandon(c) => world.abandon(c as usize),
         Action::Send => world.start_send(0),
-        Action::Claim(c) => world.start_receive(c as usize),
+        // The runs here leave the dead-letter queue's receives off: every claim is the source's.
+        Action::Claim {
+            coordinator,
+            queue: model::Queue::Source,
+        } => world.start_receive(coordinator as usize),
         Action::Delete(c) => world.start_delete(c as usize),
         Action::AntiEntropy { a, b } => {
             world.anti_entropy(a as usize, b as usize);
