@@ -36,7 +36,7 @@ use crate::redrive::RedriveTasks;
 use crate::storage::{Storage, StorageError};
 
 /// Why the engine did not apply a command.
-#[derive(Debug, Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum EngineError {
     /// The core refused the command; nothing changed.
     #[error(transparent)]

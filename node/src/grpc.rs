@@ -545,7 +545,7 @@ fn redrive_task(progress: RedriveProgress) -> pb::RedriveTask {
         RedriveStatus::Completed => (TaskStatus::Completed, String::new()),
         RedriveStatus::Cancelling => (TaskStatus::Cancelling, String::new()),
         RedriveStatus::Cancelled => (TaskStatus::Cancelled, String::new()),
-        RedriveStatus::Failed { reason } => (TaskStatus::Failed, reason),
+        RedriveStatus::Failed(failure) => (TaskStatus::Failed, failure.to_string()),
     };
     pb::RedriveTask {
         task_handle: progress.handle,

@@ -282,6 +282,7 @@ pub fn sqs_settings(config: &config::SqsConfig, bound_port: u16) -> sqs::SqsSett
                 secret: secret.clone(),
             })
             .collect(),
+        metrics: std::sync::Arc::default(),
     }
 }
 

@@ -31,8 +31,20 @@ pub enum RedriveStatus {
     Cancelling,
     /// Stopped by a cancel.
     Cancelled,
-    /// Stopped by an error (the dead-letter queue was deleted, the node is shutting down).
-    Failed { reason: String },
+    /// Stopped by a failure.
+    Failed(RedriveFailure),
+}
+
+/// Why a redrive task stopped before it finished.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum RedriveFailure {
+    /// The task's destination queue was deleted while it ran: the messages not yet moved stay
+    /// in the dead-letter queue.
+    #[error("destination queue {name} was deleted")]
+    DestinationDeleted { name: QueueName },
+    /// The engine refused a step (the dead-letter queue was deleted) or stopped.
+    #[error(transparent)]
+    Engine(EngineError),
 }
 
 /// The state of one redrive task.
@@ -163,9 +175,18 @@ impl RedriveTasks {
                 }
             }
         }
+        // UUID-shaped, as SQS's task ids are.
         let handle = {
             let random: u128 = self.link.rng().random();
-            format!("redrive-{random:032x}")
+            let hex = format!("{random:032x}");
+            format!(
+                "{}-{}-{}-{}-{}",
+                &hex[..8],
+                &hex[8..12],
+                &hex[12..16],
+                &hex[16..20],
+                &hex[20..]
+            )
         };
         let (cancel, cancelled) = watch::channel(false);
         let progress = RedriveProgress {
@@ -344,6 +365,13 @@ async fn run_task(
             max,
         };
         match tasks.link.execute(command).await {
+            // A task with a destination fails only when that queue is missing: it was deleted
+            // while the task ran, and the task stops as SQS's does.
+            Ok(Outcome::Redriven { failed, .. }) if failed > 0 && to.is_some() => {
+                let name = to.clone().expect("checked just above");
+                warn!(destination = %name, "redrive stopped: destination deleted");
+                break RedriveStatus::Failed(RedriveFailure::DestinationDeleted { name });
+            }
             Ok(Outcome::Redriven { moved, failed }) => {
                 moved_total += u64::from(moved);
                 failed_total = failed_total.max(u64::from(failed));
@@ -359,9 +387,7 @@ async fn run_task(
             Ok(other) => unreachable!("a redrive answers Redriven, got {other:?}"),
             Err(error) => {
                 warn!(%error, "redrive stopped");
-                break RedriveStatus::Failed {
-                    reason: error.to_string(),
-                };
+                break RedriveStatus::Failed(RedriveFailure::Engine(error));
             }
         }
         if !pause.is_zero() {

@@ -2,7 +2,8 @@
 //! header of `proto/trireme/v1/queue.proto` promises: INVALID_ARGUMENT names the field and its
 //! limit, NOT_FOUND a missing queue, ALREADY_EXISTS a queue created with other attributes,
 //! FAILED_PRECONDITION a stale or invalid receipt handle, RESOURCE_EXHAUSTED an in-flight or
-//! purge limit. Batch entries carry SQS's error codes instead.
+//! purge limit. Batch entries carry SQS's error codes instead, read from the SQS endpoint's
+//! one table (`sqs::reject_code`).
 //!
 //! Several refusals share a gRPC code, so every status built here also carries its [`Reason`]
 //! as the ASCII metadata entry `trireme-reason`, and a refusal of one request field names it in
@@ -247,33 +248,6 @@ fn reject_reason(reject: &Reject) -> (Reason, Option<&'static str>) {
     }
 }
 
-/// SQS's error code for a refusal, and whether the sender is at fault (retrying the same input
-/// fails again).
-#[must_use]
-pub fn reject_sqs_code(reject: &Reject) -> (&'static str, bool) {
-    match reject {
-        Reject::QueueNotFound { .. } => ("AWS.SimpleQueueService.NonExistentQueue", true),
-        Reject::QueueNameExists { .. } => ("QueueAlreadyExists", true),
-        Reject::QueueDeletedRecently { .. } => {
-            ("AWS.SimpleQueueService.QueueDeletedRecently", true)
-        }
-        Reject::QueueLimit { .. } => ("OverLimit", true),
-        Reject::InvalidAttribute { .. } => ("InvalidAttributeValue", true),
-        Reject::InvalidParameter { .. } | Reject::VisibilityCapExceeded { .. } => {
-            ("InvalidParameterValue", true)
-        }
-        Reject::InvalidMessageContents { .. } => ("InvalidMessageContents", true),
-        Reject::MessageTooLong { .. } => ("MessageTooLong", true),
-        Reject::ReceiptHandleInvalid { .. } => ("ReceiptHandleIsInvalid", true),
-        Reject::StaleReceiptHandle { .. } => ("ReceiptHandleIsInvalid", true),
-        Reject::MessageNotInFlight { .. } => ("MessageNotInflight", true),
-        Reject::PurgeInProgress { .. } => ("AWS.SimpleQueueService.PurgeQueueInProgress", true),
-        Reject::RedriveNotAllowed { .. } => ("InvalidParameterValue", true),
-        Reject::InflightLimit { .. } | Reject::WaiterLimit { .. } => ("OverLimit", false),
-        Reject::MessageIdExists { .. } | Reject::WaiterExists { .. } => ("InternalError", false),
-    }
-}
-
 fn reject_message(reject: &Reject) -> String {
     match reject {
         Reject::ReceiptHandleInvalid { reason } => match reason {
@@ -314,10 +288,11 @@ pub fn engine_status(error: &EngineError) -> Status {
 /// The batch-entry error for an engine error.
 #[must_use]
 pub fn engine_entry_error(id: &str, error: &EngineError) -> BatchEntryError {
+    // SQS's codes come from the SQS endpoint's table, the one place that keeps them.
     let (code, sender_fault) = match error {
-        EngineError::Rejected(reject) => reject_sqs_code(reject),
-        EngineError::ShuttingDown => ("ServiceUnavailable", false),
-        EngineError::Storage { .. } => ("InternalError", false),
+        EngineError::Rejected(reject) => crate::sqs::reject_code(reject),
+        EngineError::ShuttingDown => ("ServiceUnavailable".to_owned(), false),
+        EngineError::Storage { .. } => ("InternalError".to_owned(), false),
     };
     let message = match error {
         EngineError::Rejected(reject) => reject_message(reject),
@@ -325,7 +300,7 @@ pub fn engine_entry_error(id: &str, error: &EngineError) -> BatchEntryError {
     };
     BatchEntryError {
         id: id.to_owned(),
-        code: code.to_owned(),
+        code,
         message,
         sender_fault,
     }

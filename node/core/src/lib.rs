@@ -21,7 +21,9 @@ pub use attributes::{AttributeChanges, QueueAttributes, RedriveAllow, RedrivePol
 pub use command::{Command, Delivery, Outcome, Step, Wakeup};
 pub use error::{HandleProblem, Reject};
 pub use ids::{DedupId, Incarnation, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
-pub use message::{AttributeValue, MessageState, MessageView, message_size_bytes};
+pub use message::{
+    AttributeValue, MessageState, MessageView, body_char_allowed, message_size_bytes,
+};
 pub use queue::{MessageCounts, QueueView, WaiterView};
 pub use queues::{GoneReason, Queues};
 pub use records::{

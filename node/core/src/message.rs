@@ -183,7 +183,9 @@ pub(crate) fn check_message(
 
 /// The characters SQS allows in a body: `#x9 #xA #xD #x20–#xD7FF #xE000–#xFFFD
 /// #x10000–#x10FFFF` (a Rust `char` is never a surrogate, so `#xD800–#xDFFF` cannot occur).
-fn body_char_allowed(c: char) -> bool {
+/// The SQS edge applies it to string attribute values too, as SQS does.
+#[must_use]
+pub fn body_char_allowed(c: char) -> bool {
     matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
@@ -204,12 +206,13 @@ fn check_attribute(name: &str, value: &AttributeValue) -> Result<(), Reject> {
             limits::message_attribute_name_chars_max
         )));
     }
+    // Letters and digits of any script, as SQS allows (`attr.1øßä` is a legal name there).
     if let Some(bad) = name
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .find(|c| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.')))
     {
         return Err(refuse(format!(
-            "attribute name {name:?} holds {bad:?}; allowed are A-Z, a-z, 0-9, '_', '-', '.'"
+            "attribute name {name:?} holds {bad:?}; allowed are letters, digits, '_', '-', '.'"
         )));
     }
     if name.starts_with('.') || name.ends_with('.') || name.contains("..") {

@@ -9,8 +9,10 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use trireme_core::{Command, QueueAttributes, QueueName, QueueView, RedriveAllow};
 
-use super::attributes::{parse_queue_attributes, requested_queue_attributes};
-use super::error::SqsError;
+use super::attributes::{
+    check_queue_type, first_difference, parse_queue_attributes, requested_queue_attributes,
+};
+use super::error::{Invalid, Limit, SqsError};
 use super::move_task::MoveTaskHandle;
 use super::redrive_policy::{
     RedriveAllowJson, RedrivePolicyJson, render_redrive_allow_policy, render_redrive_policy,
@@ -25,7 +27,7 @@ use super::wire::{
     TagQueueRequest, UntagQueueRequest,
 };
 use super::{Sqs, in_range, limits, required};
-use crate::redrive::{RedriveError, RedriveStatus};
+use crate::redrive::{RedriveError, RedriveFailure, RedriveStatus};
 
 impl Sqs {
     pub(super) async fn create_queue(
@@ -33,29 +35,23 @@ impl Sqs {
         request: CreateQueueRequest,
     ) -> Result<QueueUrlResponse, SqsError> {
         let text = required(request.queue_name, "QueueName")?;
-        if text.ends_with(".fifo") {
-            return Err(SqsError::fifo_unsupported(&text));
-        }
-        let name = QueueName::try_from(text.as_str()).map_err(|_| {
-            SqsError::invalid(
-                "QueueName",
-                &text,
-                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length.",
-            )
-        })?;
-        let changes = parse_queue_attributes(&request.attributes.unwrap_or_default(), |arn| {
-            self.queue_from_arn(arn, "RedrivePolicy")
-        })?;
+        let attributes = request.attributes.unwrap_or_default();
+        check_queue_type(&text, &attributes)?;
+        let name = QueueName::try_from(text.as_str())
+            .map_err(|_| SqsError::InvalidParameterValue(Invalid::QueueName))?;
+        let changes =
+            parse_queue_attributes(&attributes, |arn| self.queue_from_arn(arn, "RedrivePolicy"))?;
         // SQS compares only the attributes the request names with those of an existing queue,
-        // so "create if missing" without attributes finds a queue whatever its settings.
+        // so "create if missing" without attributes finds a queue whatever its settings; the
+        // refusal names the first attribute that differs.
         if let Some(existing) = self.engine.queue(&name).await? {
-            if existing.attributes.with(&changes) == existing.attributes {
-                return Ok(QueueUrlResponse {
-                    queue_url: self.addresses.queue_url(name.as_str()),
-                });
+            if let Some(attribute) = first_difference(&existing.attributes, &attributes, |arn| {
+                self.queue_from_arn(arn, "RedrivePolicy")
+            })? {
+                return Err(SqsError::QueueNameExists { attribute });
             }
-            return Err(SqsError::QueueNameExists {
-                name: name.to_string(),
+            return Ok(QueueUrlResponse {
+                queue_url: self.addresses.queue_url(name.as_str()),
             });
         }
         let attributes = QueueAttributes::default().with(&changes);
@@ -204,24 +200,30 @@ impl Sqs {
         request: StartMessageMoveTaskRequest,
     ) -> Result<StartMessageMoveTaskResponse, SqsError> {
         let source_arn = required(request.source_arn, "SourceArn")?;
-        let from = self.queue_from_arn(&source_arn, "SourceArn")?;
-        let to = request
-            .destination_arn
-            .as_deref()
-            .map(|arn| self.queue_from_arn(arn, "DestinationArn"))
-            .transpose()?;
+        let from = self.move_task_queue(&source_arn, "SourceArn").await?;
+        let to = match request.destination_arn.as_deref() {
+            Some(arn) => Some(self.move_task_queue(arn, "DestinationArn").await?),
+            None => None,
+        };
         let rate = in_range(
             request.max_number_of_messages_per_second,
             "MaxNumberOfMessagesPerSecond",
             1,
             limits::move_task_rate_per_s_max,
         )?;
+        // SQS moves messages out of dead-letter queues only, whether or not a destination is
+        // named.
+        if self.engine.dead_letter_sources(&from).await?.is_empty() {
+            return Err(SqsError::InvalidParameterValue(
+                Invalid::NotADeadLetterQueue,
+            ));
+        }
         let task_id = self
             .engine
             .redrives()
-            .start(from, to, rate)
+            .start(from.clone(), to.clone(), rate)
             .await
-            .map_err(|error| move_task_error(error, &source_arn))?;
+            .map_err(|error| move_task_error(error, &from))?;
         Ok(StartMessageMoveTaskResponse {
             task_handle: MoveTaskHandle {
                 task_id,
@@ -236,7 +238,6 @@ impl Sqs {
         request: ListMessageMoveTasksRequest,
     ) -> Result<ListMessageMoveTasksResponse, SqsError> {
         let source_arn = required(request.source_arn, "SourceArn")?;
-        let from = self.queue_from_arn(&source_arn, "SourceArn")?;
         let limit = in_range(
             request.max_results,
             "MaxResults",
@@ -244,11 +245,7 @@ impl Sqs {
             limits::move_tasks_results_max,
         )?
         .unwrap_or(1);
-        if self.engine.queue(&from).await?.is_none() {
-            return Err(SqsError::ResourceNotFound {
-                message: format!("The source queue {source_arn} does not exist."),
-            });
-        }
+        let from = self.move_task_queue(&source_arn, "SourceArn").await?;
         let tasks = self.engine.redrives().list(&from, usize_from(limit));
         let results = tasks
             .into_iter()
@@ -258,7 +255,8 @@ impl Sqs {
                     RedriveStatus::Completed => ("COMPLETED", None),
                     RedriveStatus::Cancelling => ("CANCELLING", None),
                     RedriveStatus::Cancelled => ("CANCELLED", None),
-                    RedriveStatus::Failed { reason } => ("FAILED", Some(reason)),
+                    // SQS gives the error code of what stopped the task.
+                    RedriveStatus::Failed(failure) => ("FAILED", Some(failure_reason(failure))),
                 };
                 MoveTaskResult {
                     task_handle: (status == "RUNNING").then(|| {
@@ -290,17 +288,47 @@ impl Sqs {
         request: CancelMessageMoveTaskRequest,
     ) -> Result<CancelMessageMoveTaskResponse, SqsError> {
         let text = required(request.task_handle, "TaskHandle")?;
-        let handle = MoveTaskHandle::decode(&text).ok_or_else(|| SqsError::ResourceNotFound {
-            message: "The task handle does not name a message move task.".to_owned(),
-        })?;
+        let handle = MoveTaskHandle::decode(&text)
+            .ok_or(SqsError::InvalidParameterValue(Invalid::TaskHandle))?;
+        let from = self
+            .move_task_queue(&handle.source_arn, "SourceArn")
+            .await?;
+        // A task of another queue is no task of this one.
+        if self
+            .engine
+            .redrives()
+            .get(&handle.task_id)
+            .is_none_or(|task| task.from != from)
+        {
+            return Err(SqsError::TaskDoesNotExist);
+        }
         let moved = self
             .engine
             .redrives()
             .cancel(&handle.task_id)
-            .map_err(|error| move_task_error(error, &handle.source_arn))?;
+            .map_err(|error| move_task_error(error, &from))?;
         Ok(CancelMessageMoveTaskResponse {
             approximate_number_of_messages_moved: moved,
         })
+    }
+
+    /// The existing queue a move task's ARN parameter names, or SQS's `ResourceNotFound` naming
+    /// the parameter.
+    async fn move_task_queue(
+        &self,
+        arn: &str,
+        parameter: &'static str,
+    ) -> Result<QueueName, SqsError> {
+        let missing = SqsError::ResourceNotFound { parameter };
+        let name = match self.queue_from_arn(arn, parameter) {
+            Ok(name) => name,
+            Err(SqsError::QueueDoesNotExist) => return Err(missing),
+            Err(other) => return Err(other),
+        };
+        match self.engine.queue(&name).await? {
+            Some(_) => Ok(name),
+            None => Err(missing),
+        }
     }
 
     /// The queue's current state, or `QueueDoesNotExist`.
@@ -411,34 +439,38 @@ fn usize_from(value: u32) -> usize {
     usize::try_from(value).expect("u32 fits usize on every supported target")
 }
 
-fn move_task_error(error: RedriveError, source_arn: &str) -> SqsError {
+/// The `FailureReason` of a failed task: the SQS error code of what stopped it.
+fn failure_reason(failure: RedriveFailure) -> String {
+    let error = match failure {
+        RedriveFailure::DestinationDeleted { .. } => SqsError::QueueDoesNotExist,
+        RedriveFailure::Engine(error) => error.into(),
+    };
+    error.wire().query_code.into_owned()
+}
+
+fn move_task_error(error: RedriveError, from: &QueueName) -> SqsError {
     match error {
         RedriveError::QueueNotFound { name } => SqsError::ResourceNotFound {
-            message: format!("The queue {name} does not exist."),
+            parameter: if &name == from {
+                "SourceArn"
+            } else {
+                "DestinationArn"
+            },
         },
-        RedriveError::NotADeadLetterQueue { .. } => SqsError::invalid(
-            "SourceArn",
-            source_arn,
-            "The queue is not the dead-letter queue of any queue; give a DestinationArn.",
-        ),
-        RedriveError::AlreadyRunning { .. } => SqsError::invalid(
-            "SourceArn",
-            source_arn,
-            "A message move task is already running for this queue; only one may run at a time.",
-        ),
-        RedriveError::TooManyRunning { max } => SqsError::OverLimit {
-            message: format!("{max} message move tasks are running, the most this node allows."),
-        },
+        RedriveError::NotADeadLetterQueue { .. } => {
+            SqsError::InvalidParameterValue(Invalid::NotADeadLetterQueue)
+        }
+        RedriveError::AlreadyRunning { .. } => {
+            SqsError::InvalidParameterValue(Invalid::MoveTaskRunning)
+        }
+        RedriveError::TooManyRunning { max } => SqsError::OverLimit(Limit::MoveTasks { max }),
         RedriveError::RateOutOfRange { rate, max } => {
             SqsError::out_of_range("MaxNumberOfMessagesPerSecond", rate, 1, u64::from(max))
         }
-        RedriveError::TaskNotFound { .. } => SqsError::ResourceNotFound {
-            message: "The task handle does not name a message move task.".to_owned(),
-        },
-        RedriveError::NotRunning { .. } => SqsError::ResourceNotFound {
-            message: "The message move task is not running; only a running task can be cancelled."
-                .to_owned(),
-        },
+        RedriveError::TaskNotFound { .. } => SqsError::TaskDoesNotExist,
+        RedriveError::NotRunning { .. } => {
+            SqsError::InvalidParameterValue(Invalid::MoveTaskNotRunning)
+        }
         RedriveError::Engine(error) => error.into(),
     }
 }

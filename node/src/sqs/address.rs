@@ -63,8 +63,9 @@ impl Addresses {
         format!("arn:aws:sqs:{}:{}:{name}", self.region, self.account)
     }
 
-    /// The queue name in a queue URL. Any scheme and host are accepted; the path must be
-    /// `/<account>/<name>` with this endpoint's account (a trailing slash is tolerated).
+    /// The queue name in a queue URL, or a bare queue name. Any scheme and host are accepted
+    /// (`sqs.<region>.<host>` among them); the path must be `/<account>/<name>` with this
+    /// endpoint's account (a trailing slash is tolerated).
     ///
     /// # Errors
     /// `Malformed` for anything else, `Foreign` for another account.
@@ -78,6 +79,8 @@ impl Addresses {
                 &after_scheme[after_scheme.find('/').ok_or_else(malformed)?..]
             }
             None if url.starts_with('/') => url,
+            // A bare queue name, which SQS accepts where a queue URL is expected.
+            None if !url.is_empty() && !url.contains(['/', '?', '#']) => return Ok(url),
             None => return Err(malformed()),
         };
         let path = path.split(['?', '#']).next().unwrap_or_default();
@@ -164,8 +167,13 @@ mod tests {
             a.name_from_url("http://h/123456789012/jobs"),
             Err(AddressError::Foreign { .. })
         ));
+        assert_eq!(a.name_from_url("jobs"), Ok("jobs"));
+        assert_eq!(
+            a.name_from_url("http://sqs.us-east-1.localhost:9324/000000000000/jobs"),
+            Ok("jobs")
+        );
         for junk in [
-            "jobs",
+            "",
             "http://h",
             "http://h/",
             "http://h/000000000000",

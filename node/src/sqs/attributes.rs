@@ -5,14 +5,15 @@
 //! attribute and its range; the core checks them again (a second fence, not the first).
 //!
 //! Attributes that exist for features Trireme does not have are handled explicitly, one by one:
-//! FIFO-only ones are refused (standard queues only); encryption and access-policy ones are
-//! accepted and not stored, because infrastructure tools set them on every queue.
+//! FIFO-only ones are refused as SQS refuses them on a standard queue; encryption and
+//! access-policy ones are accepted and not stored, because infrastructure tools set them on every
+//! queue.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use trireme_core::{AttributeChanges, QueueName, RedriveAllow, RedrivePolicy, limits};
 
-use super::error::SqsError;
+use super::error::{AttributeNameProblem, Invalid, SqsError};
 use super::redrive_policy::{self, PolicyError, RedriveAllowJson};
 
 /// Every queue attribute name `GetQueueAttributes` knows, in SQS's order.
@@ -40,12 +41,45 @@ pub const QUEUE_ATTRIBUTE_NAMES: [&str; 21] = [
     "SqsManagedSseEnabled",
 ];
 
-/// Attributes that only FIFO queues have.
-const FIFO_ONLY: [&str; 3] = [
-    "ContentBasedDeduplication",
-    "DeduplicationScope",
-    "FifoThroughputLimit",
-];
+/// Checks a `CreateQueue`'s name against its `FifoQueue` attribute, as SQS does before anything
+/// else: `FifoQueue=true` needs a `.fifo` name and a `.fifo` name needs `FifoQueue=true`. A FIFO
+/// queue asked for consistently is refused: Trireme has standard queues only.
+///
+/// # Errors
+/// `InvalidParameterValue` for an inconsistent request, `UnsupportedOperation` for a FIFO queue.
+pub fn check_queue_type(name: &str, attributes: &BTreeMap<String, String>) -> Result<(), SqsError> {
+    let fifo_asked = attributes
+        .get("FifoQueue")
+        .is_some_and(|value| value == "true");
+    match (name.ends_with(".fifo"), fifo_asked) {
+        (true, true) => Err(SqsError::FifoUnsupported {
+            name: name.to_owned(),
+        }),
+        (true, false) => Err(SqsError::InvalidParameterValue(Invalid::QueueName)),
+        (false, true) => Err(SqsError::InvalidParameterValue(Invalid::FifoQueueName)),
+        (false, false) => Ok(()),
+    }
+}
+
+/// The first attribute a `CreateQueue` names whose value differs from the existing queue's, in
+/// name order; `None` when the request matches the queue (SQS then answers its URL).
+///
+/// # Errors
+/// As [`parse_queue_attributes`], for a value that does not parse.
+pub fn first_difference(
+    existing: &trireme_core::QueueAttributes,
+    attributes: &BTreeMap<String, String>,
+    resolve: impl Fn(&str) -> Result<QueueName, SqsError>,
+) -> Result<Option<String>, SqsError> {
+    for (name, value) in attributes {
+        let one = BTreeMap::from([(name.clone(), value.clone())]);
+        let changes = parse_queue_attributes(&one, &resolve)?;
+        if existing.with(&changes) != *existing {
+            return Ok(Some(name.clone()));
+        }
+    }
+    Ok(None)
+}
 
 /// The system attributes `ReceiveMessage` can return, in SQS's order.
 pub const SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
@@ -76,7 +110,7 @@ pub fn requested_queue_attributes(names: &[String]) -> Result<BTreeSet<&'static 
         let known = QUEUE_ATTRIBUTE_NAMES
             .iter()
             .find(|known| **known == name.as_str())
-            .ok_or_else(|| SqsError::InvalidAttributeName { name: name.clone() })?;
+            .ok_or_else(|| SqsError::unknown_attribute(name))?;
         selected.insert(*known);
     }
     Ok(selected)
@@ -101,7 +135,7 @@ pub fn requested_system_attributes(
         {
             selected.insert(*known);
         } else if !QUEUE_ATTRIBUTE_NAMES.contains(&name.as_str()) || system_names.contains(name) {
-            return Err(SqsError::InvalidAttributeName { name: name.clone() });
+            return Err(SqsError::unknown_attribute(name));
         }
     }
     Ok(selected)
@@ -206,17 +240,24 @@ pub fn parse_queue_attributes(
                     ),
                 });
             }
-            "FifoQueue" => match value.as_str() {
-                "false" => {}
-                "true" => return Err(SqsError::fifo_unsupported("this queue")),
-                _ => return Err(boolean_error(name, value)),
-            },
-            fifo if FIFO_ONLY.contains(&fifo) => {
-                return Err(SqsError::UnsupportedOperation {
-                    message: format!(
-                        "The attribute {fifo} applies to FIFO queues only; Trireme supports standard queues only."
-                    ),
-                });
+            // A standard queue has no `FifoQueue` or `ContentBasedDeduplication` attribute, and
+            // SQS names the other two FIFO attributes in its refusal.
+            "FifoQueue" | "ContentBasedDeduplication" => {
+                return Err(SqsError::unknown_attribute(name));
+            }
+            "DeduplicationScope" => {
+                return Err(SqsError::InvalidAttributeName(
+                    AttributeNameProblem::FifoOnly {
+                        name: "DeduplicationScope",
+                    },
+                ));
+            }
+            "FifoThroughputLimit" => {
+                return Err(SqsError::InvalidAttributeName(
+                    AttributeNameProblem::FifoOnly {
+                        name: "FifoThroughputLimit",
+                    },
+                ));
             }
             // Accepted so that tools which always send them work; nothing is stored (see the
             // module comment and the SQS differences in the README).
@@ -226,10 +267,10 @@ pub fn parse_queue_attributes(
             }
             "SqsManagedSseEnabled" => {
                 if value != "true" && value != "false" {
-                    return Err(boolean_error(name, value));
+                    return Err(value_error(name));
                 }
             }
-            _ => return Err(SqsError::InvalidAttributeName { name: name.clone() }),
+            _ => return Err(SqsError::unknown_attribute(name)),
         }
     }
     Ok(changes)
@@ -241,23 +282,23 @@ fn seconds(name: &str, value: &str, min: u32, max: u32) -> Result<u32, SqsError>
         .parse::<u32>()
         .ok()
         .filter(|parsed| (min..=max).contains(parsed))
-        .ok_or_else(|| SqsError::InvalidAttributeValue {
-            message: format!("Invalid value for the parameter {name}. Reason: {value} must be an integer between {min} and {max}."),
-        })
+        .ok_or_else(|| value_error(name))
 }
 
-fn boolean_error(name: &str, value: &str) -> SqsError {
+/// SQS's refusal of an attribute value: it names the attribute and gives no reason.
+fn value_error(name: &str) -> SqsError {
     SqsError::InvalidAttributeValue {
-        message: format!(
-            "Invalid value for the parameter {name}. Reason: {value} must be true or false."
-        ),
+        attribute: name.to_owned(),
+        reason: None,
     }
 }
 
 fn policy_error(error: PolicyError) -> SqsError {
-    SqsError::InvalidParameterValue {
-        message: error.to_string(),
-    }
+    SqsError::InvalidParameterValue(Invalid::Policy {
+        attribute: error.attribute,
+        value: error.value,
+        reason: error.reason,
+    })
 }
 
 #[cfg(test)]
@@ -282,9 +323,7 @@ mod tests {
         assert_eq!(some.len(), 2);
         assert_eq!(
             requested_queue_attributes(&strings(&["QueueArn", "Colour"])),
-            Err(SqsError::InvalidAttributeName {
-                name: "Colour".into()
-            })
+            Err(SqsError::unknown_attribute("Colour"))
         );
         assert!(requested_queue_attributes(&[]).unwrap().is_empty());
     }
@@ -344,26 +383,46 @@ mod tests {
     }
 
     #[test]
-    fn out_of_range_values_name_the_attribute_and_range() {
-        for (name, value, range) in [
-            ("VisibilityTimeout", "43201", "0 and 43200"),
-            ("DelaySeconds", "-1", "0 and 900"),
-            ("MessageRetentionPeriod", "59", "60 and 1209600"),
-            ("MaximumMessageSize", "1023", "1024 and 1048576"),
-            ("ReceiveMessageWaitTimeSeconds", "21", "0 and 20"),
+    fn out_of_range_values_name_the_attribute() {
+        for (name, value) in [
+            ("VisibilityTimeout", "43201"),
+            ("DelaySeconds", "-1"),
+            ("MessageRetentionPeriod", "59"),
+            ("MaximumMessageSize", "1023"),
+            ("ReceiveMessageWaitTimeSeconds", "21"),
         ] {
             let map = BTreeMap::from([(name.to_owned(), value.to_owned())]);
             let error = parse_queue_attributes(&map, resolve).unwrap_err();
             let message = error.to_string();
             assert!(
                 matches!(error, SqsError::InvalidAttributeValue { .. }),
-                "{name}"
+                "{name} {value}"
             );
-            assert!(
-                message.contains(name) && message.contains(range),
-                "{message}"
-            );
+            // SQS names the attribute and gives no reason.
+            assert_eq!(message, format!("Invalid value for the parameter {name}."));
         }
+    }
+
+    #[test]
+    fn a_fifo_name_needs_fifo_queue_and_a_fifo_queue_is_refused() {
+        let with = |fifo: Option<&str>| {
+            fifo.map(|value| BTreeMap::from([("FifoQueue".to_owned(), value.to_owned())]))
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            check_queue_type("jobs.fifo", &with(None)),
+            Err(SqsError::InvalidParameterValue(Invalid::QueueName))
+        );
+        assert_eq!(
+            check_queue_type("jobs", &with(Some("true"))),
+            Err(SqsError::InvalidParameterValue(Invalid::FifoQueueName))
+        );
+        assert!(matches!(
+            check_queue_type("jobs.fifo", &with(Some("true"))),
+            Err(SqsError::FifoUnsupported { .. })
+        ));
+        assert_eq!(check_queue_type("jobs", &with(Some("false"))), Ok(()));
+        assert_eq!(check_queue_type("jobs", &with(None)), Ok(()));
     }
 
     #[test]
@@ -374,15 +433,26 @@ mod tests {
                 resolve,
             )
         };
-        assert!(matches!(
-            refuse("FifoQueue", "true"),
-            Err(SqsError::UnsupportedOperation { .. })
-        ));
-        assert!(refuse("FifoQueue", "false").is_ok());
-        assert!(matches!(
-            refuse("ContentBasedDeduplication", "true"),
-            Err(SqsError::UnsupportedOperation { .. })
-        ));
+        // As SQS words them on a standard queue.
+        for (name, message) in [
+            ("FifoQueue", "Unknown Attribute FifoQueue."),
+            (
+                "ContentBasedDeduplication",
+                "Unknown Attribute ContentBasedDeduplication.",
+            ),
+            (
+                "DeduplicationScope",
+                "You can specify the DeduplicationScope only when FifoQueue is set to true.",
+            ),
+            (
+                "FifoThroughputLimit",
+                "You can specify the FifoThroughputLimit only when FifoQueue is set to true.",
+            ),
+        ] {
+            let error = refuse(name, "false").unwrap_err();
+            assert!(matches!(error, SqsError::InvalidAttributeName(_)), "{name}");
+            assert_eq!(error.to_string(), message);
+        }
         assert!(matches!(
             refuse("QueueArn", "x"),
             Err(SqsError::InvalidAttributeName { .. })

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use trireme_core::{HandleProblem, Reject};
+use trireme_core::Reject;
 
 use crate::engine::EngineError;
 
@@ -23,44 +23,52 @@ const COMMON_NAMESPACE: &str = "com.amazon.coral.service#";
 /// The content type of every SQS JSON response.
 pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 
-/// A refused SQS request, with what the caller needs to know to fix it.
+/// A refused SQS request. Each variant is one refusal AWS gives, worded as AWS words it
+/// (`Display`); [`SqsError::wire`] gives its HTTP status, shape and query code. Together they are
+/// the one table of SQS refusals: the gRPC endpoint takes its batch-entry codes from here too.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SqsError {
     /// The queue named by the URL or name does not exist.
     #[error("The specified queue does not exist.")]
     QueueDoesNotExist,
-    /// `CreateQueue` named an existing queue with different attributes.
+    /// `CreateQueue` named an existing queue and gave `attribute` another value.
     #[error(
-        "A queue named {name} already exists with different attributes; delete it or create it with the same attributes."
+        "A queue already exists with the same name and a different value for attribute {attribute}"
     )]
-    QueueNameExists { name: String },
+    QueueNameExists { attribute: String },
     /// `CreateQueue` named a queue deleted less than 60 seconds ago.
-    #[error("Queue {name} was deleted less than 60 seconds ago; wait before creating it again.")]
-    QueueDeletedRecently { name: String },
-    /// A receipt handle that does not decode, is forged, names another queue, was never issued or
-    /// was superseded by a later receive.
-    #[error("The receipt handle is not valid for this queue: {reason}.")]
-    ReceiptHandleIsInvalid { reason: String },
+    #[error(
+        "You must wait 60 seconds after deleting a queue before you can create another with the same name."
+    )]
+    QueueDeletedRecently,
+    /// A receipt handle that does not decode, is forged, names another queue or was never issued.
+    #[error("The input receipt handle \"{handle}\" is not a valid receipt handle.")]
+    ReceiptHandleIsInvalid { handle: String },
     /// A parameter value outside its allowed range or form.
-    #[error("{message}")]
-    InvalidParameterValue { message: String },
-    /// A required parameter is absent.
+    #[error("{0}")]
+    InvalidParameterValue(Invalid),
+    /// A required parameter is absent (or, for `MessageBody`, empty).
     #[error("The request must contain the parameter {parameter}.")]
     MissingParameter { parameter: &'static str },
-    /// An attribute name that SQS does not know.
-    #[error("Unknown Attribute {name}.")]
-    InvalidAttributeName { name: String },
-    /// A queue attribute value outside its range or form.
-    #[error("{message}")]
-    InvalidAttributeValue { message: String },
-    /// A message body with characters SQS does not allow.
-    #[error("Invalid characters found in the message body: {reason}.")]
-    InvalidMessageContents { reason: String },
+    /// An attribute name that SQS does not know, or one that only FIFO queues have.
+    #[error("{0}")]
+    InvalidAttributeName(AttributeNameProblem),
+    /// A queue attribute value outside its range or form; AWS gives a reason for some.
+    #[error("Invalid value for the parameter {attribute}.{}", reason_suffix(.reason.as_deref()))]
+    InvalidAttributeValue {
+        attribute: String,
+        reason: Option<String>,
+    },
+    /// A message body with a character SQS does not allow: the first such, as a code point.
+    #[error(
+        "Invalid binary character '#x{character:X}' was found in the message body, the set of allowed characters is #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]."
+    )]
+    InvalidMessageContents { character: u32 },
     /// A batch entry id that is too long or has characters outside `[A-Za-z0-9_-]`.
     #[error(
-        "Id {id} is invalid. A batch entry id can only contain alphanumeric characters, hyphens and underscores, and can be at most 80 characters long."
+        "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most 80 letters long."
     )]
-    InvalidBatchEntryId { id: String },
+    InvalidBatchEntryId,
     /// More than 10 entries in a batch.
     #[error("Maximum number of entries per request are 10. You have sent {count}.")]
     TooManyEntriesInBatchRequest { count: usize },
@@ -79,14 +87,24 @@ pub enum SqsError {
     #[error("Only one PurgeQueue operation on {name} is allowed every 60 seconds.")]
     PurgeQueueInProgress { name: String },
     /// A cap was reached (in-flight messages, open long polls, queues, tags, move tasks).
-    #[error("{message}")]
-    OverLimit { message: String },
-    /// Something SQS offers that Trireme does not (FIFO queues, permissions).
-    #[error("{message}")]
-    UnsupportedOperation { message: String },
-    /// A move task or its source that does not exist.
-    #[error("{message}")]
-    ResourceNotFound { message: String },
+    #[error("{0}")]
+    OverLimit(Limit),
+    /// A FIFO queue: Trireme has standard queues only (the README's first difference).
+    #[error(
+        "FIFO queues are not supported: {name} would be a FIFO queue, and Trireme has standard queues only."
+    )]
+    FifoUnsupported { name: String },
+    /// `AddPermission` or `RemovePermission`: Trireme keeps no per-queue permissions.
+    #[error(
+        "{action} is not supported: Trireme has no per-queue permissions; access is controlled by the endpoint's access keys."
+    )]
+    PermissionsUnsupported { action: String },
+    /// A move task parameter names a queue that does not exist.
+    #[error("The resource that you specified for the {parameter} parameter doesn't exist.")]
+    ResourceNotFound { parameter: &'static str },
+    /// A well-formed move task handle names no task.
+    #[error("Task does not exist.")]
+    TaskDoesNotExist,
     /// A queue URL that is not one of this endpoint's.
     #[error("The address {url} is not valid for this endpoint.")]
     InvalidAddress { url: String },
@@ -124,6 +142,132 @@ pub enum SqsError {
     InternalFailure { reason: String },
 }
 
+fn reason_suffix(reason: Option<&str>) -> String {
+    reason
+        .map(|reason| format!(" Reason: {reason}"))
+        .unwrap_or_default()
+}
+
+/// What is wrong with a parameter: the messages of `InvalidParameterValue`, each in AWS's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// The general form: `Value 11 for parameter MaxNumberOfMessages is invalid. Reason: ...`.
+    #[error("Value {value} for parameter {parameter} is invalid. Reason: {reason}")]
+    Value {
+        parameter: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// The form without the value, for parameters AWS does not repeat.
+    #[error("Value for parameter {parameter} is invalid. Reason: {reason}")]
+    Unquoted {
+        parameter: &'static str,
+        reason: String,
+    },
+    /// A move task handle that does not decode.
+    #[error("Value for parameter TaskHandle is invalid.")]
+    TaskHandle,
+    /// A message (body and attributes) over the queue's `MaximumMessageSize`.
+    #[error(
+        "One or more parameters are invalid. Reason: Message must be shorter than {max_bytes} bytes."
+    )]
+    MessageTooLong { max_bytes: u32 },
+    /// The same, for one entry of a batch (AWS words it differently there).
+    #[error(
+        "One or more parameters cannot be validated. Reason: Message must be shorter than {max_bytes} bytes."
+    )]
+    EntryTooLong { max_bytes: u32 },
+    /// A message attribute without a value.
+    #[error(
+        "Message (user) attribute '{name}' must contain a non-empty value of type '{data_type}'."
+    )]
+    EmptyAttributeValue { name: String, data_type: String },
+    /// A message attribute whose data type has none of SQS's three prefixes.
+    #[error(
+        "The type of message (user) attribute '{name}' is invalid. You must use only the following supported type prefixes: Binary, Number, String."
+    )]
+    AttributeType { name: String },
+    /// A `Number` message attribute whose value is no number.
+    #[error("Can't cast the value of message (user) attribute '{name}' to a number.")]
+    AttributeNotNumber { name: String },
+    /// A message attribute whose value is otherwise wrong (a refused character, bad base64).
+    #[error("Message (user) attribute '{name}' is invalid. Reason: {reason}")]
+    Attribute { name: String, reason: String },
+    /// A message system attribute other than a `String` `AWSTraceHeader`.
+    #[error("Message system attribute '{name}' is invalid. Reason: {reason}")]
+    SystemAttribute { name: String, reason: String },
+    /// A queue name outside `[A-Za-z0-9_-]{1,80}` (or a `.fifo` name without `FifoQueue`).
+    #[error("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")]
+    QueueName,
+    /// `FifoQueue=true` with a name that does not end in `.fifo`.
+    #[error(
+        "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length."
+    )]
+    FifoQueueName,
+    /// A move task from a queue that is no queue's dead-letter queue.
+    #[error("Source queue must be configured as a Dead Letter Queue.")]
+    NotADeadLetterQueue,
+    /// A second move task from the same queue.
+    #[error(
+        "There is already a task running. Only one active task is allowed for a source queue arn at a given time."
+    )]
+    MoveTaskRunning,
+    /// A move task that has finished cannot be cancelled.
+    #[error("Only active tasks can be cancelled.")]
+    MoveTaskNotRunning,
+    /// A malformed redrive or redrive-allow policy, worded by `redrive_policy`.
+    #[error("Value {value} for parameter {attribute} is invalid. Reason: {reason}")]
+    Policy {
+        attribute: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// A request body larger than the endpoint reads.
+    #[error("The request body could not be read or is longer than {max_bytes} bytes.")]
+    RequestTooLong { max_bytes: usize },
+}
+
+/// Why an attribute name is refused: the messages of `InvalidAttributeName`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttributeNameProblem {
+    /// A name SQS does not know (or, on a standard queue, `ContentBasedDeduplication` and
+    /// `FifoQueue` in `SetQueueAttributes`).
+    #[error("Unknown Attribute {name}.")]
+    Unknown { name: String },
+    /// `DeduplicationScope` or `FifoThroughputLimit` on a standard queue.
+    #[error("You can specify the {name} only when FifoQueue is set to true.")]
+    FifoOnly { name: &'static str },
+}
+
+/// Which cap was reached: the messages of `OverLimit`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Limit {
+    /// The node holds as many queues as it may.
+    #[error("This node holds its maximum of {max} queues.")]
+    Queues { max: usize },
+    /// The queue has as many in-flight messages as it may.
+    #[error("Queue {name} has its maximum of {max} in-flight messages.")]
+    InFlight { name: String, max: u64 },
+    /// The queue has as many open long polls as it may.
+    #[error("Queue {name} has its maximum of {max} open long polls.")]
+    LongPolls { name: String, max: usize },
+    /// As many move tasks run as the node allows.
+    #[error("{max} message move tasks are running, the most this node allows.")]
+    MoveTasks { max: usize },
+}
+
+/// What a refusal of the core is about, for the wording AWS gives it: the receipt handle and
+/// visibility timeout of the request, when it has them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Subject<'a> {
+    /// The receipt handle as the caller sent it.
+    pub handle: Option<&'a str>,
+    /// The visibility timeout the caller asked for.
+    pub visibility_timeout_s: Option<u32>,
+    /// The message body the caller sent.
+    pub body: Option<&'a str>,
+}
+
 /// The wire form of one error: what `IntoResponse` writes.
 #[derive(Debug, PartialEq, Eq)]
 pub struct WireError {
@@ -138,151 +282,185 @@ pub struct WireError {
 }
 
 impl SqsError {
-    /// Shorthand for the validation error SQS gives for a value outside its range, in SQS's
-    /// wording: `Value 11 for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1
-    /// and 10, if provided.`
+    /// The refusal of a value outside `min..=max`, as AWS words it for most ranges:
+    /// `Value 11 for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10,
+    /// if provided.`
     #[must_use]
     pub fn out_of_range(
-        parameter: &str,
+        parameter: &'static str,
         value: impl std::fmt::Display,
         min: u64,
         max: u64,
     ) -> Self {
-        SqsError::InvalidParameterValue {
-            message: format!(
-                "Value {value} for parameter {parameter} is invalid. Reason: Must be between {min} and {max}, if provided."
-            ),
-        }
+        SqsError::invalid(
+            parameter,
+            value,
+            format!("Must be between {min} and {max}, if provided."),
+        )
     }
 
-    /// Shorthand for a parameter refused for a stated reason.
+    /// The refusal of a value outside `min..=max` in AWS's other wording, that of
+    /// `WaitTimeSeconds`: `Reason: Must be >= 0 and <= 20, if provided.`
     #[must_use]
-    pub fn invalid(parameter: &str, value: impl std::fmt::Display, reason: &str) -> Self {
-        SqsError::InvalidParameterValue {
-            message: format!(
-                "Value {value} for parameter {parameter} is invalid. Reason: {reason}"
-            ),
-        }
+    pub fn out_of_bounds(
+        parameter: &'static str,
+        value: impl std::fmt::Display,
+        min: u64,
+        max: u64,
+    ) -> Self {
+        SqsError::invalid(
+            parameter,
+            value,
+            format!("Must be >= {min} and <= {max}, if provided."),
+        )
     }
 
-    /// Shorthand for the refusal of a FIFO queue name: Trireme has standard queues only.
+    /// `Value <value> for parameter <parameter> is invalid. Reason: <reason>`.
     #[must_use]
-    pub fn fifo_unsupported(name: &str) -> Self {
-        SqsError::UnsupportedOperation {
-            message: format!(
-                "Queue {name} is a FIFO queue name; Trireme supports standard queues only. Use a name without the .fifo suffix."
-            ),
-        }
+    pub fn invalid(
+        parameter: &'static str,
+        value: impl std::fmt::Display,
+        reason: impl Into<String>,
+    ) -> Self {
+        SqsError::InvalidParameterValue(Invalid::Value {
+            parameter,
+            value: value.to_string(),
+            reason: reason.into(),
+        })
     }
 
-    /// The status, shape and query code of this error.
+    /// An attribute name SQS does not know.
+    #[must_use]
+    pub fn unknown_attribute(name: &str) -> Self {
+        SqsError::InvalidAttributeName(AttributeNameProblem::Unknown {
+            name: name.to_owned(),
+        })
+    }
+
+    /// The status, shape and query code of this error: the table. Every SQS refusal's HTTP
+    /// status, `__type` shape and legacy query code is written here and nowhere else.
     #[must_use]
     pub fn wire(&self) -> WireError {
         use SqsError as E;
-        let sender = |status: StatusCode, shape: &'static str, code: &'static str| {
-            (status, SQS_NAMESPACE, shape, code)
-        };
-        let prefixed = |shape: &'static str| (StatusCode::BAD_REQUEST, SQS_NAMESPACE, shape, "");
+        const BAD: StatusCode = StatusCode::BAD_REQUEST;
+        const FORBIDDEN: StatusCode = StatusCode::FORBIDDEN;
+        const NOT_FOUND: StatusCode = StatusCode::NOT_FOUND;
+        // (status, namespace, shape, query code); an empty query code is the shape under SQS's
+        // legacy `AWS.SimpleQueueService.` prefix.
         let (status, namespace, shape, code): (StatusCode, &str, &str, &str) = match self {
-            E::QueueDoesNotExist => sender(
-                StatusCode::BAD_REQUEST,
+            E::QueueDoesNotExist => (
+                BAD,
+                SQS_NAMESPACE,
                 "QueueDoesNotExist",
                 "AWS.SimpleQueueService.NonExistentQueue",
             ),
-            E::QueueNameExists { .. } => sender(
-                StatusCode::BAD_REQUEST,
-                "QueueNameExists",
-                "QueueAlreadyExists",
-            ),
-            E::QueueDeletedRecently { .. } => prefixed("QueueDeletedRecently"),
-            E::ReceiptHandleIsInvalid { .. } => sender(
-                StatusCode::NOT_FOUND,
+            E::QueueNameExists { .. } => {
+                (BAD, SQS_NAMESPACE, "QueueNameExists", "QueueAlreadyExists")
+            }
+            E::QueueDeletedRecently => (BAD, SQS_NAMESPACE, "QueueDeletedRecently", ""),
+            // The service model says 404; AWS answers 400, and AWS's behaviour is the reference.
+            E::ReceiptHandleIsInvalid { .. } => (
+                BAD,
+                SQS_NAMESPACE,
                 "ReceiptHandleIsInvalid",
                 "ReceiptHandleIsInvalid",
             ),
-            E::InvalidParameterValue { .. } => sender(
-                StatusCode::BAD_REQUEST,
+            E::InvalidParameterValue(_) => (
+                BAD,
+                SQS_NAMESPACE,
                 "InvalidParameterValueException",
                 "InvalidParameterValue",
             ),
-            E::MissingParameter { .. } => sender(
-                StatusCode::BAD_REQUEST,
+            E::MissingParameter { .. } => (
+                BAD,
+                SQS_NAMESPACE,
                 "MissingRequiredParameterException",
                 "MissingParameter",
             ),
-            E::InvalidAttributeName { .. } => sender(
-                StatusCode::BAD_REQUEST,
+            E::InvalidAttributeName(_) => (
+                BAD,
+                SQS_NAMESPACE,
                 "InvalidAttributeName",
                 "InvalidAttributeName",
             ),
-            E::InvalidAttributeValue { .. } => sender(
-                StatusCode::BAD_REQUEST,
+            E::InvalidAttributeValue { .. } => (
+                BAD,
+                SQS_NAMESPACE,
                 "InvalidAttributeValue",
                 "InvalidAttributeValue",
             ),
-            E::InvalidMessageContents { .. } => sender(
-                StatusCode::BAD_REQUEST,
+            E::InvalidMessageContents { .. } => (
+                BAD,
+                SQS_NAMESPACE,
                 "InvalidMessageContents",
                 "InvalidMessageContents",
             ),
-            E::InvalidBatchEntryId { .. } => prefixed("InvalidBatchEntryId"),
-            E::TooManyEntriesInBatchRequest { .. } => prefixed("TooManyEntriesInBatchRequest"),
-            E::BatchEntryIdsNotDistinct { .. } => prefixed("BatchEntryIdsNotDistinct"),
-            E::EmptyBatchRequest { .. } => prefixed("EmptyBatchRequest"),
-            E::BatchRequestTooLong { .. } => prefixed("BatchRequestTooLong"),
-            E::PurgeQueueInProgress { .. } => sender(
-                StatusCode::FORBIDDEN,
+            E::InvalidBatchEntryId => (BAD, SQS_NAMESPACE, "InvalidBatchEntryId", ""),
+            E::TooManyEntriesInBatchRequest { .. } => {
+                (BAD, SQS_NAMESPACE, "TooManyEntriesInBatchRequest", "")
+            }
+            E::BatchEntryIdsNotDistinct { .. } => {
+                (BAD, SQS_NAMESPACE, "BatchEntryIdsNotDistinct", "")
+            }
+            E::EmptyBatchRequest { .. } => (BAD, SQS_NAMESPACE, "EmptyBatchRequest", ""),
+            E::BatchRequestTooLong { .. } => (BAD, SQS_NAMESPACE, "BatchRequestTooLong", ""),
+            E::PurgeQueueInProgress { .. } => (
+                FORBIDDEN,
+                SQS_NAMESPACE,
                 "PurgeQueueInProgress",
                 "AWS.SimpleQueueService.PurgeQueueInProgress",
             ),
-            E::OverLimit { .. } => sender(StatusCode::FORBIDDEN, "OverLimit", "OverLimit"),
-            E::UnsupportedOperation { .. } => prefixed("UnsupportedOperation"),
-            E::ResourceNotFound { .. } => sender(
-                StatusCode::NOT_FOUND,
+            E::OverLimit(_) => (FORBIDDEN, SQS_NAMESPACE, "OverLimit", "OverLimit"),
+            E::FifoUnsupported { .. } | E::PermissionsUnsupported { .. } => {
+                (BAD, SQS_NAMESPACE, "UnsupportedOperation", "")
+            }
+            E::ResourceNotFound { .. } | E::TaskDoesNotExist => (
+                NOT_FOUND,
+                SQS_NAMESPACE,
                 "ResourceNotFoundException",
                 "ResourceNotFoundException",
             ),
             E::InvalidAddress { .. } => {
-                sender(StatusCode::NOT_FOUND, "InvalidAddress", "InvalidAddress")
+                (NOT_FOUND, SQS_NAMESPACE, "InvalidAddress", "InvalidAddress")
             }
             E::MissingAuthenticationToken => (
-                StatusCode::FORBIDDEN,
+                FORBIDDEN,
                 COMMON_NAMESPACE,
                 "MissingAuthenticationTokenException",
                 "MissingAuthenticationToken",
             ),
             E::IncompleteSignature { .. } => (
-                StatusCode::BAD_REQUEST,
+                BAD,
                 COMMON_NAMESPACE,
                 "IncompleteSignatureException",
                 "IncompleteSignature",
             ),
             E::InvalidClientTokenId => (
-                StatusCode::FORBIDDEN,
+                FORBIDDEN,
                 COMMON_NAMESPACE,
                 "InvalidClientTokenIdException",
                 "InvalidClientTokenId",
             ),
             E::SignatureDoesNotMatch { .. } => (
-                StatusCode::FORBIDDEN,
+                FORBIDDEN,
                 COMMON_NAMESPACE,
                 "SignatureDoesNotMatchException",
                 "SignatureDoesNotMatch",
             ),
             E::RequestExpired { .. } => (
-                StatusCode::BAD_REQUEST,
+                BAD,
                 COMMON_NAMESPACE,
                 "RequestExpiredException",
                 "RequestExpired",
             ),
             E::UnknownOperation { .. } => (
-                StatusCode::BAD_REQUEST,
+                BAD,
                 COMMON_NAMESPACE,
                 "UnknownOperationException",
                 "InvalidAction",
             ),
             E::Serialization { .. } => (
-                StatusCode::BAD_REQUEST,
+                BAD,
                 COMMON_NAMESPACE,
                 "SerializationException",
                 "SerializationException",
@@ -300,7 +478,6 @@ impl SqsError {
                 "InternalFailure",
             ),
         };
-        // Shapes whose query code is the shape name under SQS's legacy prefix.
         let query_code = if code.is_empty() {
             Cow::Owned(format!("AWS.SimpleQueueService.{shape}"))
         } else {
@@ -386,112 +563,103 @@ impl SqsError {
     }
 }
 
-impl From<Reject> for SqsError {
-    fn from(reject: Reject) -> Self {
+impl SqsError {
+    /// The SQS refusal for a refusal of the core, worded with what the request was about.
+    #[must_use]
+    pub fn from_reject(reject: Reject, subject: Subject<'_>) -> Self {
+        let handle = subject.handle.unwrap_or_default();
         match reject {
             Reject::QueueNotFound { .. } => SqsError::QueueDoesNotExist,
-            Reject::QueueNameExists { name } => SqsError::QueueNameExists {
-                name: name.to_string(),
+            // The edge compares attributes before it creates, and names the attribute; a race
+            // with another create can still reach the core's refusal.
+            Reject::QueueNameExists { .. } => SqsError::QueueNameExists {
+                attribute: "Attributes".to_owned(),
             },
-            Reject::QueueDeletedRecently { name } => SqsError::QueueDeletedRecently {
-                name: name.to_string(),
+            Reject::QueueDeletedRecently { .. } => SqsError::QueueDeletedRecently,
+            Reject::QueueLimit { max } => SqsError::OverLimit(Limit::Queues { max }),
+            // SQS reports a redrive policy the other queues refuse (a missing dead-letter queue,
+            // say) as a parameter error, and other attributes without a reason.
+            Reject::InvalidAttribute {
+                attribute: attribute @ ("RedrivePolicy" | "RedriveAllowPolicy"),
+                reason,
+            } => SqsError::InvalidParameterValue(Invalid::Unquoted {
+                parameter: attribute,
+                reason,
+            }),
+            Reject::InvalidAttribute { attribute, .. } => SqsError::InvalidAttributeValue {
+                attribute: attribute.to_owned(),
+                reason: None,
             },
-            Reject::QueueLimit { max } => SqsError::OverLimit {
-                message: format!("This node holds its maximum of {max} queues."),
-            },
-            // SQS reports a bad redrive policy (a missing dead-letter queue, say) as a parameter
-            // error, and any other attribute as an attribute error.
-            Reject::InvalidAttribute { attribute, reason }
-                if attribute == "RedrivePolicy" || attribute == "RedriveAllowPolicy" =>
-            {
-                SqsError::InvalidParameterValue {
-                    message: format!(
-                        "Value for parameter {attribute} is invalid. Reason: {reason}."
-                    ),
-                }
-            }
-            Reject::InvalidAttribute { attribute, reason } => SqsError::InvalidAttributeValue {
-                message: format!("Invalid value for the parameter {attribute}. Reason: {reason}."),
-            },
+            Reject::InvalidParameter {
+                parameter: "QueueName",
+                ..
+            } => SqsError::InvalidParameterValue(Invalid::QueueName),
             Reject::InvalidParameter { parameter, reason } => {
-                if parameter == "QueueName" && reason.contains("FIFO") {
-                    return SqsError::UnsupportedOperation {
-                        message: format!(
-                            "FIFO queues are not supported; Trireme supports standard queues only ({reason})."
-                        ),
-                    };
-                }
-                SqsError::InvalidParameterValue {
-                    message: format!(
-                        "Invalid value for the parameter {parameter}. Reason: {reason}."
-                    ),
-                }
+                SqsError::InvalidParameterValue(Invalid::Unquoted { parameter, reason })
             }
-            Reject::InvalidMessageContents { reason } => {
-                SqsError::InvalidMessageContents { reason }
-            }
-            Reject::MessageTooLong {
-                size_bytes,
-                max_bytes,
-            } => SqsError::InvalidParameterValue {
-                message: format!(
-                    "One or more parameters are invalid. Reason: Message must be shorter than {max_bytes} bytes; it is {size_bytes} bytes."
-                ),
+            Reject::InvalidMessageContents { .. } => SqsError::InvalidMessageContents {
+                character: subject
+                    .body
+                    .and_then(|body| body.chars().find(|c| !trireme_core::body_char_allowed(*c)))
+                    .map_or(0, u32::from),
             },
+            Reject::MessageTooLong { max_bytes, .. } => {
+                SqsError::InvalidParameterValue(Invalid::MessageTooLong { max_bytes })
+            }
             Reject::MessageIdExists { message } => SqsError::InternalFailure {
                 reason: format!("message id {message} was drawn twice"),
             },
-            Reject::ReceiptHandleInvalid { reason } => SqsError::ReceiptHandleIsInvalid {
-                reason: match reason {
-                    HandleProblem::WrongQueue => {
-                        "it was issued by another queue, or by an earlier queue of the same name"
-                    }
-                    HandleProblem::NeverIssued => "no receive of the message issued it",
-                }
-                .to_owned(),
+            Reject::ReceiptHandleInvalid { .. } => SqsError::ReceiptHandleIsInvalid {
+                handle: handle.to_owned(),
             },
-            Reject::StaleReceiptHandle { message } => SqsError::ReceiptHandleIsInvalid {
-                reason: format!(
-                    "a later receive of message {message} superseded it; use the newest receipt handle"
-                ),
-            },
-            Reject::MessageNotInFlight { message } => SqsError::InvalidParameterValue {
-                message: format!(
-                    "Value for parameter ReceiptHandle is invalid. Reason: Message {message} does not exist or is not available for visibility timeout change."
-                ),
-            },
-            Reject::VisibilityCapExceeded { message, .. } => SqsError::InvalidParameterValue {
-                message: format!(
-                    "Value for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for message {message} would exceed the limit of 43200 seconds from its receive."
-                ),
-            },
+            // Only a visibility change reaches this: the SQS endpoint answers a delete with a
+            // superseded handle with success, as AWS does (see the README).
+            Reject::StaleReceiptHandle { .. } => {
+                SqsError::invalid("ReceiptHandle", handle, "The receipt handle has expired.")
+            }
+            Reject::MessageNotInFlight { .. } => SqsError::invalid(
+                "ReceiptHandle",
+                handle,
+                "Message does not exist or is not available for visibility timeout change.",
+            ),
+            Reject::VisibilityCapExceeded { .. } => SqsError::invalid(
+                "VisibilityTimeout",
+                subject
+                    .visibility_timeout_s
+                    .map(|timeout| timeout.to_string())
+                    .unwrap_or_default(),
+                "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
+            ),
             Reject::PurgeInProgress { name, .. } => SqsError::PurgeQueueInProgress {
                 name: name.to_string(),
             },
-            Reject::RedriveNotAllowed {
-                dead_letter_queue, ..
-            } => SqsError::InvalidParameterValue {
-                message: format!(
-                    "Value for parameter RedrivePolicy is invalid. Reason: The RedriveAllowPolicy of {dead_letter_queue} does not allow this queue as a source queue."
-                ),
-            },
-            Reject::InflightLimit { name, max } => SqsError::OverLimit {
-                message: format!("Queue {name} has its maximum of {max} in-flight messages."),
-            },
-            Reject::WaiterLimit { name, max } => SqsError::OverLimit {
-                message: format!("Queue {name} has its maximum of {max} open long polls."),
-            },
+            Reject::RedriveNotAllowed { source_queue, .. } => {
+                SqsError::InvalidParameterValue(Invalid::Unquoted {
+                    parameter: "RedrivePolicy",
+                    reason: format!(
+                        "Queue {source_queue} is not allowed as a source queue by the dead-letter queue's RedriveAllowPolicy."
+                    ),
+                })
+            }
+            Reject::InflightLimit { name, max } => SqsError::OverLimit(Limit::InFlight {
+                name: name.to_string(),
+                max,
+            }),
+            Reject::WaiterLimit { name, max } => SqsError::OverLimit(Limit::LongPolls {
+                name: name.to_string(),
+                max,
+            }),
             Reject::WaiterExists { waiter } => SqsError::InternalFailure {
                 reason: format!("{waiter} was opened twice"),
             },
         }
     }
-}
 
-impl From<EngineError> for SqsError {
-    fn from(error: EngineError) -> Self {
+    /// The SQS refusal for an engine error about `subject`.
+    #[must_use]
+    pub fn from_engine(error: EngineError, subject: Subject<'_>) -> Self {
         match error {
-            EngineError::Rejected(reject) => reject.into(),
+            EngineError::Rejected(reject) => SqsError::from_reject(reject, subject),
             EngineError::ShuttingDown => SqsError::ServiceUnavailable,
             other => SqsError::InternalFailure {
                 reason: other.to_string(),
@@ -500,10 +668,30 @@ impl From<EngineError> for SqsError {
     }
 }
 
+/// SQS's batch-entry code for a refusal of the core, and whether the sender is at fault: the
+/// gRPC endpoint's batch entries carry these, read from the same table as the SQS endpoint's.
+#[must_use]
+pub fn reject_code(reject: &Reject) -> (String, bool) {
+    SqsError::from_reject(reject.clone(), Subject::default()).batch_entry_code()
+}
+
+impl From<Reject> for SqsError {
+    fn from(reject: Reject) -> Self {
+        SqsError::from_reject(reject, Subject::default())
+    }
+}
+
+impl From<EngineError> for SqsError {
+    fn from(error: EngineError) -> Self {
+        SqsError::from_engine(error, Subject::default())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::body::to_bytes;
+    use trireme_core::{HandleProblem, MessageId, QueueName};
 
     async fn parts(error: SqsError) -> (StatusCode, String, serde_json::Value) {
         let response = error.into_response();
@@ -527,116 +715,135 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn each_listed_shape_has_its_status_and_query_code() {
-        let cases: Vec<(SqsError, u16, &str, &str)> = vec![
+    async fn each_listed_shape_has_its_status_query_code_and_wording() {
+        let cases: Vec<(SqsError, u16, &str, &str, &str)> = vec![
             (
-                SqsError::QueueNameExists { name: "q".into() },
+                SqsError::QueueNameExists {
+                    attribute: "DelaySeconds".into(),
+                },
                 400,
                 "com.amazonaws.sqs#QueueNameExists",
                 "QueueAlreadyExists",
+                "A queue already exists with the same name and a different value for attribute DelaySeconds",
             ),
             (
-                SqsError::QueueDeletedRecently { name: "q".into() },
+                SqsError::ReceiptHandleIsInvalid {
+                    handle: "garbage".into(),
+                },
                 400,
-                "com.amazonaws.sqs#QueueDeletedRecently",
-                "AWS.SimpleQueueService.QueueDeletedRecently",
-            ),
-            (
-                SqsError::ReceiptHandleIsInvalid { reason: "x".into() },
-                404,
                 "com.amazonaws.sqs#ReceiptHandleIsInvalid",
                 "ReceiptHandleIsInvalid",
+                "The input receipt handle \"garbage\" is not a valid receipt handle.",
             ),
             (
                 SqsError::out_of_range("MaxNumberOfMessages", 11, 1, 10),
                 400,
                 "com.amazonaws.sqs#InvalidParameterValueException",
                 "InvalidParameterValue",
+                "Value 11 for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided.",
+            ),
+            (
+                SqsError::out_of_bounds("WaitTimeSeconds", 21, 0, 20),
+                400,
+                "com.amazonaws.sqs#InvalidParameterValueException",
+                "InvalidParameterValue",
+                "Value 21 for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided.",
             ),
             (
                 SqsError::MissingParameter {
-                    parameter: "QueueUrl",
+                    parameter: "MessageBody",
                 },
                 400,
                 "com.amazonaws.sqs#MissingRequiredParameterException",
                 "MissingParameter",
+                "The request must contain the parameter MessageBody.",
             ),
             (
-                SqsError::TooManyEntriesInBatchRequest { count: 11 },
+                SqsError::TooManyEntriesInBatchRequest { count: 20 },
                 400,
                 "com.amazonaws.sqs#TooManyEntriesInBatchRequest",
                 "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+                "Maximum number of entries per request are 10. You have sent 20.",
             ),
             (
-                SqsError::BatchEntryIdsNotDistinct { id: "a".into() },
-                400,
-                "com.amazonaws.sqs#BatchEntryIdsNotDistinct",
-                "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
-            ),
-            (
-                SqsError::EmptyBatchRequest {
-                    entry: "SendMessageBatchRequestEntry",
-                },
-                400,
-                "com.amazonaws.sqs#EmptyBatchRequest",
-                "AWS.SimpleQueueService.EmptyBatchRequest",
-            ),
-            (
-                SqsError::InvalidBatchEntryId { id: "a b".into() },
+                SqsError::InvalidBatchEntryId,
                 400,
                 "com.amazonaws.sqs#InvalidBatchEntryId",
                 "AWS.SimpleQueueService.InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most 80 letters long.",
             ),
             (
                 SqsError::BatchRequestTooLong {
-                    size_bytes: 2,
-                    max_bytes: 1,
+                    size_bytes: 1_048_577,
+                    max_bytes: 1_048_576,
                 },
                 400,
                 "com.amazonaws.sqs#BatchRequestTooLong",
                 "AWS.SimpleQueueService.BatchRequestTooLong",
+                "Batch requests cannot be longer than 1048576 bytes. You have sent 1048577 bytes.",
             ),
             (
                 SqsError::PurgeQueueInProgress { name: "q".into() },
                 403,
                 "com.amazonaws.sqs#PurgeQueueInProgress",
                 "AWS.SimpleQueueService.PurgeQueueInProgress",
+                "Only one PurgeQueue operation on q is allowed every 60 seconds.",
             ),
             (
-                SqsError::OverLimit {
-                    message: "m".into(),
+                SqsError::InvalidParameterValue(Invalid::MessageTooLong { max_bytes: 1_024 }),
+                400,
+                "com.amazonaws.sqs#InvalidParameterValueException",
+                "InvalidParameterValue",
+                "One or more parameters are invalid. Reason: Message must be shorter than 1024 bytes.",
+            ),
+            (
+                SqsError::InvalidAttributeName(AttributeNameProblem::FifoOnly {
+                    name: "DeduplicationScope",
+                }),
+                400,
+                "com.amazonaws.sqs#InvalidAttributeName",
+                "InvalidAttributeName",
+                "You can specify the DeduplicationScope only when FifoQueue is set to true.",
+            ),
+            (
+                SqsError::FifoUnsupported {
+                    name: "jobs.fifo".into(),
                 },
-                403,
-                "com.amazonaws.sqs#OverLimit",
-                "OverLimit",
-            ),
-            (
-                SqsError::fifo_unsupported("jobs.fifo"),
                 400,
                 "com.amazonaws.sqs#UnsupportedOperation",
                 "AWS.SimpleQueueService.UnsupportedOperation",
+                "FIFO queues are not supported: jobs.fifo would be a FIFO queue, and Trireme has standard queues only.",
             ),
             (
                 SqsError::ResourceNotFound {
-                    message: "m".into(),
+                    parameter: "DestinationArn",
                 },
                 404,
                 "com.amazonaws.sqs#ResourceNotFoundException",
                 "ResourceNotFoundException",
+                "The resource that you specified for the DestinationArn parameter doesn't exist.",
+            ),
+            (
+                SqsError::TaskDoesNotExist,
+                404,
+                "com.amazonaws.sqs#ResourceNotFoundException",
+                "ResourceNotFoundException",
+                "Task does not exist.",
             ),
             (
                 SqsError::InvalidClientTokenId,
                 403,
                 "com.amazon.coral.service#InvalidClientTokenIdException",
                 "InvalidClientTokenId",
+                "The security token included in the request is invalid.",
             ),
         ];
-        for (error, status, shape, code) in cases {
+        for (error, status, shape, code, message) in cases {
             let (got_status, query, body) = parts(error.clone()).await;
             assert_eq!(got_status.as_u16(), status, "{error:?}");
             assert_eq!(query, format!("{code};Sender"), "{error:?}");
             assert_eq!(body["__type"], shape, "{error:?}");
-            assert!(!body["message"].as_str().unwrap().is_empty());
+            assert_eq!(body["message"], message, "{error:?}");
         }
     }
 
@@ -657,21 +864,6 @@ mod tests {
         assert!(text.contains("<RequestId>r-1</RequestId>"), "{text}");
     }
 
-    #[test]
-    fn validation_message_names_parameter_value_and_range() {
-        assert_eq!(
-            SqsError::out_of_range("MaxNumberOfMessages", 11, 1, 10).to_string(),
-            "Value 11 for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided."
-        );
-    }
-
-    #[test]
-    fn fifo_refusal_says_standard_queues_only() {
-        let message = SqsError::fifo_unsupported("jobs.fifo").to_string();
-        assert!(message.contains("standard queues only"), "{message}");
-        assert!(message.contains("jobs.fifo"), "{message}");
-    }
-
     #[tokio::test]
     async fn node_failures_are_the_receivers_fault() {
         let (status, query, _) = parts(SqsError::ServiceUnavailable).await;
@@ -684,30 +876,74 @@ mod tests {
     }
 
     #[test]
-    fn core_refusals_translate_to_their_sqs_shapes() {
-        let name = trireme_core::QueueName::try_from("q").unwrap();
+    fn handle_refusals_of_the_core_quote_the_handle_as_aws_does() {
+        let subject = Subject {
+            handle: Some("AQEB"),
+            visibility_timeout_s: Some(43_000),
+            body: None,
+        };
+        let message = MessageId(1);
+        let worded = |reject: Reject| SqsError::from_reject(reject, subject).to_string();
         assert_eq!(
-            SqsError::from(Reject::QueueNotFound { name: name.clone() }),
-            SqsError::QueueDoesNotExist
+            worded(Reject::ReceiptHandleInvalid {
+                reason: HandleProblem::NeverIssued
+            }),
+            "The input receipt handle \"AQEB\" is not a valid receipt handle."
         );
-        assert!(matches!(
-            SqsError::from(Reject::StaleReceiptHandle {
-                message: trireme_core::MessageId(1)
+        assert_eq!(
+            worded(Reject::MessageNotInFlight { message }),
+            "Value AQEB for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change."
+        );
+        assert_eq!(
+            worded(Reject::StaleReceiptHandle { message }),
+            "Value AQEB for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired."
+        );
+        assert_eq!(
+            worded(Reject::VisibilityCapExceeded {
+                message,
+                requested_until_ms: 1,
+                cap_ms: 0
             }),
-            SqsError::ReceiptHandleIsInvalid { .. }
-        ));
-        assert!(matches!(
-            SqsError::from(Reject::MessageNotInFlight {
-                message: trireme_core::MessageId(1)
-            }),
-            SqsError::InvalidParameterValue { .. }
-        ));
-        assert!(matches!(
-            SqsError::from(Reject::PurgeInProgress {
-                name,
-                retry_after_ms: 5
-            }),
-            SqsError::PurgeQueueInProgress { .. }
-        ));
+            "Value 43000 for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]"
+        );
+    }
+
+    #[test]
+    fn a_bad_body_names_its_first_refused_character() {
+        let subject = Subject {
+            body: Some("ok \u{1} then \u{2}"),
+            ..Subject::default()
+        };
+        let error = SqsError::from_reject(
+            Reject::InvalidMessageContents {
+                reason: "whatever the core says".into(),
+            },
+            subject,
+        );
+        assert_eq!(error, SqsError::InvalidMessageContents { character: 1 });
+        assert!(
+            error
+                .to_string()
+                .starts_with("Invalid binary character '#x1' was found")
+        );
+    }
+
+    #[test]
+    fn the_grpc_batch_codes_come_from_this_table() {
+        let name = QueueName::try_from("q").unwrap();
+        let message = MessageId(1);
+        // The two tables used to disagree here: AWS answers InvalidParameterValue.
+        assert_eq!(
+            reject_code(&Reject::MessageNotInFlight { message }),
+            ("InvalidParameterValue".to_owned(), true)
+        );
+        assert_eq!(
+            reject_code(&Reject::QueueNotFound { name: name.clone() }),
+            ("AWS.SimpleQueueService.NonExistentQueue".to_owned(), true)
+        );
+        assert_eq!(
+            reject_code(&Reject::InflightLimit { name, max: 1 }),
+            ("OverLimit".to_owned(), true)
+        );
     }
 }

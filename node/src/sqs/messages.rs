@@ -10,13 +10,15 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use tokio::task::JoinSet;
 use trireme_core::{
-    AttributeValue, Command, DedupId, Delivery, Outcome, QueueName, ReceiptHandle,
+    AttributeValue, Command, DedupId, Delivery, Outcome, QueueName, ReceiptHandle, Reject,
     limits as core_limits,
 };
 
+use crate::engine::EngineError;
+
 use super::attributes::{MessageAttributeFilter, requested_system_attributes};
 use super::digest::{DigestAttribute, DigestValue, attributes_md5, body_md5};
-use super::error::SqsError;
+use super::error::{Invalid, SqsError, Subject};
 use super::wire::{
     BatchIdEntry, BatchResponse, BatchResultErrorEntry, ChangeMessageVisibilityBatchRequest,
     ChangeMessageVisibilityRequest, DeleteMessageBatchRequest, DeleteMessageRequest, Empty,
@@ -29,9 +31,22 @@ use super::{Sqs, in_range, limits, required};
 /// A send, converted and checked at the edge, ready for the engine.
 struct PreparedSend {
     command: Command,
+    /// The body, for the wording of a refusal that quotes its first bad character.
+    body: String,
     digests: SendDigests,
     /// Bytes counted against the batch payload limit.
     payload_bytes: u64,
+}
+
+/// One entry of a delete or visibility batch, converted at the edge.
+struct IdEntry {
+    id: String,
+    /// The receipt handle as sent, for the wording of a refusal.
+    handle: String,
+    /// The visibility timeout asked for, if any and valid.
+    timeout_s: Option<u32>,
+    /// The command, or the edge's refusal of the entry.
+    command: Result<Command, SqsError>,
 }
 
 /// The members of one send, single or batched.
@@ -41,6 +56,7 @@ struct SendParts {
     message_attributes: Option<MessageAttributes>,
     message_system_attributes: Option<MessageAttributes>,
     message_deduplication_id: Option<String>,
+    message_group_id: Option<String>,
 }
 
 impl Sqs {
@@ -57,9 +73,15 @@ impl Sqs {
                 message_attributes: request.message_attributes,
                 message_system_attributes: request.message_system_attributes,
                 message_deduplication_id: request.message_deduplication_id,
+                message_group_id: request.message_group_id,
             },
         )?;
-        let id = sent_id(self.engine.execute(prepared.command).await?);
+        let outcome = self
+            .engine
+            .execute(prepared.command)
+            .await
+            .map_err(|error| send_refusal(error, &prepared.body, false))?;
+        let id = sent_id(outcome);
         Ok(SendMessageResponse {
             digests: prepared.digests,
             message_id: id,
@@ -87,10 +109,11 @@ impl Sqs {
                 message_attributes: entry.message_attributes,
                 message_system_attributes: entry.message_system_attributes,
                 message_deduplication_id: entry.message_deduplication_id,
+                message_group_id: entry.message_group_id,
             };
             match self.prepare_send(&queue, parts) {
                 Ok(send) => prepared.push((id, send)),
-                Err(error) => failed.push(failure(id, &error)),
+                Err(error) => failed.push(failure(id, &in_batch(error))),
             }
         }
         let payload_bytes: u64 = prepared.iter().map(|(_, send)| send.payload_bytes).sum();
@@ -100,19 +123,20 @@ impl Sqs {
                 max_bytes: limits::batch_payload_bytes_max,
             });
         }
-        let (commands, sends): (Vec<Command>, Vec<(String, SendDigests)>) = prepared
+        let (commands, sends): (Vec<Command>, Vec<(String, SendDigests, String)>) = prepared
             .into_iter()
-            .map(|(id, send)| (send.command, (id, send.digests)))
+            .map(|(id, send)| (send.command, (id, send.digests, send.body)))
             .unzip();
         let mut successful = Vec::new();
-        for ((id, digests), result) in sends.into_iter().zip(self.execute_all(commands).await) {
+        for ((id, digests, body), result) in sends.into_iter().zip(self.execute_all(commands).await)
+        {
             match result {
                 Ok(outcome) => successful.push(SendMessageBatchResultEntry {
                     id,
                     message_id: sent_id(outcome),
                     digests,
                 }),
-                Err(error) => failed.push(failure(id, &error)),
+                Err(error) => failed.push(failure(id, &send_refusal(error, &body, true))),
             }
         }
         Ok(BatchResponse { successful, failed })
@@ -136,7 +160,7 @@ impl Sqs {
             0,
             core_limits::visibility_timeout_s_max,
         )?;
-        let wait_s = in_range(
+        let wait_s = in_bounds(
             request.wait_time_seconds,
             "WaitTimeSeconds",
             0,
@@ -165,10 +189,10 @@ impl Sqs {
         request: DeleteMessageRequest,
     ) -> Result<Empty, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
-        let handle = self.decode_handle(request.receipt_handle.as_deref())?;
-        self.engine
-            .execute(Command::Delete { queue, handle })
-            .await?;
+        let text = required(request.receipt_handle.as_deref(), "ReceiptHandle")?;
+        let handle = self.decode_handle(text)?;
+        let result = self.engine.execute(Command::Delete { queue, handle }).await;
+        self.delete_answer(result, text)?;
         Ok(Empty {})
     }
 
@@ -185,15 +209,24 @@ impl Sqs {
             )
             .await?;
         let prepared = entries.into_iter().map(|(id, entry)| {
-            let command = self
-                .decode_handle(entry.receipt_handle.as_deref())
-                .map(|handle| Command::Delete {
-                    queue: queue.clone(),
-                    handle,
-                });
-            (id, command)
+            let text = entry.receipt_handle.unwrap_or_default();
+            let command = required(
+                Some(text.as_str()).filter(|text| !text.is_empty()),
+                "ReceiptHandle",
+            )
+            .and_then(|text| self.decode_handle(text))
+            .map(|handle| Command::Delete {
+                queue: queue.clone(),
+                handle,
+            });
+            IdEntry {
+                id,
+                handle: text,
+                timeout_s: None,
+                command,
+            }
         });
-        Ok(self.run_id_batch(prepared.collect()).await)
+        Ok(self.run_id_batch(prepared.collect(), true).await)
     }
 
     pub(super) async fn change_message_visibility(
@@ -201,7 +234,8 @@ impl Sqs {
         request: ChangeMessageVisibilityRequest,
     ) -> Result<Empty, SqsError> {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
-        let handle = self.decode_handle(request.receipt_handle.as_deref())?;
+        let text = required(request.receipt_handle.as_deref(), "ReceiptHandle")?;
+        let handle = self.decode_handle(text)?;
         let timeout_s = visibility_timeout(request.visibility_timeout)?;
         self.engine
             .execute(Command::ChangeVisibility {
@@ -209,7 +243,17 @@ impl Sqs {
                 handle,
                 timeout_s,
             })
-            .await?;
+            .await
+            .map_err(|error| {
+                SqsError::from_engine(
+                    error,
+                    Subject {
+                        handle: Some(text),
+                        visibility_timeout_s: Some(timeout_s),
+                        body: None,
+                    },
+                )
+            })?;
         Ok(Empty {})
     }
 
@@ -226,18 +270,28 @@ impl Sqs {
             )
             .await?;
         let prepared = entries.into_iter().map(|(id, entry)| {
-            let command = self
-                .decode_handle(entry.receipt_handle.as_deref())
-                .and_then(|handle| {
-                    Ok(Command::ChangeVisibility {
-                        queue: queue.clone(),
-                        handle,
-                        timeout_s: visibility_timeout(entry.visibility_timeout)?,
-                    })
-                });
-            (id, command)
+            let text = entry.receipt_handle.unwrap_or_default();
+            let timeout = visibility_timeout(entry.visibility_timeout);
+            let command = required(
+                Some(text.as_str()).filter(|text| !text.is_empty()),
+                "ReceiptHandle",
+            )
+            .and_then(|text| self.decode_handle(text))
+            .and_then(|handle| {
+                Ok(Command::ChangeVisibility {
+                    queue: queue.clone(),
+                    handle,
+                    timeout_s: timeout.clone()?,
+                })
+            });
+            IdEntry {
+                id,
+                handle: text,
+                timeout_s: timeout.ok(),
+                command,
+            }
         });
-        Ok(self.run_id_batch(prepared.collect()).await)
+        Ok(self.run_id_batch(prepared.collect(), false).await)
     }
 
     /// Opens a batch request: the queue its URL names, and each entry paired with its checked
@@ -260,43 +314,87 @@ impl Sqs {
         Ok((queue, ids.into_iter().zip(entries).collect()))
     }
 
-    /// Runs the commands of a delete or visibility batch; entries already refused at the edge
-    /// are reported as they are.
+    /// Runs the commands of a delete (`deletes`) or visibility batch: each entry with its id,
+    /// its receipt handle as sent, its visibility timeout and its command. Entries already
+    /// refused at the edge are reported as they are.
     async fn run_id_batch(
         &self,
-        prepared: Vec<(String, Result<Command, SqsError>)>,
+        prepared: Vec<IdEntry>,
+        deletes: bool,
     ) -> BatchResponse<BatchIdEntry> {
         let mut failed = Vec::new();
-        let mut ready = Vec::new();
-        for (id, command) in prepared {
-            match command {
-                Ok(command) => ready.push((id, command)),
-                Err(error) => failed.push(failure(id, &error)),
+        let mut entries = Vec::new();
+        let mut commands = Vec::new();
+        for entry in prepared {
+            match entry.command {
+                Ok(command) => {
+                    entries.push((entry.id, entry.handle, entry.timeout_s));
+                    commands.push(command);
+                }
+                Err(error) => failed.push(failure(entry.id, &error)),
             }
         }
-        let (ids, commands): (Vec<String>, Vec<Command>) = ready.into_iter().unzip();
         let mut successful = Vec::new();
-        for (id, result) in ids.into_iter().zip(self.execute_all(commands).await) {
-            match result {
-                Ok(_) => successful.push(BatchIdEntry { id }),
+        for ((id, text, timeout_s), result) in
+            entries.into_iter().zip(self.execute_all(commands).await)
+        {
+            let answer = if deletes {
+                self.delete_answer(result, &text)
+            } else {
+                result.map(|_| ()).map_err(|error| {
+                    SqsError::from_engine(
+                        error,
+                        Subject {
+                            handle: Some(&text),
+                            visibility_timeout_s: timeout_s,
+                            body: None,
+                        },
+                    )
+                })
+            };
+            match answer {
+                Ok(()) => successful.push(BatchIdEntry { id }),
                 Err(error) => failed.push(failure(id, &error)),
             }
         }
         BatchResponse { successful, failed }
     }
 
+    /// The answer to a delete: SQS answers a delete with a superseded receipt handle with
+    /// success and deletes nothing, and so does this endpoint, counting it. The gRPC API keeps
+    /// the core's precise refusal.
+    fn delete_answer(
+        &self,
+        result: Result<Outcome, EngineError>,
+        handle: &str,
+    ) -> Result<(), SqsError> {
+        match result {
+            Ok(_) => Ok(()),
+            Err(EngineError::Rejected(Reject::StaleReceiptHandle { message })) => {
+                self.metrics.count_superseded_delete();
+                tracing::debug!(%message, "delete with a superseded receipt handle answered with success");
+                Ok(())
+            }
+            Err(error) => Err(SqsError::from_engine(
+                error,
+                Subject {
+                    handle: Some(handle),
+                    ..Subject::default()
+                },
+            )),
+        }
+    }
+
     /// Executes commands concurrently (they then share a group commit); results in input order.
     /// Dropping the future aborts what has not finished.
-    async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, SqsError>> {
+    async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, EngineError>> {
         let count = commands.len();
         let mut tasks = JoinSet::new();
         for (index, command) in commands.into_iter().enumerate() {
             let engine = self.engine.clone();
-            tasks.spawn(
-                async move { (index, engine.execute(command).await.map_err(SqsError::from)) },
-            );
+            tasks.spawn(async move { (index, engine.execute(command).await) });
         }
-        let mut results: Vec<Option<Result<Outcome, SqsError>>> =
+        let mut results: Vec<Option<Result<Outcome, EngineError>>> =
             (0..count).map(|_| None).collect();
         while let Some(joined) = tasks.join_next().await {
             let (index, result) =
@@ -310,13 +408,26 @@ impl Sqs {
     }
 
     fn prepare_send(&self, queue: &QueueName, parts: SendParts) -> Result<PreparedSend, SqsError> {
-        let body = required(parts.body, "MessageBody")?;
-        let delay_s = in_range(
-            parts.delay_seconds,
-            "DelaySeconds",
-            0,
-            core_limits::delay_s_max,
-        )?;
+        // SQS treats an empty body as a missing one.
+        let body = required(parts.body.filter(|body| !body.is_empty()), "MessageBody")?;
+        let delay_s = match parts.delay_seconds {
+            None => None,
+            Some(delay) => Some(
+                u32::try_from(delay)
+                    .ok()
+                    .filter(|delay| *delay <= core_limits::delay_s_max)
+                    .ok_or_else(|| {
+                        SqsError::invalid(
+                            "DelaySeconds",
+                            delay,
+                            format!(
+                                "DelaySeconds must be >= 0 and <= {}.",
+                                core_limits::delay_s_max
+                            ),
+                        )
+                    })?,
+            ),
+        };
         let attributes = convert_attributes(parts.message_attributes.unwrap_or_default())?;
         let system_attributes_md5 =
             system_attributes_md5(&parts.message_system_attributes.unwrap_or_default())?;
@@ -327,13 +438,17 @@ impl Sqs {
                     SqsError::invalid(
                         "MessageDeduplicationId",
                         &id,
-                        "It must be 1 to 128 printable ASCII characters.",
+                        "MessageDeduplicationId can only include alphanumeric and punctuation characters. 1 to 128 in length.",
                     )
                 })
             })
             .transpose()?;
+        if let Some(group) = &parts.message_group_id {
+            check_group_id(group)?;
+        }
         let payload_bytes = trireme_core::message_size_bytes(&body, &attributes);
         Ok(PreparedSend {
+            body: body.clone(),
             digests: SendDigests {
                 md5_of_message_body: body_md5(&body),
                 md5_of_message_attributes: core_attributes_md5(attributes.iter()),
@@ -351,13 +466,12 @@ impl Sqs {
         })
     }
 
-    fn decode_handle(&self, text: Option<&str>) -> Result<ReceiptHandle, SqsError> {
-        let text = required(text, "ReceiptHandle")?;
+    fn decode_handle(&self, text: &str) -> Result<ReceiptHandle, SqsError> {
         self.engine
             .handles()
             .decode(text)
-            .map_err(|error| SqsError::ReceiptHandleIsInvalid {
-                reason: error.to_string(),
+            .map_err(|_| SqsError::ReceiptHandleIsInvalid {
+                handle: text.to_owned(),
             })
     }
 
@@ -437,6 +551,66 @@ fn visibility_timeout(value: Option<i64>) -> Result<u32, SqsError> {
     .map(|timeout| timeout.expect("a present value stays present"))
 }
 
+/// The refusal of a send by the engine, worded with its body; `batched` for AWS's wording of a
+/// batch entry's size refusal.
+fn send_refusal(error: EngineError, body: &str, batched: bool) -> SqsError {
+    let error = SqsError::from_engine(
+        error,
+        Subject {
+            body: Some(body),
+            ..Subject::default()
+        },
+    );
+    if batched { in_batch(error) } else { error }
+}
+
+/// A send refusal as a batch entry reports it: AWS words an oversized entry differently.
+fn in_batch(error: SqsError) -> SqsError {
+    match error {
+        SqsError::InvalidParameterValue(Invalid::MessageTooLong { max_bytes }) => {
+            SqsError::InvalidParameterValue(Invalid::EntryTooLong { max_bytes })
+        }
+        other => other,
+    }
+}
+
+/// Checks a `MessageGroupId` as SQS does on standard queues (it accepts the id since fair
+/// queues): 1 to 128 characters, alphanumeric or ASCII punctuation.
+fn check_group_id(group: &str) -> Result<(), SqsError> {
+    let legal = (1..=128).contains(&group.chars().count())
+        && group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c.is_ascii_punctuation());
+    if legal {
+        Ok(())
+    } else {
+        Err(SqsError::invalid(
+            "MessageGroupId",
+            group,
+            "MessageGroupId can only include alphanumeric and punctuation characters. 1 to 128 in length.",
+        ))
+    }
+}
+
+/// An optional integer member in `min..=max`, refused in SQS's `WaitTimeSeconds` wording.
+fn in_bounds(
+    value: Option<i64>,
+    parameter: &'static str,
+    min: u32,
+    max: u32,
+) -> Result<Option<u32>, SqsError> {
+    match value {
+        None => Ok(None),
+        Some(value) => u32::try_from(value)
+            .ok()
+            .filter(|value| (min..=max).contains(value))
+            .map(Some)
+            .ok_or_else(|| {
+                SqsError::out_of_bounds(parameter, value, u64::from(min), u64::from(max))
+            }),
+    }
+}
+
 fn failure(id: String, error: &SqsError) -> BatchResultErrorEntry {
     let (code, sender_fault) = error.batch_entry_code();
     BatchResultErrorEntry {
@@ -473,7 +647,7 @@ fn check_batch<'a>(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !legal {
-            return Err(SqsError::InvalidBatchEntryId { id: id.to_owned() });
+            return Err(SqsError::InvalidBatchEntryId);
         }
         if !seen.insert(id) {
             return Err(SqsError::BatchEntryIdsNotDistinct { id: id.to_owned() });
@@ -483,14 +657,19 @@ fn check_batch<'a>(
     Ok(out)
 }
 
-/// Wire message attributes to core values: data types checked, binary values base64-decoded.
+/// Wire message attributes to core values: data types checked, binary values base64-decoded,
+/// string values held to the body's characters (as SQS does). Names are the core's to check.
 fn convert_attributes(
     attributes: MessageAttributes,
 ) -> Result<BTreeMap<String, AttributeValue>, SqsError> {
     let mut out = BTreeMap::new();
     for (name, value) in attributes {
-        let invalid = |reason: String| SqsError::InvalidParameterValue {
-            message: format!("Message attribute {name} is invalid. Reason: {reason}"),
+        let refuse = |invalid: Invalid| SqsError::InvalidParameterValue(invalid);
+        let reason = |reason: String| {
+            refuse(Invalid::Attribute {
+                name: name.clone(),
+                reason,
+            })
         };
         if value
             .string_list_values
@@ -501,27 +680,32 @@ fn convert_attributes(
                 .as_ref()
                 .is_some_and(|list| !list.is_empty())
         {
-            return Err(invalid(
+            return Err(reason(
                 "Message attribute list values are not supported.".to_owned(),
             ));
         }
-        let data_type = value
-            .data_type
-            .filter(|data_type| !data_type.is_empty())
-            .ok_or_else(|| invalid("It must have a DataType.".to_owned()))?;
-        let base = data_type.split('.').next().unwrap_or_default();
-        let converted = match base {
+        let data_type = value.data_type.unwrap_or_default();
+        let base = data_type.split('.').next().unwrap_or_default().to_owned();
+        let empty = || {
+            refuse(Invalid::EmptyAttributeValue {
+                name: name.clone(),
+                data_type: base.clone(),
+            })
+        };
+        let converted = match base.as_str() {
             "String" | "Number" => {
                 let text = value
                     .string_value
                     .filter(|text| !text.is_empty())
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "A {data_type} attribute must have a non-empty StringValue."
-                        ))
-                    })?;
+                    .ok_or_else(empty)?;
+                if let Some(bad) = text.chars().find(|c| !trireme_core::body_char_allowed(*c)) {
+                    return Err(reason(format!(
+                        "Invalid binary character '#x{:X}' was found in its value.",
+                        u32::from(bad)
+                    )));
+                }
                 if base == "Number" && !text.trim().parse::<f64>().is_ok_and(f64::is_finite) {
-                    return Err(invalid(format!("{text} is not a number.")));
+                    return Err(refuse(Invalid::AttributeNotNumber { name: name.clone() }));
                 }
                 AttributeValue::String {
                     data_type,
@@ -529,22 +713,19 @@ fn convert_attributes(
                 }
             }
             "Binary" => {
-                let encoded = value.binary_value.ok_or_else(|| {
-                    invalid("A Binary attribute must have a BinaryValue.".to_owned())
-                })?;
+                let encoded = value
+                    .binary_value
+                    .filter(|encoded| !encoded.is_empty())
+                    .ok_or_else(empty)?;
                 let bytes = STANDARD
                     .decode(encoded.as_bytes())
-                    .map_err(|_| invalid("BinaryValue is not valid base64.".to_owned()))?;
+                    .map_err(|_| reason("BinaryValue is not valid base64.".to_owned()))?;
                 AttributeValue::Binary {
                     data_type,
                     value: bytes,
                 }
             }
-            _ => {
-                return Err(invalid(format!(
-                    "The data type {data_type} does not start with one of String, Number, Binary."
-                )));
-            }
+            _ => return Err(refuse(Invalid::AttributeType { name: name.clone() })),
         };
         out.insert(name, converted);
     }
@@ -557,18 +738,18 @@ fn system_attributes_md5(attributes: &MessageAttributes) -> Result<Option<String
     let mut digest = Vec::new();
     for (name, value) in attributes {
         if name != "AWSTraceHeader" {
-            return Err(SqsError::InvalidParameterValue {
-                message: format!(
-                    "Message system attribute {name} is invalid. Reason: Only AWSTraceHeader is supported."
-                ),
-            });
+            return Err(SqsError::InvalidParameterValue(Invalid::SystemAttribute {
+                name: name.clone(),
+                reason: "Only AWSTraceHeader is supported.".to_owned(),
+            }));
         }
         let (Some("String"), Some(text)) =
             (value.data_type.as_deref(), value.string_value.as_deref())
         else {
-            return Err(SqsError::InvalidParameterValue {
-                message: "Message system attribute AWSTraceHeader is invalid. Reason: It must be a String with a StringValue.".to_owned(),
-            });
+            return Err(SqsError::InvalidParameterValue(Invalid::SystemAttribute {
+                name: name.clone(),
+                reason: "It must be a String with a StringValue.".to_owned(),
+            }));
         };
         digest.push(DigestAttribute {
             name,
@@ -613,12 +794,12 @@ mod tests {
         ));
         assert!(matches!(
             check_batch(vec![Some("a b")].into_iter(), "E"),
-            Err(SqsError::InvalidBatchEntryId { .. })
+            Err(SqsError::InvalidBatchEntryId)
         ));
         let long = "x".repeat(81);
         assert!(matches!(
             check_batch(vec![Some(long.as_str())].into_iter(), "E"),
-            Err(SqsError::InvalidBatchEntryId { .. })
+            Err(SqsError::InvalidBatchEntryId)
         ));
         assert!(matches!(
             check_batch(vec![Some("a"), Some("a")].into_iter(), "E"),

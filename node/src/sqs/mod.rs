@@ -14,6 +14,7 @@ mod digest;
 mod error;
 mod limits;
 mod messages;
+mod metrics;
 mod move_task;
 mod redrive_policy;
 mod sigv4;
@@ -21,6 +22,8 @@ mod sigv4;
 /// The body digest both endpoints report (`MD5OfMessageBody`, gRPC `md5_of_body`): one
 /// implementation, tested against SQS's vectors in `digest`.
 pub(crate) use digest::body_md5;
+/// SQS's code for a core refusal, for the gRPC endpoint's batch entries: one table for both.
+pub(crate) use error::reject_code;
 mod wire;
 
 use std::sync::Arc;
@@ -37,7 +40,8 @@ use trireme_core::QueueName;
 
 use crate::engine::Engine;
 use address::{AddressError, Addresses};
-use error::{JSON_CONTENT_TYPE, SqsError};
+use error::{Invalid, JSON_CONTENT_TYPE, SqsError};
+pub use metrics::SqsMetrics;
 pub use sigv4::AccessKey;
 
 /// The SQS endpoint's settings, from the node configuration.
@@ -54,6 +58,8 @@ pub struct SqsSettings {
     /// Access keys whose SigV4 signatures are accepted. Empty: requests are not authenticated
     /// (signed or not), as local SQS emulators do.
     pub access_keys: Vec<AccessKey>,
+    /// The endpoint's counters; whoever builds the settings keeps a clone to read them.
+    pub metrics: Arc<SqsMetrics>,
 }
 
 impl Default for SqsSettings {
@@ -64,6 +70,7 @@ impl Default for SqsSettings {
             region: "us-east-1".to_owned(),
             account_id: "000000000000".to_owned(),
             access_keys: Vec::new(),
+            metrics: Arc::default(),
         }
     }
 }
@@ -73,6 +80,7 @@ struct Sqs {
     engine: Engine,
     addresses: Addresses,
     access_keys: Vec<AccessKey>,
+    metrics: Arc<SqsMetrics>,
 }
 
 /// The SQS endpoint as an axum router. Every path accepts `POST`; the action comes from
@@ -97,6 +105,7 @@ pub fn router(engine: Engine, settings: SqsSettings) -> Router {
             &settings.region,
         ),
         access_keys: settings.access_keys,
+        metrics: settings.metrics,
     });
     Router::new()
         .fallback(serve)
@@ -133,12 +142,9 @@ async fn serve(
     let mut response = async {
         let result = match axum::body::to_bytes(body, limits::request_bytes_max).await {
             Ok(body) => sqs.answer(&method, &uri, &headers, &body, &action).await,
-            Err(_) => Err(SqsError::InvalidParameterValue {
-                message: format!(
-                    "The request body could not be read or is longer than {} bytes.",
-                    limits::request_bytes_max
-                ),
-            }),
+            Err(_) => Err(SqsError::InvalidParameterValue(Invalid::RequestTooLong {
+                max_bytes: limits::request_bytes_max,
+            })),
         };
         match result {
             Ok(json) => {
@@ -246,10 +252,8 @@ impl Sqs {
             "TagQueue" => json(self.tag_queue(parse(body)?).await),
             "UntagQueue" => json(self.untag_queue(parse(body)?).await),
             "ListQueueTags" => json(self.list_queue_tags(parse(body)?).await),
-            "AddPermission" | "RemovePermission" => Err(SqsError::UnsupportedOperation {
-                message: format!(
-                    "{action} is not supported: Trireme has no per-queue permissions; access is controlled by the endpoint's access keys."
-                ),
+            "AddPermission" | "RemovePermission" => Err(SqsError::PermissionsUnsupported {
+                action: action.to_owned(),
             }),
             other => Err(SqsError::UnknownOperation {
                 target: format!("AmazonSQS.{other}"),
@@ -275,7 +279,7 @@ impl Sqs {
     }
 
     /// The queue named by an ARN member (`parameter` names it in the refusal).
-    fn queue_from_arn(&self, arn: &str, parameter: &str) -> Result<QueueName, SqsError> {
+    fn queue_from_arn(&self, arn: &str, parameter: &'static str) -> Result<QueueName, SqsError> {
         let name = self
             .addresses
             .name_from_arn(arn)
@@ -283,22 +287,16 @@ impl Sqs {
                 AddressError::Malformed { .. } => {
                     SqsError::invalid(parameter, arn, "It is not an SQS queue ARN.")
                 }
-                AddressError::Foreign { .. } => SqsError::invalid(
-                    parameter,
-                    arn,
-                    "It names a queue of another region or account than this endpoint's.",
-                ),
+                // A queue of another region or account does not exist here.
+                AddressError::Foreign { .. } => SqsError::QueueDoesNotExist,
             })?;
         existing_queue_name(name)
     }
 }
 
-/// A queue name taken from a URL or ARN: a FIFO name is refused clearly; any other illegal name
-/// cannot name an existing queue.
+/// A queue name taken from a URL, ARN or `GetQueueUrl`: an illegal name (a FIFO name among
+/// them) cannot name an existing queue, so it does not exist, as SQS answers.
 fn existing_queue_name(name: &str) -> Result<QueueName, SqsError> {
-    if name.ends_with(".fifo") {
-        return Err(SqsError::fifo_unsupported(name));
-    }
     QueueName::try_from(name).map_err(|_| SqsError::QueueDoesNotExist)
 }
 
@@ -325,7 +323,7 @@ fn required<T>(value: Option<T>, parameter: &'static str) -> Result<T, SqsError>
 /// An optional integer member in `min..=max`, refused in SQS's wording otherwise.
 fn in_range(
     value: Option<i64>,
-    parameter: &str,
+    parameter: &'static str,
     min: u32,
     max: u32,
 ) -> Result<Option<u32>, SqsError> {

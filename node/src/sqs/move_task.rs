@@ -1,10 +1,10 @@
-//! Message move task handles, as SQS shapes them: URL-safe base64 of a small JSON object with the
-//! task's id and its source queue's ARN. Clients treat the handle as opaque; the ARN inside lets
+//! Message move task handles, as SQS shapes them: base64 of a small JSON object with the task's
+//! id and its source queue's ARN. Clients treat the handle as opaque; the ARN inside lets
 //! `CancelMessageMoveTask` find the source queue without another lookup. A handle that does not
-//! decode names no task (`ResourceNotFoundException`). This module never starts or stops a task.
+//! decode is an invalid `TaskHandle`. This module never starts or stops a task.
 
 use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde::{Deserialize, Serialize};
 
 /// The decoded content of a task handle.
@@ -25,7 +25,7 @@ impl MoveTaskHandle {
     /// The opaque handle string.
     #[must_use]
     pub fn encode(&self) -> String {
-        URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).expect("two strings always serialize"))
+        STANDARD.encode(serde_json::to_vec(self).expect("two strings always serialize"))
     }
 
     /// Reads a handle string; `None` when it is not one this endpoint issued.
@@ -34,7 +34,11 @@ impl MoveTaskHandle {
         if text.len() > HANDLE_CHARS_MAX {
             return None;
         }
-        let bytes = URL_SAFE_NO_PAD.decode(text.trim_end_matches('=')).ok()?;
+        // Standard base64, as SQS writes it; the URL-safe alphabet is read too.
+        let bytes = STANDARD
+            .decode(text)
+            .or_else(|_| URL_SAFE_NO_PAD.decode(text.trim_end_matches('=')))
+            .ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }
@@ -50,14 +54,12 @@ mod tests {
             source_arn: "arn:aws:sqs:us-east-1:000000000000:dlq".to_owned(),
         };
         let text = handle.encode();
-        assert!(
-            text.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        );
-        let json = URL_SAFE_NO_PAD.decode(&text).unwrap();
+        let json = STANDARD.decode(&text).unwrap();
         let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(value["taskId"], "redrive-00ff");
-        assert_eq!(MoveTaskHandle::decode(&text), Some(handle));
+        assert_eq!(MoveTaskHandle::decode(&text), Some(handle.clone()));
+        let url_safe = URL_SAFE_NO_PAD.encode(&json);
+        assert_eq!(MoveTaskHandle::decode(&url_safe), Some(handle));
     }
 
     #[test]

@@ -111,8 +111,8 @@ pub struct SendMessageRequest {
     pub message_attributes: Option<MessageAttributes>,
     pub message_system_attributes: Option<MessageAttributes>,
     pub message_deduplication_id: Option<String>,
-    // `MessageGroupId` is not read: standard queues have no groups, and serde skips unknown
-    // members, so a client that sends one is served as if it had not.
+    /// Validated as SQS validates it on standard queues.
+    pub message_group_id: Option<String>,
 }
 
 /// The digests a send answers with, single or batched: of the body, and of the message and
@@ -150,8 +150,8 @@ pub struct SendMessageBatchEntry {
     pub message_attributes: Option<MessageAttributes>,
     pub message_system_attributes: Option<MessageAttributes>,
     pub message_deduplication_id: Option<String>,
-    // `MessageGroupId` is not read: standard queues have no groups, and serde skips unknown
-    // members, so a client that sends one is served as if it had not.
+    /// Validated as SQS validates it on standard queues.
+    pub message_group_id: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

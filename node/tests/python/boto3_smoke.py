@@ -5,6 +5,7 @@ Usage: python boto3_smoke.py http://127.0.0.1:9324
 Prints one line per check and closes with 'boto3: N passed, N failed'; exits non-zero on failure.
 """
 
+import base64
 import hashlib
 import json
 import os
@@ -121,7 +122,8 @@ def validation_wording():
     code, error = error_code(lambda: sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11))
     assert code == "InvalidParameterValue", code
     assert "MaxNumberOfMessages" in str(error) and "between 1 and 10" in str(error), str(error)
-    code, error = error_code(lambda: sqs.create_queue(QueueName=name("jobs") + ".fifo"))
+    code, error = error_code(lambda: sqs.create_queue(
+        QueueName=name("jobs") + ".fifo", Attributes={"FifoQueue": "true"}))
     assert code == "AWS.SimpleQueueService.UnsupportedOperation", code
     assert "standard queues only" in str(error), str(error)
 
@@ -165,6 +167,149 @@ def tags_and_purge():
     assert isinstance(error, sqs.exceptions.PurgeQueueInProgress), type(error)
 
 
+def error_message(call):
+    """The code, message and HTTP status of the error `call` raises."""
+    code, error = error_code(call)
+    return code, error.response["Error"]["Message"], error.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def received_twice(url):
+    sqs.send_message(QueueUrl=url, MessageBody="job")
+    first = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first, VisibilityTimeout=0)
+    second = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    return first, second
+
+
+@check
+def superseded_handles_as_aws_answers_them():
+    """Issue 14, class 2: a delete with a superseded handle succeeds and deletes nothing; a
+    visibility change with one stays refused (Trireme's one deliberate difference)."""
+    url = sqs.create_queue(QueueName=name("stale"))["QueueUrl"]
+    old, new = received_twice(url)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=old)
+    batch = sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "old", "ReceiptHandle": old}])
+    assert [entry["Id"] for entry in batch["Successful"]] == ["old"], batch
+    counts = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+    assert counts["ApproximateNumberOfMessagesNotVisible"] == "1", counts
+    code, message, status = error_message(lambda: sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=old, VisibilityTimeout=30))
+    assert (code, status) == ("InvalidParameterValue", 400), (code, status)
+    assert message == f"Value {old} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.", message
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=new)
+
+
+@check
+def malformed_handles_and_gone_messages_in_aws_words():
+    """Issue 14, classes 3 and 4."""
+    url = sqs.create_queue(QueueName=name("garbage"))["QueueUrl"]
+    code, message, status = error_message(
+        lambda: sqs.delete_message(QueueUrl=url, ReceiptHandle="garbage"))
+    assert (code, status) == ("ReceiptHandleIsInvalid", 400), (code, status)
+    assert message == 'The input receipt handle "garbage" is not a valid receipt handle.', message
+    sqs.send_message(QueueUrl=url, MessageBody="x")
+    handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+    code, message, _ = error_message(lambda: sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=42))
+    assert code == "InvalidParameterValue", code
+    assert message == (f"Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does "
+                       "not exist or is not available for visibility timeout change."), message
+
+
+@check
+def validation_in_aws_words():
+    """Issue 14, class 4: the wording AWS gives, recorded against AWS."""
+    url = sqs.create_queue(QueueName=name("words"), Attributes={"DelaySeconds": "1"})["QueueUrl"]
+    cases = [
+        (lambda: sqs.receive_message(QueueUrl=url, WaitTimeSeconds=21), "InvalidParameterValue",
+         "Value 21 for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided."),
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody=""), "MissingParameter",
+         "The request must contain the parameter MessageBody."),
+        (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a b", "MessageBody": "x"}]),
+         "AWS.SimpleQueueService.InvalidBatchEntryId",
+         "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most 80 letters long."),
+        (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": f"e{i}", "MessageBody": "x"} for i in range(20)]),
+         "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+         "Maximum number of entries per request are 10. You have sent 20."),
+        (lambda: sqs.create_queue(QueueName=name("words"), Attributes={"DelaySeconds": "2"}),
+         "QueueAlreadyExists",
+         "A queue already exists with the same name and a different value for attribute DelaySeconds"),
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+            "ErrorDetails": {"DataType": "String", "StringValue": ""}}), "InvalidParameterValue",
+         "Message (user) attribute 'ErrorDetails' must contain a non-empty value of type 'String'."),
+        (lambda: sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "43201"}),
+         "InvalidAttributeValue", "Invalid value for the parameter VisibilityTimeout."),
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x" * (1024 * 1024 + 1)),
+         "InvalidParameterValue",
+         "One or more parameters are invalid. Reason: Message must be shorter than 1048576 bytes."),
+    ]
+    for call, code, message in cases:
+        got = error_message(call)
+        assert got[:2] == (code, message), got
+
+
+@check
+def fifo_requests_on_standard_queues_as_aws_refuses_them():
+    """Issue 14, class 5."""
+    cases = [
+        ({"QueueName": name("std"), "Attributes": {"FifoQueue": "true"}}, "InvalidParameterValue",
+         "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length."),
+        ({"QueueName": name("std") + ".fifo"}, "InvalidParameterValue",
+         "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"),
+        ({"QueueName": name("std"), "Attributes": {"FifoQueue": "false"}}, "InvalidAttributeName",
+         "Unknown Attribute FifoQueue."),
+        ({"QueueName": name("std"), "Attributes": {"DeduplicationScope": "queue"}}, "InvalidAttributeName",
+         "You can specify the DeduplicationScope only when FifoQueue is set to true."),
+    ]
+    for request, code, message in cases:
+        got = error_message(lambda: sqs.create_queue(**request))
+        assert got[:2] == (code, message), (request, got)
+    url = sqs.create_queue(QueueName=name("std"))["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="tenant-1")
+    got = error_message(lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="group 123"))
+    assert got[0] == "InvalidParameterValue" and "MessageGroupId can only include" in got[1], got
+
+
+@check
+def queues_addressed_by_bare_name():
+    """Issue 14, class 7: a bare queue name where a URL is expected."""
+    sqs.create_queue(QueueName=name("bare"))
+    sqs.send_message(QueueUrl=name("bare"), MessageBody="by name")
+    [message] = sqs.receive_message(QueueUrl=name("bare"), WaitTimeSeconds=1)["Messages"]
+    assert message["Body"] == "by name", message
+
+
+@check
+def move_tasks_as_aws_runs_them():
+    """Issue 14, class 8."""
+    plain = sqs.create_queue(QueueName=name("plain"))["QueueUrl"]
+    plain_arn = sqs.get_queue_attributes(QueueUrl=plain, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    got = error_message(lambda: sqs.start_message_move_task(SourceArn=plain_arn))
+    assert got == ("InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue.", 400), got
+    dlq = sqs.create_queue(QueueName=name("mt-dlq"))["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sqs.create_queue(QueueName=name("mt-src"), Attributes={"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})})
+    got = error_message(lambda: sqs.start_message_move_task(
+        SourceArn=dlq_arn, DestinationArn=plain_arn.replace(name("plain"), name("nowhere"))))
+    assert got == ("ResourceNotFoundException",
+                   "The resource that you specified for the DestinationArn parameter doesn't exist.", 404), got
+    got = error_message(lambda: sqs.cancel_message_move_task(TaskHandle="garbage"))
+    assert got == ("InvalidParameterValue", "Value for parameter TaskHandle is invalid.", 400), got
+    for index in range(5):
+        sqs.send_message(QueueUrl=dlq, MessageBody=f"m{index}")
+    handle = sqs.start_message_move_task(
+        SourceArn=dlq_arn, DestinationArn=plain_arn, MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+    task = json.loads(base64.b64decode(handle))
+    assert task["sourceArn"] == dlq_arn, task
+    got = error_message(lambda: sqs.start_message_move_task(SourceArn=dlq_arn))
+    assert got[:2] == ("InvalidParameterValue", "There is already a task running. Only one active task is allowed for a source queue arn at a given time."), got
+    sqs.cancel_message_move_task(TaskHandle=handle)
+
+
 @check
 def aws_cli_commands_from_the_readme():
     """The `aws sqs --endpoint-url ...` commands node/src/sqs/README.md shows."""
@@ -183,6 +328,19 @@ def aws_cli_commands_from_the_readme():
     cli("send-message", "--queue-url", url, "--message-body", "hello")
     received = cli("receive-message", "--queue-url", url, "--wait-time-seconds", "1")
     assert received["Messages"][0]["Body"] == "hello", received
+    # Issue 14, class 2: the CLI deletes with a superseded handle without an error.
+    old = received["Messages"][0]["ReceiptHandle"]
+    cli("change-message-visibility", "--queue-url", url, "--receipt-handle", old,
+        "--visibility-timeout", "0")
+    again = cli("receive-message", "--queue-url", url, "--wait-time-seconds", "1")
+    cli("delete-message", "--queue-url", url, "--receipt-handle", old)
+    cli("delete-message", "--queue-url", url, "--receipt-handle",
+        again["Messages"][0]["ReceiptHandle"])
+    # Class 3: a malformed handle fails with AWS's code.
+    done = subprocess.run([aws, "--endpoint-url", ENDPOINT, "sqs", "delete-message", "--queue-url",
+                           url, "--receipt-handle", "garbage"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0 and "ReceiptHandleIsInvalid" in done.stderr, done.stderr
 
 
 def main():
