@@ -3,9 +3,12 @@
 //!
 //! `record` is the merge (a join-semilattice, with property tests for its laws); `protocol` is
 //! the state machine of replicas, coordinators and a lossy network; `model` wires it to the
-//! checker with the invariants, liveness checks and scenarios the page names. Nothing here is
-//! used by the node: the code is written against the page, and the page against this model.
+//! checker with the invariants, liveness checks and scenarios the page names. `lifecycle` is
+//! the compact model of part 2's purge and retention expiry (sections 2 and 3), with its own
+//! record, protocol and properties. Nothing here is used by the node: the code is written
+//! against the page, and the page against these models.
 
+pub mod lifecycle;
 pub mod model;
 pub mod protocol;
 pub mod record;

@@ -1,0 +1,410 @@
+//! Model checks of spec/replication.md part 2, sections 2 (purge) and 3 (retention expiry): the
+//! bounded configurations, exhaustively, and one test per planted bug asserting the checker
+//! finds a counterexample for the property it breaks.
+//!
+//! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`;
+//! `TRIREME_MODEL_SHOW_PATH=1` prints each planted bug's counterexample.
+
+mod lifecycle {
+    use std::collections::BTreeSet;
+    use std::io::Write as _;
+    use std::time::Instant;
+
+    use stateright::{Checker, Expectation, HasDiscoveries, Model};
+    use trireme_spec::replication::lifecycle::{Bug, Config, LifecycleModel, Start};
+
+    const LOST: &str = "acknowledged send is never lost unless deleted, purged or expired";
+    const PURGED: &str =
+        "receive after an acknowledged purge never delivers what entered before it";
+    const DELETED: &str = "receive after an acknowledged delete never delivers it";
+    const EXPIRED: &str = "receive after every clock passed the retention never delivers it";
+    const CONVERGED: &str = "after heal, replicas converge";
+    const SWEPT: &str = "after heal, nothing hidden or expired is still live";
+    const DRAINED: &str =
+        "after heal, every acknowledged send not deleted, purged or expired was delivered";
+
+    const PURGE_ACKED: &str = "purge acknowledged";
+    const HIDDEN_SWEPT: &str = "sweep tombstones what a purge hides";
+    const SKIPPED: &str = "receive skips what the watermark hides";
+    const SENT_AFTER: &str = "message sent after an acknowledged purge delivered";
+    const REDRIVEN_AFTER: &str = "message redriven after an acknowledged purge delivered";
+    const CONCURRENT: &str =
+        "receive under way when a purge was acknowledged delivers what it hides";
+    const EXPIRED_SWEPT: &str = "sweep tombstones an expired record";
+    const SLOW_CLOCK: &str = "slower clock delivers what a replica already expired";
+    const HEALED: &str = "heal ran to its end";
+
+    fn large() -> bool {
+        std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
+    }
+
+    const FAST: u8 = 0b01;
+    const EXACT: u8 = 0b10;
+
+    /// A purge by the fast clock (watermark 2 at tick 0, acknowledged at tick 3 at the
+    /// earliest) racing a send and a receive by the exact clock; the send may come before,
+    /// during or after the purge.
+    fn send_after_purge() -> Config {
+        Config {
+            ticks_max: 3,
+            send: true,
+            purgers: FAST,
+            enterers: EXACT,
+            receivers: EXACT,
+            purges_max: 1,
+            claims_max: 1,
+            heal: true,
+            ..Config::quiet("send after purge")
+        }
+    }
+
+    /// The mirror image: a purge by the exact clock (watermark 1 at tick 0), a send by the
+    /// fast clock, whose stamps run one tick ahead of the purger's, and a receive by the fast
+    /// clock.
+    fn send_before_purge() -> Config {
+        Config {
+            purgers: EXACT,
+            enterers: FAST,
+            receivers: FAST,
+            ..send_after_purge()
+        }
+        .named("send before purge")
+    }
+
+    /// A redrive by the exact clock (the message sent at tick 0, entering at the redriver's
+    /// clock) racing a purge by the fast clock, which then receives.
+    fn redrive_after_purge() -> Config {
+        Config {
+            send: false,
+            redrive: true,
+            receivers: FAST,
+            ..send_after_purge()
+        }
+        .named("redrive after purge")
+    }
+
+    /// A message sent before the purge; the purge by the fast clock racing a receive by the
+    /// exact clock; anti-entropy.
+    fn purge_race() -> Config {
+        Config {
+            start: Start::Sent,
+            ticks_max: 3,
+            purgers: FAST,
+            receivers: EXACT,
+            purges_max: 1,
+            claims_max: 1,
+            anti_entropy_max: 1,
+            heal: true,
+            ..Config::quiet("purge race")
+        }
+    }
+
+    /// The same race under one fault (a drop or a duplicate), without anti-entropy.
+    fn purge_faults() -> Config {
+        Config {
+            faults_max: 1,
+            anti_entropy_max: 0,
+            ..purge_race()
+        }
+        .named("purge faults")
+    }
+
+    /// A first purge (watermark 1) landed on two replicas and timed out; at tick 1 the fast
+    /// clock sends (stamp 2) and purges again (watermark 3); the exact clock receives.
+    fn two_purges() -> Config {
+        Config {
+            start: Start::PurgeLanded,
+            ticks_max: 4,
+            send: true,
+            purgers: FAST,
+            enterers: FAST,
+            receivers: EXACT,
+            purges_max: 2,
+            purge_ticks_max: 1,
+            claims_max: 1,
+            heal: true,
+            ..Config::quiet("two purges")
+        }
+    }
+
+    /// The purge race while the message's retention runs out (sent at tick 0, retention 3
+    /// ticks): purge, expiry, receive and sweeps in any order.
+    fn purge_with_retention() -> Config {
+        Config {
+            retention: Some(3),
+            anti_entropy_max: 0,
+            ..purge_race()
+        }
+        .named("purge with retention")
+    }
+
+    /// After an acknowledged delete with one stale replica: expiry on any replica at any
+    /// moment, two receives by either clock, anti-entropy.
+    fn retention_deleted() -> Config {
+        Config {
+            start: Start::Deleted,
+            retention: Some(2),
+            ticks_max: 3,
+            claims_max: 2,
+            anti_entropy_max: 2,
+            heal: true,
+            ..Config::quiet("retention after delete")
+        }
+    }
+
+    /// A sent message received and deleted while its retention runs out.
+    fn retention_sent() -> Config {
+        Config {
+            start: Start::Sent,
+            retention: Some(2),
+            ticks_max: 3,
+            claims_max: 1,
+            deletes_max: 1,
+            anti_entropy_max: 1,
+            heal: true,
+            ..Config::quiet("retention of a sent message")
+        }
+    }
+
+    /// A redrive while the message's retention (counted from its original send) runs out.
+    fn retention_redrive() -> Config {
+        Config {
+            redrive: true,
+            retention: Some(2),
+            ticks_max: 3,
+            claims_max: 1,
+            anti_entropy_max: 1,
+            heal: true,
+            ..Config::quiet("retention of a redriven message")
+        }
+    }
+
+    /// Runs `config` exhaustively, prints its size, and asserts that every `always` property
+    /// holds and every named scenario is reached.
+    fn check(config: Config, scenarios: &[&'static str]) {
+        let name = config.name;
+        let model = LifecycleModel::new(config);
+        let properties = model.properties();
+        let started = Instant::now();
+        let checker = model.checker().spawn_bfs().join();
+        // Written to stderr directly, past the test harness's capture, so that every
+        // `cargo test` run shows the state count and depth, passing or not.
+        let _ = writeln!(
+            std::io::stderr(),
+            "lifecycle model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed()
+        );
+        for property in &properties {
+            if property.expectation == Expectation::Always {
+                checker.assert_no_discovery(property.name);
+            }
+        }
+        for scenario in scenarios {
+            checker.assert_any_discovery(scenario);
+        }
+    }
+
+    /// Asserts that the checker finds a counterexample for `property` under `config`.
+    fn finds(config: Config, property: &'static str) {
+        let bug = config.bug;
+        let started = Instant::now();
+        let checker = LifecycleModel::new(config)
+            .checker()
+            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+            .spawn_bfs()
+            .join();
+        let path = checker.assert_any_discovery(property);
+        if std::env::var("TRIREME_MODEL_SHOW_PATH").is_ok() {
+            let _ = writeln!(std::io::stderr(), "{:#?}", path.clone().into_actions());
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
+            path.into_actions().len(),
+            checker.unique_state_count(),
+            started.elapsed()
+        );
+    }
+
+    trait Named {
+        fn named(self, name: &'static str) -> Config;
+    }
+
+    impl Named for Config {
+        fn named(self, name: &'static str) -> Config {
+            Config { name, ..self }
+        }
+    }
+
+    fn with(bug: Bug, config: Config) -> Config {
+        Config {
+            bug: Some(bug),
+            ..config
+        }
+    }
+
+    #[test]
+    fn send_after_purge_holds() {
+        check(
+            send_after_purge(),
+            &[
+                PURGE_ACKED,
+                HIDDEN_SWEPT,
+                SKIPPED,
+                SENT_AFTER,
+                CONCURRENT,
+                HEALED,
+            ],
+        );
+    }
+
+    #[test]
+    fn send_before_purge_holds() {
+        check(
+            send_before_purge(),
+            &[
+                PURGE_ACKED,
+                HIDDEN_SWEPT,
+                SKIPPED,
+                SENT_AFTER,
+                CONCURRENT,
+                HEALED,
+            ],
+        );
+    }
+
+    #[test]
+    fn redrive_after_purge_holds() {
+        check(
+            redrive_after_purge(),
+            &[PURGE_ACKED, HIDDEN_SWEPT, SKIPPED, REDRIVEN_AFTER, HEALED],
+        );
+    }
+
+    #[test]
+    fn purge_race_holds() {
+        check(
+            purge_race(),
+            &[PURGE_ACKED, HIDDEN_SWEPT, SKIPPED, CONCURRENT, HEALED],
+        );
+    }
+
+    #[test]
+    fn purge_faults_hold() {
+        check(
+            purge_faults(),
+            &[PURGE_ACKED, HIDDEN_SWEPT, SKIPPED, CONCURRENT, HEALED],
+        );
+    }
+
+    #[test]
+    fn purge_with_retention_holds() {
+        check(
+            purge_with_retention(),
+            &[
+                PURGE_ACKED,
+                HIDDEN_SWEPT,
+                SKIPPED,
+                CONCURRENT,
+                EXPIRED_SWEPT,
+                SLOW_CLOCK,
+                HEALED,
+            ],
+        );
+    }
+
+    #[test]
+    fn retention_holds() {
+        check(retention_deleted(), &[EXPIRED_SWEPT, HEALED]);
+        check(retention_sent(), &[EXPIRED_SWEPT, SLOW_CLOCK, HEALED]);
+        check(retention_redrive(), &[EXPIRED_SWEPT, SLOW_CLOCK, HEALED]);
+    }
+
+    #[test]
+    fn large_bounds_hold() {
+        if !large() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "lifecycle model: larger bounds skipped (set TRIREME_MODEL_LARGE=1)"
+            );
+            return;
+        }
+        check(two_purges(), &[PURGE_ACKED, SKIPPED, HEALED]);
+    }
+
+    #[test]
+    fn watermark_compared_with_sent_time_loses_a_redriven_message() {
+        finds(
+            with(Bug::WatermarkComparesSentTime, redrive_after_purge()),
+            LOST,
+        );
+    }
+
+    #[test]
+    fn receive_comparing_sent_time_never_delivers_a_redriven_message() {
+        finds(
+            with(Bug::ReceiveComparesSentTime, redrive_after_purge()),
+            DRAINED,
+        );
+    }
+
+    #[test]
+    fn watermark_by_last_writer_undoes_a_purge() {
+        finds(with(Bug::WatermarkLastWriter, two_purges()), PURGED);
+    }
+
+    #[test]
+    fn purge_acked_after_one_replica_is_undone() {
+        finds(with(Bug::PurgeAckedAfterOne, purge_race()), PURGED);
+    }
+
+    #[test]
+    fn purge_acked_at_once_purges_a_later_send() {
+        finds(with(Bug::PurgeAckedAtOnce, send_after_purge()), LOST);
+    }
+
+    #[test]
+    fn watermark_without_margin_spares_an_earlier_send() {
+        finds(
+            with(Bug::WatermarkWithoutMargin, send_before_purge()),
+            PURGED,
+        );
+    }
+
+    #[test]
+    fn sweep_dropping_expired_records_resurrects_a_deleted_message() {
+        finds(with(Bug::SweepDropsExpired, retention_deleted()), DELETED);
+    }
+
+    #[test]
+    fn receive_without_expiry_check_delivers_an_expired_message() {
+        finds(
+            with(Bug::ReceiveSkipsExpiryCheck, retention_sent()),
+            EXPIRED,
+        );
+    }
+
+    #[test]
+    fn retention_counted_from_entry_keeps_a_redriven_message_too_long() {
+        finds(
+            with(Bug::RetentionCountsFromEntry, retention_redrive()),
+            EXPIRED,
+        );
+    }
+
+    #[test]
+    fn anti_entropy_without_watermark_never_converges() {
+        finds(
+            with(Bug::AntiEntropySkipsWatermark, purge_race()),
+            CONVERGED,
+        );
+    }
+
+    #[test]
+    fn sweep_ignoring_watermark_leaves_purged_records_live() {
+        finds(with(Bug::SweepIgnoresWatermark, purge_race()), SWEPT);
+    }
+}
