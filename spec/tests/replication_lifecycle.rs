@@ -24,7 +24,7 @@ mod lifecycle {
         "after heal, every acknowledged send not deleted, purged or expired was delivered";
 
     const PURGE_ACKED: &str = "purge acknowledged";
-    const HIDDEN_SWEPT: &str = "sweep tombstones what a purge hides";
+    const HIDDEN_SWEPT: &str = "sweep marks what a purge hides";
     const SKIPPED: &str = "receive skips what the watermark hides";
     const SENT_AFTER: &str = "message sent after an acknowledged purge delivered";
     const REDRIVEN_AFTER: &str = "message redriven after an acknowledged purge delivered";
@@ -33,6 +33,7 @@ mod lifecycle {
     const EXPIRED_SWEPT: &str = "sweep tombstones an expired record";
     const SLOW_CLOCK: &str = "slower clock delivers what a replica already expired";
     const HEALED: &str = "heal ran to its end";
+    const REVIVED: &str = "later copy of a purged generation is live again";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -81,6 +82,18 @@ mod lifecycle {
             ..send_after_purge()
         }
         .named("redrive after purge")
+    }
+
+    /// Two redrives of one dead-letter copy by the exact clock (a first one that may reach one
+    /// replica and die, a second one later), racing a purge by the fast clock: the two write
+    /// the same generation with different stamps.
+    fn two_redrives() -> Config {
+        Config {
+            redrives_max: 2,
+            claims_max: 0,
+            ..redrive_after_purge()
+        }
+        .named("two redrives across a purge")
     }
 
     /// A message sent before the purge; the purge by the fast clock racing a receive by the
@@ -285,6 +298,14 @@ mod lifecycle {
     }
 
     #[test]
+    fn two_redrives_hold() {
+        check(
+            two_redrives(),
+            &[PURGE_ACKED, HIDDEN_SWEPT, REVIVED, HEALED],
+        );
+    }
+
+    #[test]
     fn purge_race_holds() {
         check(
             purge_race(),
@@ -336,19 +357,21 @@ mod lifecycle {
     }
 
     #[test]
-    fn watermark_compared_with_sent_time_loses_a_redriven_message() {
+    fn watermark_compared_with_sent_time_never_delivers_a_redriven_message() {
         finds(
             with(Bug::WatermarkComparesSentTime, redrive_after_purge()),
-            LOST,
+            DRAINED,
         );
     }
 
     #[test]
-    fn receive_comparing_sent_time_never_delivers_a_redriven_message() {
-        finds(
-            with(Bug::ReceiveComparesSentTime, redrive_after_purge()),
-            DRAINED,
-        );
+    fn entered_at_by_earliest_writer_loses_a_later_redrive() {
+        finds(with(Bug::EnteredAtEarliest, two_redrives()), LOST);
+    }
+
+    #[test]
+    fn purge_tombstone_loses_a_later_redrive() {
+        finds(with(Bug::PurgeWritesTombstone, two_redrives()), LOST);
     }
 
     #[test]

@@ -49,33 +49,36 @@ pub const HEAL_STEPS_MAX: u32 = 1_000;
 
 // ----- the record -------------------------------------------------------------------------------
 
-/// The fields written once per generation (spec/replication.md#2-purge, #3-retention-expiry):
-/// every writer of the generation writes the same values, so a merge never chooses between them.
+/// When the message was sent and when this generation entered this queue
+/// (spec/replication.md#2-purge, #3-retention-expiry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Stamps {
-    /// `sent_at_ms`: the original send; retention counts from it, across moves and redrives.
+    /// `sent_at_ms`: the original send, written once and copied by every move and redrive;
+    /// retention counts from it.
     pub sent_at: u8,
-    /// `entered_at_ms`: when this generation entered this queue (send or redrive); the purge
-    /// watermark is compared with it.
+    /// `entered_at_ms`: the clock of the writer that brought this generation into this queue
+    /// (send, move or redrive). Two movers of one generation may stamp it differently; the
+    /// merge keeps the latest. The purge watermark is compared with it.
     pub entered_at: u8,
 }
 
-/// What a replica knows about one life (generation) of a message in the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Body {
-    /// In the queue; `claim` is the newest receive (part 1's claim, without receive counts).
-    Live { claim: Option<Claim> },
-    /// Gone from this life: deleted, purged or expired. Dominates every live copy of its
-    /// generation.
-    Tombstone,
-}
-
-/// A message's record on one replica (`None` in a store: never written).
+/// A message's record on one replica (`None` in a store: never written, or collected).
+///
+/// Within a generation every field is a join of its own: `entered_at` and `hidden_through`
+/// by max, the claim by max, the tombstone by or. Whether the record is in the queue is
+/// derived from them (`is_live`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Record {
     pub generation: u8,
     pub stamps: Stamps,
-    pub body: Body,
+    /// The newest receive (part 1's claim, without receive counts).
+    pub claim: Option<Claim>,
+    /// The purge mark: the greatest watermark a sweep found hiding this record. It hides the
+    /// generation only while `entered_at` is at or below it, so a later mover's copy of the
+    /// same generation, entered above it, is live again (spec#2-purge, "purge mark").
+    pub hidden_through: Option<u8>,
+    /// Deleted or expired: dominates every copy of the generation.
+    pub tombstone: bool,
 }
 
 impl Record {
@@ -83,27 +86,31 @@ impl Record {
         Record {
             generation,
             stamps,
-            body: Body::Live { claim: None },
+            claim: None,
+            hidden_through: None,
+            tombstone: false,
         }
     }
 
-    /// The tombstone of this record's generation, keeping its stamps.
+    /// The tombstone of this record's generation.
     fn tombstone(self) -> Record {
         Record {
-            body: Body::Tombstone,
+            tombstone: true,
             ..self
         }
     }
 
-    fn is_live(&self) -> bool {
-        matches!(self.body, Body::Live { .. })
+    /// The copy with `claim` as its newest receive.
+    fn claimed(self, claim: Claim) -> Record {
+        Record {
+            claim: Some(claim),
+            ..self
+        }
     }
 
-    fn claim(&self) -> Option<Claim> {
-        match self.body {
-            Body::Live { claim } => claim,
-            Body::Tombstone => None,
-        }
+    /// In the queue: not a tombstone, and not hidden by its own purge mark.
+    fn is_live(&self) -> bool {
+        !self.tombstone && !self.hidden_by(self.hidden_through, false)
     }
 
     /// Whether a purge watermark hides this record: what entered the queue at or before the
@@ -130,8 +137,9 @@ impl Record {
 }
 
 /// The join of what a replica holds and what arrives: a later generation wins whole; within a
-/// generation the tombstone dominates and two live copies keep the newer claim.
-fn merge(held: Option<Record>, incoming: Record) -> Record {
+/// generation each field joins on its own. `entered_earliest` is the planted rule that keeps
+/// the earliest `entered_at` instead of the latest.
+fn merge(held: Option<Record>, incoming: Record, entered_earliest: bool) -> Record {
     let Some(held) = held else {
         return incoming;
     };
@@ -143,21 +151,33 @@ fn merge(held: Option<Record>, incoming: Record) -> Record {
         };
     }
     assert_eq!(
-        held.stamps, incoming.stamps,
-        "stamps are written once per generation"
+        held.stamps.sent_at, incoming.stamps.sent_at,
+        "sent_at is written once per message"
     );
-    let body = match (held.body, incoming.body) {
-        (Body::Tombstone, _) | (_, Body::Tombstone) => Body::Tombstone,
-        (Body::Live { claim: a }, Body::Live { claim: b }) => Body::Live { claim: a.max(b) },
+    let entered_at = if entered_earliest {
+        held.stamps.entered_at.min(incoming.stamps.entered_at)
+    } else {
+        held.stamps.entered_at.max(incoming.stamps.entered_at)
     };
-    Record { body, ..held }
+    Record {
+        generation: held.generation,
+        stamps: Stamps {
+            sent_at: held.stamps.sent_at,
+            entered_at,
+        },
+        claim: held.claim.max(incoming.claim),
+        hidden_through: held.hidden_through.max(incoming.hidden_through),
+        tombstone: held.tombstone || incoming.tombstone,
+    }
 }
 
-fn join_all(records: impl IntoIterator<Item = Option<Record>>) -> Option<Record> {
-    records
-        .into_iter()
-        .flatten()
-        .fold(None, |held, incoming| Some(merge(held, incoming)))
+fn join_all(
+    records: impl IntoIterator<Item = Option<Record>>,
+    entered_earliest: bool,
+) -> Option<Record> {
+    records.into_iter().flatten().fold(None, |held, incoming| {
+        Some(merge(held, incoming, entered_earliest))
+    })
 }
 
 // ----- configuration ----------------------------------------------------------------------------
@@ -167,8 +187,10 @@ fn join_all(records: impl IntoIterator<Item = Option<Record>>) -> Option<Record>
 pub enum Bug {
     /// Sweeps and receives compare the watermark with `sent_at` instead of `entered_at`.
     WatermarkComparesSentTime,
-    /// Only the receive compares the watermark with `sent_at`; sweeps are right.
-    ReceiveComparesSentTime,
+    /// `entered_at` merges by the earliest writer's stamp instead of the latest.
+    EnteredAtEarliest,
+    /// A sweep turns a hidden record into a tombstone of its generation instead of marking it.
+    PurgeWritesTombstone,
     /// A replica keeps the watermark it received last instead of the greater one.
     WatermarkLastWriter,
     /// The purge is acknowledged after one replica stored the watermark.
@@ -221,6 +243,9 @@ pub struct Config {
     pub send: bool,
     /// Whether a redrive may bring the message `REDRIVEN` into the queue.
     pub redrive: bool,
+    /// Redrives of `REDRIVEN` that may start (each writes generation 1 with its own stamp, as
+    /// two movers of one dead-letter copy do).
+    pub redrives_max: u8,
     /// Coordinators that may purge (bit per coordinator).
     pub purgers: u8,
     /// Coordinators that may send or redrive (bit per coordinator).
@@ -255,6 +280,7 @@ impl Config {
             start: Start::Empty,
             send: false,
             redrive: false,
+            redrives_max: 1,
             purgers: ALL_COORDINATORS,
             enterers: ALL_COORDINATORS,
             receivers: ALL_COORDINATORS,
@@ -279,7 +305,11 @@ impl Config {
     }
 
     fn receive_compares_sent(&self) -> bool {
-        self.has(Bug::WatermarkComparesSentTime) || self.has(Bug::ReceiveComparesSentTime)
+        self.has(Bug::WatermarkComparesSentTime)
+    }
+
+    fn entered_earliest(&self) -> bool {
+        self.has(Bug::EnteredAtEarliest)
     }
 
     fn retention_from_entry(&self) -> bool {
@@ -328,9 +358,10 @@ pub struct Reply {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     Idle,
-    /// Writing a message into the queue (a send or a redrive).
+    /// Writing a message into the queue (a send or a redrive); `attempt` is ghost.
     Enter {
         message: u8,
+        attempt: u8,
         acks: u8,
     },
     PurgeWrite {
@@ -448,6 +479,8 @@ pub struct PurgeGhost {
 /// Ghost: one message's entry into the queue (its send or its redrive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Entry {
+    /// Which redrive of the message this is (0 for a send): the ghost follows the latest.
+    pub attempt: u8,
     pub generation: u8,
     pub stamps: Stamps,
     /// Global tick at the invocation of the send or redrive.
@@ -476,7 +509,7 @@ pub enum Violation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
     PurgeAcked = 0,
-    /// A sweep tombstoned a record because the watermark hides it.
+    /// A sweep marked a record because the watermark hides it.
     HiddenSwept = 1,
     /// A message sent after a purge was acknowledged was delivered.
     SentAfterPurgeDelivered = 2,
@@ -491,6 +524,9 @@ pub enum Scenario {
     DeliveredAfterExpiryElsewhere = 6,
     /// A receive skipped a live record because the watermark it read hides it.
     ReceiveSkippedHidden = 7,
+    /// A replica's purge-marked record became live again: a later mover's copy of the same
+    /// generation entered above the mark.
+    Revived = 8,
 }
 
 /// Ghost state: what clients were told, and what went wrong.
@@ -533,6 +569,7 @@ impl Ghost {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Used {
     pub purges: u8,
+    pub redrives: u8,
     pub claims: u8,
     pub deletes: u8,
     pub anti_entropy: u8,
@@ -623,6 +660,7 @@ impl State {
         acked.replicas[0].store[SENT] = Some(sent);
         acked.replicas[1].store[SENT] = Some(sent);
         acked.ghost.entries[SENT] = Some(Entry {
+            attempt: 0,
             generation: 0,
             stamps,
             invoked_at: 0,
@@ -647,10 +685,7 @@ impl State {
             seq: 1,
             coordinator: 1,
         };
-        let claimed = Record {
-            body: Body::Live { claim: Some(claim) },
-            ..sent
-        };
+        let claimed = sent.claimed(claim);
         let mut deleted = acked;
         deleted.replicas[0].store[SENT] = Some(claimed.tombstone());
         deleted.replicas[1].store[SENT] = Some(claimed.tombstone());
@@ -666,9 +701,12 @@ impl State {
         self.now + CLOCK_AHEAD[node]
     }
 
-    /// The join of every replica's record of `message`.
-    pub fn joined(&self, message: usize) -> Option<Record> {
-        join_all(self.replicas.iter().map(|r| r.store[message]))
+    /// The join of every replica's record of `message`, under this run's merge.
+    pub fn joined(&self, config: &Config, message: usize) -> Option<Record> {
+        join_all(
+            self.replicas.iter().map(|r| r.store[message]),
+            config.entered_earliest(),
+        )
     }
 
     /// The greatest watermark any replica holds.
@@ -726,7 +764,13 @@ impl State {
                 },
             )
         };
+        let attempt = if message == SENT {
+            0
+        } else {
+            self.used.redrives
+        };
         self.ghost.entries[message] = Some(Entry {
+            attempt,
             generation,
             stamps,
             invoked_at: self.now,
@@ -738,6 +782,7 @@ impl State {
             coordinator,
             Op::Enter {
                 message: message as u8,
+                attempt,
                 acks: 0,
             },
         );
@@ -839,7 +884,7 @@ impl State {
     /// every clock). Ticking when none is lets equal situations differ only by the time.
     pub fn time_matters(&self, config: &Config) -> bool {
         let entry_to_come = (config.send && self.ghost.entries[SENT].is_none())
-            || (config.redrive && self.ghost.entries[REDRIVEN].is_none());
+            || (config.redrive && self.used.redrives < config.redrives_max);
         let purge_to_come =
             self.used.purges < config.purges_max && self.now < config.purge_ticks_max;
         let purge_waiting = self
@@ -885,8 +930,14 @@ impl State {
         self.replicas[r].store[message] = record;
     }
 
-    fn merge_into(&mut self, r: usize, message: usize, incoming: Record) {
-        let merged = merge(self.replicas[r].store[message], incoming);
+    fn merge_into(&mut self, config: &Config, r: usize, message: usize, incoming: Record) {
+        let held = self.replicas[r].store[message];
+        let merged = merge(held, incoming, config.entered_earliest());
+        let marked =
+            held.is_some_and(|h| h.generation == merged.generation && !h.tombstone && !h.is_live());
+        if marked && merged.is_live() {
+            self.ghost.reach(Scenario::Revived);
+        }
         self.store(r, message, Some(merged));
     }
 
@@ -900,8 +951,9 @@ impl State {
     }
 
     /// What replica `r`'s sweep would make of its record of `message`: a live record hidden
-    /// by its watermark or past retention by its clock becomes the tombstone of its generation
-    /// (spec#2-purge, "collection"; spec#3-retention-expiry). `None` if nothing changes.
+    /// by its watermark gets the purge mark (spec#2-purge, "sweep"); a live record past
+    /// retention by its clock becomes the tombstone of its generation (spec#3-retention-expiry).
+    /// `None` if nothing changes.
     pub fn sweep_result(&self, config: &Config, r: usize, message: usize) -> Option<Sweep> {
         let record = self.replicas[r].store[message]?;
         let expired = record.expired_at(
@@ -942,7 +994,15 @@ impl State {
             Sweep::Drop => self.store(r, message, None),
             Sweep::Hidden => {
                 self.ghost.reach(Scenario::HiddenSwept);
-                self.store(r, message, Some(record.tombstone()));
+                let swept = if config.has(Bug::PurgeWritesTombstone) {
+                    record.tombstone()
+                } else {
+                    Record {
+                        hidden_through: record.hidden_through.max(self.replicas[r].watermark),
+                        ..record
+                    }
+                };
+                self.store(r, message, Some(swept));
             }
             Sweep::Expired => {
                 self.ghost.reach(Scenario::ExpiredSwept);
@@ -959,7 +1019,7 @@ impl State {
         for (from, to) in [(a, b), (b, a)] {
             for message in 0..MESSAGES {
                 if let Some(record) = self.replicas[from].store[message] {
-                    self.merge_into(to, message, record);
+                    self.merge_into(config, to, message, record);
                 }
             }
             if !config.has(Bug::AntiEntropySkipsWatermark)
@@ -990,7 +1050,7 @@ impl State {
                 self.on_read_reply(config, &packet, reply);
             }
             Request::Write { message, record } => {
-                self.merge_into(r, message as usize, record);
+                self.merge_into(config, r, message as usize, record);
                 self.on_ack(config, &packet);
             }
             Request::Watermark { watermark, purge } => {
@@ -1000,23 +1060,20 @@ impl State {
             }
             Request::Claim { message, record } => {
                 let held = self.replicas[r].store[message as usize];
-                let claim = record.claim().expect("a claim request carries a claim");
+                let claim = record.claim.expect("a claim request carries a claim");
                 // Compare-and-set on the version (part 1, Receive 5).
                 let accept = match held {
                     None => true,
                     Some(held) => match held.generation.cmp(&record.generation) {
                         std::cmp::Ordering::Greater => false,
                         std::cmp::Ordering::Less => true,
-                        std::cmp::Ordering::Equal => match held.body {
-                            Body::Tombstone => false,
-                            Body::Live { claim: current } => {
-                                current.map_or(0, |c| c.seq) < claim.seq
-                            }
-                        },
+                        std::cmp::Ordering::Equal => {
+                            !held.tombstone && held.claim.map_or(0, |c| c.seq) < claim.seq
+                        }
                     },
                 };
                 if accept {
-                    self.merge_into(r, message as usize, record);
+                    self.merge_into(config, r, message as usize, record);
                     self.on_ack(config, &packet);
                 }
             }
@@ -1032,17 +1089,14 @@ impl State {
                     Some(held) => match held.generation.cmp(&record.generation) {
                         std::cmp::Ordering::Greater => false,
                         std::cmp::Ordering::Less => true,
-                        std::cmp::Ordering::Equal => match held.body {
-                            Body::Tombstone => true,
-                            Body::Live { claim } => claim <= Some(expect),
-                        },
+                        std::cmp::Ordering::Equal => held.tombstone || held.claim <= Some(expect),
                     },
                 };
                 if accept {
-                    if held.is_none_or(|h| h.is_live() || h.generation < record.generation) {
+                    if held.is_none_or(|h| !h.tombstone || h.generation < record.generation) {
                         self.ghost.deleted[message as usize] = true;
                     }
-                    self.merge_into(r, message as usize, record);
+                    self.merge_into(config, r, message as usize, record);
                     self.on_ack(config, &packet);
                 }
             }
@@ -1102,7 +1156,10 @@ impl State {
                 snapshot,
                 replies,
             } => {
-                let merged = join_all(replies.iter().flatten().map(|r| r.record));
+                let merged = join_all(
+                    replies.iter().flatten().map(|r| r.record),
+                    config.entered_earliest(),
+                );
                 let watermark = replies.iter().flatten().filter_map(|r| r.watermark).max();
                 let Some(merged) = merged.filter(Record::is_live) else {
                     self.finish(c);
@@ -1110,7 +1167,8 @@ impl State {
                 };
                 // The coordinator applies the watermark it read by quorum and the retention
                 // by its own clock, whatever the replicas' sweeps have done so far.
-                if merged.hidden_by(watermark, config.receive_compares_sent()) {
+                let hiding = watermark.max(merged.hidden_through);
+                if merged.hidden_by(hiding, config.receive_compares_sent()) {
                     self.ghost.reach(Scenario::ReceiveSkippedHidden);
                     self.finish(c);
                     return;
@@ -1126,13 +1184,10 @@ impl State {
                 }
                 // Time is abstract for visibility (part 1, Time): any claim may have expired.
                 let claim = Claim {
-                    seq: merged.claim().map_or(0, |claim| claim.seq) + 1,
+                    seq: merged.claim.map_or(0, |claim| claim.seq) + 1,
                     coordinator: c as u8,
                 };
-                let record = Record {
-                    body: Body::Live { claim: Some(claim) },
-                    ..merged
-                };
+                let record = merged.claimed(claim);
                 self.begin(
                     c,
                     Op::ClaimWrite {
@@ -1145,18 +1200,22 @@ impl State {
                 self.broadcast(c, Request::Claim { message, record });
             }
             Op::DeleteRead { handle, replies } => {
-                let merged = join_all(replies.iter().flatten().map(|r| r.record));
+                let merged = join_all(
+                    replies.iter().flatten().map(|r| r.record),
+                    config.entered_earliest(),
+                );
                 let message = handle.message;
                 match merged {
                     Some(record) if record.generation == handle.generation && !record.is_live() => {
-                        // Already gone (deleted, purged or expired): make the tombstone
-                        // durable on a quorum before answering success (part 1, Delete 2).
+                        // Already gone (deleted, expired, or marked by a purge): make what
+                        // was read durable on a quorum before answering success (part 1,
+                        // Delete 2).
                         self.begin(c, Op::DeleteWrite { handle, acks: 0 });
                         self.broadcast(c, Request::Write { message, record });
                     }
                     Some(record)
                         if record.generation == handle.generation
-                            && record.claim() == Some(handle.claim) =>
+                            && record.claim == Some(handle.claim) =>
                     {
                         self.begin(c, Op::DeleteWrite { handle, acks: 0 });
                         self.broadcast(
@@ -1178,11 +1237,16 @@ impl State {
     /// A write phase has its quorum of acks.
     fn complete_write(&mut self, config: &Config, c: usize) {
         match self.coordinators[c].op {
-            Op::Enter { message, .. } => {
+            Op::Enter {
+                message, attempt, ..
+            } => {
                 let entry = self.ghost.entries[message as usize]
                     .as_mut()
                     .expect("an entry was recorded when the write began");
-                entry.acked = true;
+                // The ghost follows the latest attempt; an earlier one's ack is not counted.
+                if entry.attempt == attempt {
+                    entry.acked = true;
+                }
                 self.finish(c);
             }
             Op::PurgeWrite {
@@ -1198,7 +1262,7 @@ impl State {
                 self.coordinators[c].handle = Some(Handle {
                     message,
                     generation: record.generation,
-                    claim: record.claim().expect("a claim write carries a claim"),
+                    claim: record.claim.expect("a claim write carries a claim"),
                 });
                 self.finish(c);
             }
@@ -1285,11 +1349,11 @@ impl State {
 
     /// Whether the cluster still holds `message` live and unhidden in the generation its
     /// entry wrote.
-    pub fn present(&self, message: usize) -> bool {
+    pub fn present(&self, config: &Config, message: usize) -> bool {
         let Some(entry) = self.ghost.entries[message] else {
             return false;
         };
-        self.joined(message).is_some_and(|record| {
+        self.joined(config, message).is_some_and(|record| {
             record.generation == entry.generation
                 && record.is_live()
                 && !record.hidden_by(self.joined_watermark(), false)
@@ -1336,14 +1400,14 @@ impl State {
         self.heal_network(config, &mut steps);
         self.heal_background(config, &mut steps);
         for message in 0..MESSAGES {
-            if !self.joined(message).is_some_and(|r| r.is_live()) {
+            if !self.joined(config, message).is_some_and(|r| r.is_live()) {
                 continue;
             }
             self.start_claim(0, message);
             self.heal_network(config, &mut steps);
             if let Some(handle) = self.coordinators[0].handle
                 && handle.message as usize == message
-                && self.joined(message).and_then(|r| r.claim()) == Some(handle.claim)
+                && self.joined(config, message).and_then(|r| r.claim) == Some(handle.claim)
             {
                 self.start_delete(0);
                 self.heal_network(config, &mut steps);
@@ -1398,7 +1462,7 @@ impl State {
 /// What a sweep does to one record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sweep {
-    /// Tombstoned: the watermark hides it.
+    /// Marked: the watermark hides it.
     Hidden,
     /// Tombstoned: its retention ended by the replica's clock.
     Expired,
@@ -1496,7 +1560,7 @@ impl Model for LifecycleModel {
             if enters && config.send && state.ghost.entries[SENT].is_none() {
                 actions.push(Action::Send(c8));
             }
-            if enters && config.redrive && state.ghost.entries[REDRIVEN].is_none() {
+            if enters && config.redrive && used.redrives < config.redrives_max {
                 actions.push(Action::Redrive(c8));
             }
             if config.purgers & bit(c) != 0
@@ -1566,7 +1630,10 @@ impl Model for LifecycleModel {
             Action::Tick => state.tick(config),
             Action::Abandon(c) => state.abandon(c as usize),
             Action::Send(c) => state.start_enter(c as usize, SENT),
-            Action::Redrive(c) => state.start_enter(c as usize, REDRIVEN),
+            Action::Redrive(c) => {
+                state.used.redrives += 1;
+                state.start_enter(c as usize, REDRIVEN);
+            }
             Action::Purge(c) => state.start_purge(config, c as usize),
             Action::Claim {
                 coordinator,
@@ -1591,7 +1658,8 @@ impl Model for LifecycleModel {
                 && used.purges <= config.purges_max
                 && used.claims <= config.claims_max
                 && used.deletes <= config.deletes_max
-                && used.anti_entropy <= config.anti_entropy_max)
+                && used.anti_entropy <= config.anti_entropy_max
+                && used.redrives <= config.redrives_max)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -1599,7 +1667,8 @@ impl Model for LifecycleModel {
             Property::always(
                 "acknowledged send is never lost unless deleted, purged or expired",
                 |model: &LifecycleModel, s: &State| {
-                    (0..MESSAGES).all(|m| s.loss_allowed(&model.config, m) || s.present(m))
+                    (0..MESSAGES)
+                        .all(|m| s.loss_allowed(&model.config, m) || s.present(&model.config, m))
                 },
             ),
             Property::always(
@@ -1632,7 +1701,7 @@ impl Model for LifecycleModel {
             Property::sometimes("purge acknowledged", |_, s: &State| {
                 s.ghost.reached(Scenario::PurgeAcked)
             }),
-            Property::sometimes("sweep tombstones what a purge hides", |_, s: &State| {
+            Property::sometimes("sweep marks what a purge hides", |_, s: &State| {
                 s.ghost.reached(Scenario::HiddenSwept)
             }),
             Property::sometimes("receive skips what the watermark hides", |_, s: &State| {
@@ -1649,6 +1718,10 @@ impl Model for LifecycleModel {
             Property::sometimes(
                 "receive under way when a purge was acknowledged delivers what it hides",
                 |_, s: &State| s.ghost.reached(Scenario::ConcurrentReceiveDeliveredPurged),
+            ),
+            Property::sometimes(
+                "later copy of a purged generation is live again",
+                |_, s: &State| s.ghost.reached(Scenario::Revived),
             ),
             Property::sometimes("sweep tombstones an expired record", |_, s: &State| {
                 s.ghost.reached(Scenario::ExpiredSwept)
