@@ -5,11 +5,13 @@
 //! the state machine of replicas, coordinators and a lossy network; `model` wires it to the
 //! checker with the invariants, liveness checks and scenarios the page names. `lifecycle` is
 //! the compact model of part 2's purge and retention expiry (sections 2 and 3), with its own
-//! record, protocol and properties. Nothing here is used by the node: the code is written
-//! against the page, and the page against these models.
+//! record, protocol and properties; `move_task` is the separate model of section 8, the
+//! replicated and leased message move task. Nothing here is used by the node: the code is
+//! written against the page, and the page against these models.
 
 pub mod lifecycle;
 pub mod model;
+pub mod move_task;
 pub mod protocol;
 pub mod record;
 
