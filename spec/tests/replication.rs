@@ -673,4 +673,16 @@ mod replication {
         };
         finds(with(Bug::SourceTombstonedFirst, config), LOST);
     }
+
+    #[test]
+    fn redrive_tombstoning_the_dead_letter_copy_first_loses_the_message() {
+        let config = Config {
+            start: Start::Moved,
+            dead_letter: true,
+            max_receive_count: 1,
+            redrives_max: 1,
+            ..Config::quiet("dead-letter tombstoned first")
+        };
+        finds(with(Bug::DeadLetterTombstonedFirst, config), LOST);
+    }
 }

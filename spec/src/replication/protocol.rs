@@ -85,6 +85,8 @@ pub enum Bug {
     /// Dead-letter-now moves whatever live copy its read finds, without checking that the
     /// merged current claim is the caller's handle.
     DeadLetterNowWithoutHandleCheck,
+    /// A redrive tombstones the dead-letter copy before the source copy is acknowledged.
+    DeadLetterTombstonedFirst,
 }
 
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
@@ -1467,22 +1469,11 @@ impl State {
                     } else {
                         merged.claim()
                     };
-                    self.begin(
-                        c,
-                        Op::RedriveTarget {
-                            generation,
-                            expect,
-                            acks: 0,
-                        },
-                    );
-                    self.broadcast(
-                        c,
-                        Message::Write {
-                            queue: Queue::Source,
-                            record: Record::ready(generation + 1, 0),
-                            ack: true,
-                        },
-                    );
+                    if config.has(Bug::DeadLetterTombstonedFirst) {
+                        self.redrive_tombstone(c, generation, expect);
+                    } else {
+                        self.redrive_copy(c, generation, expect);
+                    }
                 } else {
                     self.finish(c);
                 }
@@ -1577,6 +1568,48 @@ impl State {
                 generation,
                 expect,
                 reason,
+            },
+        );
+    }
+
+    /// The redrive's first write: the copy of generation `generation + 1` in the source.
+    fn redrive_copy(&mut self, c: usize, generation: u8, expect: Option<Claim>) {
+        self.begin(
+            c,
+            Op::RedriveTarget {
+                generation,
+                expect,
+                acks: 0,
+            },
+        );
+        self.broadcast(
+            c,
+            Message::Write {
+                queue: Queue::Source,
+                record: Record::ready(generation + 1, 0),
+                ack: true,
+            },
+        );
+    }
+
+    /// The redrive's second write: the dead-letter copy's tombstone, conditioned on the claim
+    /// the redrive read.
+    fn redrive_tombstone(&mut self, c: usize, generation: u8, expect: Option<Claim>) {
+        self.begin(
+            c,
+            Op::RedriveSource {
+                generation,
+                expect,
+                acks: 0,
+            },
+        );
+        self.broadcast(
+            c,
+            Message::Tombstone {
+                queue: Queue::DeadLetter,
+                generation,
+                expect,
+                reason: Reason::Move,
             },
         );
     }
@@ -1677,26 +1710,18 @@ impl State {
             }
             Op::RedriveTarget {
                 generation, expect, ..
-            } => {
-                self.begin(
-                    c,
-                    Op::RedriveSource {
-                        generation,
-                        expect,
-                        acks: 0,
-                    },
-                );
-                self.broadcast(
-                    c,
-                    Message::Tombstone {
-                        queue: Queue::DeadLetter,
-                        generation,
-                        expect,
-                        reason: Reason::Move,
-                    },
-                );
+            } if !config.has(Bug::DeadLetterTombstonedFirst) => {
+                self.redrive_tombstone(c, generation, expect);
             }
             Op::RedriveSource {
+                generation, expect, ..
+            } if config.has(Bug::DeadLetterTombstonedFirst) => {
+                self.redrive_copy(c, generation, expect);
+            }
+            Op::RedriveTarget {
+                generation, expect, ..
+            }
+            | Op::RedriveSource {
                 generation, expect, ..
             } => {
                 self.ghost.reach(Scenario::Redriven);
