@@ -14,6 +14,7 @@ pub mod model;
 pub mod move_task;
 pub mod protocol;
 pub mod record;
+pub mod visibility;
 
 pub use model::{Action, ReplicationModel};
 pub use protocol::{Bug, Config, Start, State};

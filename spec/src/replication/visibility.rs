@@ -1,0 +1,1093 @@
+//! The model of spec/replication.md#5-change-visibility: a receipt handle's visibility changed
+//! over the network, with abstract time, the 12-hour cap and the node's release of an abandoned
+//! long poll.
+//!
+//! One message, already sent to its three replicas; two coordinators, each also the node of one
+//! client; the receive of part 1 (quorum read, conditional claim, deliver after two acks) and the
+//! change of part 5 (quorum read, conditional lease write, answer after two acks). The clock is
+//! one abstract tick counter that `Tick` advances; deadlines are ticks. Ghost fields record what
+//! clients were told, so the invariants can be stated; the protocol never reads them. This module
+//! owns the lease, its merge and the whole state machine of this section; it must never depend on
+//! the part-1 model (`protocol`), whose receive it restates only as far as a lease needs it.
+
+use stateright::{Model, Property};
+
+/// Replicas of the message.
+pub const REPLICAS: usize = 3;
+/// Coordinators; coordinator `c` is also the node that client `c` talks to first.
+pub const COORDINATORS: usize = 2;
+/// Acks a write needs before its coordinator answers.
+pub const WRITE_QUORUM: usize = 2;
+/// Replies a read needs before its coordinator decides.
+pub const READ_QUORUM: usize = 2;
+/// The visibility timeout a receive sets, in ticks.
+pub const VISIBILITY: u8 = 1;
+/// The timeout a client's change asks for, in ticks (an extension).
+pub const CHANGE_TIMEOUT: u8 = 2;
+/// `VISIBILITY_TOTAL_MAX`: how far past its receive a claim's deadline may lie (12 h), in ticks.
+pub const VISIBILITY_TOTAL_MAX: u8 = 2;
+/// Steps the heal schedule may take before it is declared stuck.
+pub const HEAL_STEPS_MAX: u32 = 500;
+
+const _: () = assert!(VISIBILITY <= VISIBILITY_TOTAL_MAX);
+const _: () = assert!(CHANGE_TIMEOUT <= VISIBILITY_TOTAL_MAX);
+
+/// A claim: one receive's place in the order of receives (part 1's `(seq, coordinator)`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Claim {
+    /// Receive sequence number, from 1.
+    pub seq: u8,
+    /// The coordinator that issued it.
+    pub coordinator: u8,
+}
+
+/// A receipt handle: the claim and the receive time `received_at_ms` it was issued at.
+///
+/// The receive time is fixed by the receive that made the claim and anchors the 12-hour cap. In
+/// the order it comes right after the claim, where the real handle has its nonce: one
+/// coordinator's two claims of one `seq` (a retry after a timeout) are told apart by it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Handle {
+    pub claim: Claim,
+    /// The tick of the receive (`received_at_ms`).
+    pub received_at: u8,
+}
+
+/// The visibility of one handle as a replica stores it: the claim with its change counter and
+/// deadline (`deadline_ms`, `change_counter` of the stored record).
+///
+/// Ordered field by field, which is the merge: the newer handle wins whole; for one handle the
+/// higher change counter wins; for one handle and counter, **the later deadline wins**
+/// (spec/replication.md#5-change-visibility, Considerations).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lease {
+    pub handle: Handle,
+    /// Changes applied to this handle: the receive writes 0, each change the one it read + 1.
+    pub change_counter: u8,
+    /// The tick at which the message is visible again.
+    pub deadline: u8,
+}
+
+/// A replica's record of the message: `None` while never received (ready), else the newest
+/// lease. The message is sent before the model starts and never deleted here (part 1 owns
+/// tombstones; a tombstone dominates every lease of its generation).
+pub type Record = Option<Lease>;
+
+/// The join of two records: the greater lease (the order of [`Lease`]).
+///
+/// With `by_deadline_too = false` (planted bug `MergeByClaimAndCounter`) two leases of one handle
+/// and counter keep whichever the replica held first, so the result depends on arrival order.
+#[must_use]
+pub fn merge(held: Record, incoming: Record, by_deadline_too: bool) -> Record {
+    match (held, incoming) {
+        (Some(h), Some(i))
+            if !by_deadline_too && h.handle == i.handle && h.change_counter == i.change_counter =>
+        {
+            Some(h)
+        }
+        _ => held.max(incoming),
+    }
+}
+
+/// A protocol rule switched off on purpose, to show the checker catches its absence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bug {
+    /// The merge compares `(claim, change counter)` only; on a tie a replica keeps what it held.
+    MergeByClaimAndCounter,
+    /// A change is answered after its first ack.
+    ChangeAckedAtOne,
+    /// A change decides on one replica's view (its own) instead of a read quorum.
+    ChangeWithoutQuorumRead,
+    /// A release (timeout 0) writes the new deadline without raising the change counter.
+    ReleaseWithoutCounter,
+    /// The 12-hour cap is measured from the change (`timeout ≤ cap`), not from the receive.
+    CapFromChange,
+}
+
+/// Where a search starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Start {
+    /// Sent, on all three replicas, never received.
+    Ready,
+    /// Received at tick 0 by client 1 (claim `(1, c1)`, deadline [`VISIBILITY`]) on replicas 0
+    /// and 1; replica 2 still holds the unreceived copy, the claim's repair in flight or lost.
+    Received,
+}
+
+/// Bounds and switches of one run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Printed with the run's figures.
+    pub name: &'static str,
+    pub start: Start,
+    /// Receives started.
+    pub claims_max: u8,
+    /// Clients' changes started (each asks for [`CHANGE_TIMEOUT`]).
+    pub changes_max: u8,
+    /// Releases of an abandoned long poll started by a node (a change with timeout 0).
+    pub releases_max: u8,
+    /// Packet drops and duplicates, together.
+    pub faults_max: u8,
+    /// Anti-entropy exchanges.
+    pub anti_entropy_max: u8,
+    /// The last tick the clock reaches.
+    pub ticks_max: u8,
+    /// Whether the free phase may end in the heal schedule.
+    pub heal: bool,
+    pub bug: Option<Bug>,
+}
+
+impl Config {
+    /// Everything off. Configurations start from here.
+    pub fn quiet(name: &'static str) -> Config {
+        Config {
+            name,
+            start: Start::Received,
+            claims_max: 0,
+            changes_max: 0,
+            releases_max: 0,
+            faults_max: 0,
+            anti_entropy_max: 0,
+            ticks_max: 0,
+            heal: false,
+            bug: None,
+        }
+    }
+
+    /// Whether `bug` is planted in this run.
+    pub fn has(&self, bug: Bug) -> bool {
+        self.bug == Some(bug)
+    }
+
+    fn merge(&self, held: Record, incoming: Record) -> Record {
+        merge(held, incoming, !self.has(Bug::MergeByClaimAndCounter))
+    }
+
+    fn join(&self, records: impl IntoIterator<Item = Record>) -> Record {
+        records
+            .into_iter()
+            .fold(None, |held, incoming| self.merge(held, incoming))
+    }
+}
+
+/// What a coordinator is doing. Each phase waits for replies tagged with its round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Idle,
+    /// `floor`: ghost, the greatest lease acknowledged to any client when this receive was
+    /// invoked (a delivery or a change).
+    ClaimRead {
+        floor: Record,
+        replies: [Option<Record>; REPLICAS],
+    },
+    /// `early`: ghost, the decision came before every deadline this receive had to honour.
+    ClaimWrite {
+        lease: Lease,
+        early: bool,
+        acks: u8,
+    },
+    /// A change of `client`'s `handle` to `timeout` ticks from now; `release`: the node's own
+    /// change 0 for a long poll whose client left. `stale`: ghost, a delivered receive had
+    /// superseded the handle when the change was invoked.
+    ChangeRead {
+        client: u8,
+        handle: Handle,
+        timeout: u8,
+        release: bool,
+        stale: bool,
+        floor: Record,
+        replies: [Option<Record>; REPLICAS],
+    },
+    ChangeWrite {
+        client: u8,
+        lease: Lease,
+        release: bool,
+        stale: bool,
+        floor: Record,
+        acks: u8,
+    },
+}
+
+impl Op {
+    fn replies_mut(&mut self) -> Option<&mut [Option<Record>; REPLICAS]> {
+        match self {
+            Op::ClaimRead { replies, .. } | Op::ChangeRead { replies, .. } => Some(replies),
+            _ => None,
+        }
+    }
+
+    fn acks_mut(&mut self) -> Option<&mut u8> {
+        match self {
+            Op::ClaimWrite { acks, .. } | Op::ChangeWrite { acks, .. } => Some(acks),
+            _ => None,
+        }
+    }
+}
+
+/// A node serving one operation at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Coordinator {
+    /// Tags requests; a reply of another round is ignored.
+    pub round: u8,
+    pub op: Op,
+}
+
+/// Requests on the network (replies reach their coordinator in the step that made them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Message {
+    Read,
+    /// Read repair: merge `record` in, no ack.
+    Repair {
+        record: Record,
+    },
+    /// Conditional claim: applied only if the replica's claim has a lower `seq`.
+    Claim {
+        lease: Lease,
+    },
+    /// Conditional change: applied only if the replica's handle is no newer than the lease's.
+    /// `stale` is ghost (see `Op::ChangeRead`).
+    Change {
+        lease: Lease,
+        stale: bool,
+    },
+}
+
+/// A request in flight from a coordinator to a replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Packet {
+    pub replica: u8,
+    pub coordinator: u8,
+    pub round: u8,
+    pub message: Message,
+}
+
+/// Broken invariants, one bit each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// V1: a receive decided to claim before every deadline it had to honour.
+    RedeliveredEarly = 0,
+    /// V2: an acknowledged change is not ordered after what was acknowledged before it began.
+    ChangeOutOfOrder = 1,
+    /// V3: a replica accepted a change whose handle was superseded before the change began.
+    StaleChangeAccepted = 2,
+    /// V4: a stored deadline lies more than the cap past its receive.
+    CapExceeded = 3,
+    /// The heal schedule exceeded its step cap.
+    HealStuck = 4,
+}
+
+/// Scenarios the checker must reach, one bit each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// A receive found the message invisible past its first deadline, held by an extension.
+    ExtensionHeld = 0,
+    /// A replica merged two leases of one handle and counter with different deadlines.
+    EqualCounterMerged = 1,
+    /// A change was refused because it would pass the cap.
+    CapRefused = 2,
+    /// A delivery released by its node was received again before its first deadline.
+    ReleasedAndReceived = 3,
+    /// A change was refused because its handle had been superseded.
+    StaleRefused = 4,
+}
+
+/// What only the model knows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ghost {
+    /// The greatest lease acknowledged to a client (a delivery or a change).
+    pub acked: Record,
+    /// Every lease ever written by a claim or a change, sorted, without repeats.
+    pub issued: Vec<Lease>,
+    /// The newest handle delivered to a client.
+    pub newest_delivered: Option<Handle>,
+    /// The first deadline of a handle whose release was acknowledged.
+    pub released_until: Option<u8>,
+    pub violations: u8,
+    pub scenarios: u8,
+}
+
+impl Ghost {
+    fn violate(&mut self, violation: Violation) {
+        self.violations |= 1 << violation as u8;
+    }
+
+    fn reach(&mut self, scenario: Scenario) {
+        self.scenarios |= 1 << scenario as u8;
+    }
+
+    /// Whether `violation` happened on the way to this state.
+    pub fn violated(&self, violation: Violation) -> bool {
+        self.violations & (1 << violation as u8) != 0
+    }
+
+    /// Whether `scenario` happened on the way to this state.
+    pub fn reached(&self, scenario: Scenario) -> bool {
+        self.scenarios & (1 << scenario as u8) != 0
+    }
+
+    fn issue(&mut self, lease: Lease) {
+        if let Err(at) = self.issued.binary_search(&lease) {
+            self.issued.insert(at, lease);
+        }
+    }
+}
+
+/// Budget spent so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Used {
+    pub claims: u8,
+    pub changes: u8,
+    pub releases: u8,
+    pub faults: u8,
+    pub anti_entropy: u8,
+}
+
+/// The whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub replicas: [Record; REPLICAS],
+    pub coordinators: [Coordinator; COORDINATORS],
+    /// The handle each client holds (`None`: none, or its long poll left).
+    pub clients: [Option<Handle>; COORDINATORS],
+    /// A multiset, kept sorted so equal states hash equal.
+    pub network: Vec<Packet>,
+    /// The clock, in ticks (one clock: see the section's Time paragraph for skew).
+    pub now: u8,
+    pub used: Used,
+    pub ghost: Ghost,
+    /// The heal schedule ran; nothing happens afterwards.
+    pub healed: bool,
+}
+
+fn bit(index: usize) -> u8 {
+    1 << index
+}
+
+impl State {
+    /// The initial states of `config.start`.
+    pub fn initial(config: &Config) -> Vec<State> {
+        let idle = Coordinator {
+            round: 0,
+            op: Op::Idle,
+        };
+        let ready = State {
+            replicas: [None; REPLICAS],
+            coordinators: [idle; COORDINATORS],
+            clients: [None; COORDINATORS],
+            network: Vec::new(),
+            now: 0,
+            used: Used::default(),
+            ghost: Ghost::default(),
+            healed: false,
+        };
+        match config.start {
+            Start::Ready => vec![ready],
+            Start::Received => {
+                let handle = Handle {
+                    claim: Claim {
+                        seq: 1,
+                        coordinator: 1,
+                    },
+                    received_at: 0,
+                };
+                let lease = Lease {
+                    handle,
+                    change_counter: 0,
+                    deadline: VISIBILITY,
+                };
+                let mut received = ready;
+                received.replicas[0] = Some(lease);
+                received.replicas[1] = Some(lease);
+                received.clients[1] = Some(handle);
+                received.ghost.acked = Some(lease);
+                received.ghost.issue(lease);
+                received.ghost.newest_delivered = Some(handle);
+                let mut in_flight = received.clone();
+                in_flight.push(Packet {
+                    replica: 2,
+                    coordinator: 0,
+                    round: 0,
+                    message: Message::Repair {
+                        record: Some(lease),
+                    },
+                });
+                vec![in_flight, received]
+            }
+        }
+    }
+
+    /// The join of every replica's record (what the cluster knows), by the correct merge.
+    pub fn joined(&self) -> Record {
+        self.replicas.iter().copied().max().flatten()
+    }
+
+    fn push(&mut self, packet: Packet) {
+        let at = self.network.partition_point(|p| *p <= packet);
+        self.network.insert(at, packet);
+    }
+
+    fn broadcast(&mut self, coordinator: usize, message: Message) {
+        let round = self.coordinators[coordinator].round;
+        for replica in 0..REPLICAS {
+            self.push(Packet {
+                replica: replica as u8,
+                coordinator: coordinator as u8,
+                round,
+                message,
+            });
+        }
+    }
+
+    fn begin(&mut self, coordinator: usize, op: Op) {
+        let c = &mut self.coordinators[coordinator];
+        c.round += 1;
+        c.op = op;
+    }
+
+    fn finish(&mut self, coordinator: usize) {
+        self.coordinators[coordinator].op = Op::Idle;
+    }
+
+    /// Merges `incoming` into replica `r`, keeping the ghost up to date.
+    fn merge_into(&mut self, config: &Config, r: usize, incoming: Record) {
+        let held = self.replicas[r];
+        if let (Some(h), Some(i)) = (held, incoming)
+            && h.handle == i.handle
+            && h.change_counter == i.change_counter
+            && h.deadline != i.deadline
+        {
+            self.ghost.reach(Scenario::EqualCounterMerged);
+        }
+        let merged = config.merge(held, incoming);
+        if let Some(lease) = merged
+            && lease.deadline > lease.handle.received_at + VISIBILITY_TOTAL_MAX
+        {
+            self.ghost.violate(Violation::CapExceeded);
+        }
+        self.replicas[r] = merged;
+    }
+
+    // ----- operations ---------------------------------------------------------------------------
+
+    /// Client `coordinator` receives through its node: the quorum read of part 1's receive.
+    pub fn start_claim(&mut self, coordinator: usize) {
+        self.used.claims += 1;
+        let floor = self.ghost.acked;
+        self.begin(
+            coordinator,
+            Op::ClaimRead {
+                floor,
+                replies: [None; REPLICAS],
+            },
+        );
+        self.broadcast(coordinator, Message::Read);
+    }
+
+    /// Client `client` changes the visibility of the handle it holds through its node.
+    /// `release`: the node's change 0 for a long poll whose client left; the handle is
+    /// forgotten, since nobody holds it any more.
+    pub fn start_change(&mut self, client: usize, release: bool) {
+        let via = client;
+        let handle = self.clients[client].expect("a change needs a handle");
+        let timeout = if release {
+            self.used.releases += 1;
+            self.clients[client] = None;
+            0
+        } else {
+            self.used.changes += 1;
+            CHANGE_TIMEOUT
+        };
+        let stale = self
+            .ghost
+            .newest_delivered
+            .is_some_and(|newest| newest > handle);
+        let floor = self.ghost.acked;
+        self.begin(
+            via,
+            Op::ChangeRead {
+                client: client as u8,
+                handle,
+                timeout,
+                release,
+                stale,
+                floor,
+                replies: [None; REPLICAS],
+            },
+        );
+        self.broadcast(via, Message::Read);
+    }
+
+    /// The coordinator timed out or crashed in a write phase: its client learns nothing more,
+    /// but what it sent may still land.
+    pub fn abandon(&mut self, coordinator: usize) {
+        self.finish(coordinator);
+    }
+
+    /// Whether `coordinator` is in a write phase.
+    pub fn writing(&self, coordinator: usize) -> bool {
+        let mut op = self.coordinators[coordinator].op;
+        op.acks_mut().is_some()
+    }
+
+    /// The clock moves one tick.
+    pub fn tick(&mut self) {
+        self.now += 1;
+    }
+
+    /// Replica `from` pushes its record to replica `to`, which merges it.
+    pub fn anti_entropy(&mut self, config: &Config, from: usize, to: usize) {
+        let incoming = self.replicas[from];
+        self.merge_into(config, to, incoming);
+    }
+
+    /// Whether a push from `from` to `to` would change anything.
+    pub fn anti_entropy_useful(&self, config: &Config, from: usize, to: usize) -> bool {
+        config.merge(self.replicas[to], self.replicas[from]) != self.replicas[to]
+    }
+
+    /// The network loses the packet at `index` (a fault).
+    pub fn drop_packet(&mut self, index: usize) {
+        self.used.faults += 1;
+        self.network.remove(index);
+    }
+
+    /// The network duplicates the packet at `index` (a fault).
+    pub fn duplicate_packet(&mut self, index: usize) {
+        self.used.faults += 1;
+        let packet = self.network[index];
+        self.push(packet);
+    }
+
+    /// Delivers the packet at `index` to its replica; the reply reaches the coordinator at once.
+    pub fn deliver(&mut self, config: &Config, index: usize) {
+        let packet = self.network.remove(index);
+        let r = packet.replica as usize;
+        let held = self.replicas[r];
+        match packet.message {
+            Message::Read => self.on_read_reply(config, packet, held),
+            Message::Repair { record } => self.merge_into(config, r, record),
+            Message::Claim { lease } => {
+                // Part 1's compare-and-set on the version: a strictly newer `seq`.
+                let accept = held.is_none_or(|h| h.handle.claim.seq < lease.handle.claim.seq);
+                if accept {
+                    self.merge_into(config, r, Some(lease));
+                    self.on_ack(config, packet);
+                }
+            }
+            Message::Change { lease, stale } => {
+                // The delete's replica condition: this replica knows no newer handle.
+                let accept = held.is_none_or(|h| h.handle <= lease.handle);
+                if accept {
+                    if stale {
+                        self.ghost.violate(Violation::StaleChangeAccepted);
+                    }
+                    self.merge_into(config, r, Some(lease));
+                    self.on_ack(config, packet);
+                }
+            }
+        }
+    }
+
+    fn current(&self, packet: &Packet) -> bool {
+        self.coordinators[packet.coordinator as usize].round == packet.round
+    }
+
+    fn on_read_reply(&mut self, config: &Config, packet: Packet, record: Record) {
+        if !self.current(&packet) {
+            return;
+        }
+        let c = packet.coordinator as usize;
+        let mut op = self.coordinators[c].op;
+        let needed = match op {
+            Op::ChangeRead { .. } if config.has(Bug::ChangeWithoutQuorumRead) => 1,
+            _ => READ_QUORUM,
+        };
+        let Some(replies) = op.replies_mut() else {
+            return;
+        };
+        replies[packet.replica as usize] = Some(record);
+        let have = replies.iter().flatten().count();
+        self.coordinators[c].op = op;
+        if have >= needed {
+            self.decide(config, c);
+        }
+    }
+
+    fn on_ack(&mut self, config: &Config, packet: Packet) {
+        if !self.current(&packet) {
+            return;
+        }
+        let c = packet.coordinator as usize;
+        let mut op = self.coordinators[c].op;
+        let needed = match op {
+            Op::ChangeWrite { .. } if config.has(Bug::ChangeAckedAtOne) => 1,
+            _ => WRITE_QUORUM,
+        };
+        let Some(acks) = op.acks_mut() else {
+            return;
+        };
+        *acks |= bit(packet.replica as usize);
+        let have = acks.count_ones() as usize;
+        self.coordinators[c].op = op;
+        if have >= needed {
+            self.complete_write(c);
+        }
+    }
+
+    /// A read phase has its quorum: decide what to write.
+    fn decide(&mut self, config: &Config, c: usize) {
+        let now = self.now;
+        match self.coordinators[c].op {
+            Op::ClaimRead { floor, replies } => {
+                let merged = config.join(replies.iter().flatten().copied());
+                for (r, reply) in replies.iter().enumerate() {
+                    if let Some(record) = reply
+                        && *record != merged
+                    {
+                        self.push(Packet {
+                            replica: r as u8,
+                            coordinator: 0,
+                            round: 0,
+                            message: Message::Repair { record: merged },
+                        });
+                    }
+                }
+                if let Some(lease) = merged
+                    && lease.deadline > now
+                {
+                    if lease.change_counter > 0 && now >= lease.handle.received_at + VISIBILITY {
+                        self.ghost.reach(Scenario::ExtensionHeld);
+                    }
+                    // Invisible by this coordinator's clock: nothing to receive.
+                    self.finish(c);
+                    return;
+                }
+                // Ghost, V1: some lease the merge orders at or after every acknowledged one
+                // must have reached its deadline by now.
+                let early = floor.is_some_and(|floor| {
+                    !self
+                        .ghost
+                        .issued
+                        .iter()
+                        .any(|l| *l >= floor && l.deadline <= now)
+                });
+                let lease = Lease {
+                    handle: Handle {
+                        claim: Claim {
+                            seq: merged.map_or(0, |l| l.handle.claim.seq) + 1,
+                            coordinator: c as u8,
+                        },
+                        received_at: now,
+                    },
+                    change_counter: 0,
+                    deadline: now + VISIBILITY,
+                };
+                self.ghost.issue(lease);
+                self.begin(
+                    c,
+                    Op::ClaimWrite {
+                        lease,
+                        early,
+                        acks: 0,
+                    },
+                );
+                self.broadcast(c, Message::Claim { lease });
+            }
+            Op::ChangeRead {
+                client,
+                handle,
+                timeout,
+                release,
+                stale,
+                floor,
+                replies,
+            } => {
+                let merged = config.join(replies.iter().flatten().copied());
+                let Some(current) = merged.filter(|l| l.handle == handle) else {
+                    // Superseded (or, under a planted bug, not seen): refused, nothing written.
+                    self.ghost.reach(Scenario::StaleRefused);
+                    self.finish(c);
+                    return;
+                };
+                let within_cap = if config.has(Bug::CapFromChange) {
+                    timeout <= VISIBILITY_TOTAL_MAX
+                } else {
+                    now + timeout <= handle.received_at + VISIBILITY_TOTAL_MAX
+                };
+                if !within_cap {
+                    self.ghost.reach(Scenario::CapRefused);
+                    self.finish(c);
+                    return;
+                }
+                let change_counter = if release && config.has(Bug::ReleaseWithoutCounter) {
+                    current.change_counter
+                } else {
+                    current.change_counter + 1
+                };
+                let lease = Lease {
+                    handle,
+                    change_counter,
+                    deadline: now + timeout,
+                };
+                self.ghost.issue(lease);
+                self.begin(
+                    c,
+                    Op::ChangeWrite {
+                        client,
+                        lease,
+                        release,
+                        stale,
+                        floor,
+                        acks: 0,
+                    },
+                );
+                self.broadcast(c, Message::Change { lease, stale });
+            }
+            _ => unreachable!("decide is called only in read phases"),
+        }
+    }
+
+    /// A write phase has its quorum of acks: the client is answered.
+    fn complete_write(&mut self, c: usize) {
+        match self.coordinators[c].op {
+            Op::ClaimWrite { lease, early, .. } => {
+                if early {
+                    self.ghost.violate(Violation::RedeliveredEarly);
+                }
+                if let Some(until) = self.ghost.released_until
+                    && self.now < until
+                {
+                    self.ghost.reach(Scenario::ReleasedAndReceived);
+                }
+                self.clients[c] = Some(lease.handle);
+                self.ghost.newest_delivered = self.ghost.newest_delivered.max(Some(lease.handle));
+                self.ghost.acked = self.ghost.acked.max(Some(lease));
+            }
+            Op::ChangeWrite {
+                lease,
+                release,
+                floor,
+                ..
+            } => {
+                // V2: what was acknowledged before this change began is ordered before it.
+                if floor.is_some_and(|floor| lease <= floor) {
+                    self.ghost.violate(Violation::ChangeOutOfOrder);
+                }
+                if release {
+                    self.ghost.released_until = Some(lease.handle.received_at + VISIBILITY);
+                }
+                self.ghost.acked = self.ghost.acked.max(Some(lease));
+            }
+            _ => unreachable!("complete_write is called only in write phases"),
+        }
+        self.finish(c);
+    }
+
+    /// Removes packets that can change nothing (reads of rounds nobody awaits) and renumbers
+    /// rounds to "current" (1) and "older" (0), so equal situations are equal states.
+    pub fn normalize(&mut self) {
+        let coordinators = self.coordinators;
+        let alive = |p: &Packet| {
+            let c = &coordinators[p.coordinator as usize];
+            let mut op = c.op;
+            p.message != Message::Read || (c.round == p.round && op.replies_mut().is_some())
+        };
+        let mut network: Vec<Packet> = self.network.iter().copied().filter(alive).collect();
+        for packet in &mut network {
+            let c = &coordinators[packet.coordinator as usize];
+            if c.op != Op::Idle && packet.round == c.round {
+                packet.round = 1;
+            } else {
+                packet.round = 0;
+                packet.coordinator = 0;
+            }
+        }
+        network.sort();
+        self.network = network;
+        for c in &mut self.coordinators {
+            c.round = u8::from(c.op != Op::Idle);
+        }
+    }
+
+    /// The heal schedule: faults stop, every packet in flight is delivered (or, with
+    /// `deliver_pending = false`, was lost), unfinished operations time out, and anti-entropy
+    /// runs between every pair until nothing changes.
+    pub fn heal(&mut self, config: &Config, deliver_pending: bool) {
+        let mut steps = 0u32;
+        if !deliver_pending {
+            self.network.clear();
+        }
+        while !self.network.is_empty() && steps <= HEAL_STEPS_MAX {
+            self.deliver(config, 0);
+            steps += 1;
+        }
+        for c in 0..COORDINATORS {
+            self.finish(c);
+        }
+        self.network.clear();
+        loop {
+            let mut changed = false;
+            for from in 0..REPLICAS {
+                for to in 0..REPLICAS {
+                    if from != to && self.anti_entropy_useful(config, from, to) {
+                        self.anti_entropy(config, from, to);
+                        changed = true;
+                        steps += 1;
+                    }
+                }
+            }
+            if !changed || steps > HEAL_STEPS_MAX {
+                break;
+            }
+        }
+        if steps > HEAL_STEPS_MAX {
+            self.ghost.violate(Violation::HealStuck);
+        }
+        self.normalize();
+        self.healed = true;
+    }
+}
+
+/// One step of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Deliver(u8),
+    Drop(u8),
+    Duplicate(u8),
+    Abandon(u8),
+    /// Client (and node) `c` receives.
+    Claim(u8),
+    /// Client `c` changes its handle's visibility through its node (a retry through another
+    /// node is the same as one through this node after a timeout).
+    Change(u8),
+    /// Node `c` releases the delivery its long-poll client left behind.
+    Release(u8),
+    AntiEntropy {
+        a: u8,
+        b: u8,
+    },
+    Tick,
+    Heal {
+        deliver_pending: bool,
+    },
+}
+
+/// The change-visibility model under one configuration.
+#[derive(Clone, Debug)]
+pub struct VisibilityModel {
+    pub config: Config,
+}
+
+impl VisibilityModel {
+    /// The model of `config`.
+    pub fn new(config: Config) -> VisibilityModel {
+        VisibilityModel { config }
+    }
+}
+
+fn idle(state: &State, c: usize) -> bool {
+    state.coordinators[c].op == Op::Idle
+}
+
+impl Model for VisibilityModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        State::initial(&self.config)
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        let (config, used) = (&self.config, &state.used);
+        if state.healed {
+            return;
+        }
+        let fault = used.faults < config.faults_max;
+        for (i, packet) in state.network.iter().enumerate() {
+            if i > 0 && state.network[i - 1] == *packet {
+                continue;
+            }
+            actions.push(Action::Deliver(i as u8));
+            if fault {
+                actions.push(Action::Drop(i as u8));
+                actions.push(Action::Duplicate(i as u8));
+            }
+        }
+        for c in 0..COORDINATORS {
+            if !idle(state, c) {
+                if state.writing(c) {
+                    actions.push(Action::Abandon(c as u8));
+                }
+                continue;
+            }
+            if used.claims < config.claims_max {
+                actions.push(Action::Claim(c as u8));
+            }
+            if state.clients[c].is_some() && used.changes < config.changes_max {
+                actions.push(Action::Change(c as u8));
+            }
+            if state.clients[c].is_some() && used.releases < config.releases_max {
+                actions.push(Action::Release(c as u8));
+            }
+        }
+        if used.anti_entropy < config.anti_entropy_max {
+            for a in 0..REPLICAS {
+                for b in a + 1..REPLICAS {
+                    if state.anti_entropy_useful(config, a, b)
+                        || state.anti_entropy_useful(config, b, a)
+                    {
+                        actions.push(Action::AntiEntropy {
+                            a: a as u8,
+                            b: b as u8,
+                        });
+                    }
+                }
+            }
+        }
+        if state.now < config.ticks_max {
+            actions.push(Action::Tick);
+        }
+        if config.heal {
+            actions.push(Action::Heal {
+                deliver_pending: true,
+            });
+            actions.push(Action::Heal {
+                deliver_pending: false,
+            });
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let config = &self.config;
+        let mut state = last.clone();
+        match action {
+            Action::Deliver(i) => state.deliver(config, i as usize),
+            Action::Drop(i) => state.drop_packet(i as usize),
+            Action::Duplicate(i) => state.duplicate_packet(i as usize),
+            Action::Abandon(c) => state.abandon(c as usize),
+            Action::Claim(c) => state.start_claim(c as usize),
+            Action::Change(c) => state.start_change(c as usize, false),
+            Action::Release(c) => state.start_change(c as usize, true),
+            Action::AntiEntropy { a, b } => {
+                state.used.anti_entropy += 1;
+                state.anti_entropy(config, a as usize, b as usize);
+                state.anti_entropy(config, b as usize, a as usize);
+            }
+            Action::Tick => state.tick(),
+            Action::Heal { deliver_pending } => state.heal(config, deliver_pending),
+        }
+        state.normalize();
+        Some(state)
+    }
+
+    fn within_boundary(&self, state: &State) -> bool {
+        let (config, used) = (&self.config, &state.used);
+        state.healed
+            || (used.faults <= config.faults_max
+                && used.claims <= config.claims_max
+                && used.changes <= config.changes_max
+                && used.releases <= config.releases_max
+                && used.anti_entropy <= config.anti_entropy_max)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "receive after an acknowledged change waits for its deadline",
+                |_, s: &State| !s.ghost.violated(Violation::RedeliveredEarly),
+            ),
+            Property::always(
+                "acknowledged change is ordered after what was acknowledged before it",
+                |_, s: &State| !s.ghost.violated(Violation::ChangeOutOfOrder),
+            ),
+            Property::always(
+                "superseded handle's change is never accepted",
+                |_, s: &State| !s.ghost.violated(Violation::StaleChangeAccepted),
+            ),
+            Property::always("deadline never passes the cap", |_, s: &State| {
+                !s.ghost.violated(Violation::CapExceeded)
+            }),
+            Property::always("after heal, replicas converge", |_, s: &State| {
+                !s.healed
+                    || (s.network.is_empty()
+                        && !s.ghost.violated(Violation::HealStuck)
+                        && s.replicas.iter().all(|r| *r == s.replicas[0]))
+            }),
+            Property::sometimes(
+                "extension keeps the message invisible past its first deadline",
+                |_, s: &State| s.ghost.reached(Scenario::ExtensionHeld),
+            ),
+            Property::sometimes(
+                "replica merges two changes of one counter with different deadlines",
+                |_, s: &State| s.ghost.reached(Scenario::EqualCounterMerged),
+            ),
+            Property::sometimes("change refused by the cap", |_, s: &State| {
+                s.ghost.reached(Scenario::CapRefused)
+            }),
+            Property::sometimes(
+                "released delivery received again before its first deadline",
+                |_, s: &State| s.ghost.reached(Scenario::ReleasedAndReceived),
+            ),
+            Property::sometimes("superseded handle's change refused", |_, s: &State| {
+                s.ghost.reached(Scenario::StaleRefused)
+            }),
+            Property::sometimes("heal ran to its end", |_, s: &State| s.healed),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn record() -> impl Strategy<Value = Record> {
+        proptest::option::of((1u8..3, 0u8..2, 0u8..2, 0u8..3, 0u8..4).prop_map(
+            |(seq, coordinator, received_at, change_counter, deadline)| Lease {
+                handle: Handle {
+                    claim: Claim { seq, coordinator },
+                    received_at,
+                },
+                change_counter,
+                deadline,
+            },
+        ))
+    }
+
+    proptest! {
+        #[test]
+        fn merge_is_commutative(a in record(), b in record()) {
+            prop_assert_eq!(merge(a, b, true), merge(b, a, true));
+        }
+
+        #[test]
+        fn merge_is_associative(a in record(), b in record(), c in record()) {
+            prop_assert_eq!(
+                merge(merge(a, b, true), c, true),
+                merge(a, merge(b, c, true), true)
+            );
+        }
+
+        #[test]
+        fn merge_is_idempotent(a in record()) {
+            prop_assert_eq!(merge(a, a, true), a);
+        }
+    }
+
+    #[test]
+    fn merge_by_claim_and_counter_depends_on_arrival_order() {
+        let handle = Handle::default();
+        let short = Some(Lease {
+            handle,
+            change_counter: 1,
+            deadline: 1,
+        });
+        let long = Some(Lease {
+            deadline: 3,
+            ..short.unwrap()
+        });
+        assert_ne!(merge(short, long, false), merge(long, short, false));
+        assert_eq!(merge(short, long, true), long);
+        assert_eq!(merge(long, short, true), long);
+    }
+}

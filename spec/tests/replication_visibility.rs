@@ -1,0 +1,206 @@
+//! Model checks of spec/replication.md#5-change-visibility: the bounded configurations,
+//! exhaustively, and one test per planted bug asserting the checker finds a counterexample for
+//! the property it breaks.
+//!
+//! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`.
+
+mod replication_visibility {
+    use std::collections::BTreeSet;
+    use std::io::Write as _;
+    use std::time::Instant;
+
+    use stateright::{Checker, Expectation, HasDiscoveries, Model};
+    use trireme_spec::replication::visibility::{Bug, Config, Start, VisibilityModel};
+
+    const HONOURED: &str = "receive after an acknowledged change waits for its deadline";
+    const ORDERED: &str = "acknowledged change is ordered after what was acknowledged before it";
+    const STALE: &str = "superseded handle's change is never accepted";
+    const CAP: &str = "deadline never passes the cap";
+    const CONVERGED: &str = "after heal, replicas converge";
+
+    const HELD: &str = "extension keeps the message invisible past its first deadline";
+    const EQUAL_COUNTER: &str =
+        "replica merges two changes of one counter with different deadlines";
+    const CAP_REFUSED: &str = "change refused by the cap";
+    const RELEASED: &str = "released delivery received again before its first deadline";
+    const STALE_REFUSED: &str = "superseded handle's change refused";
+    const HEALED: &str = "heal ran to its end";
+
+    fn large() -> bool {
+        std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
+    }
+
+    /// After one receive: two changes by its holder (the second a retry after a timeout, or the
+    /// next one), a second receive, the clock over both deadlines.
+    fn changes() -> Config {
+        Config {
+            start: Start::Received,
+            claims_max: 1,
+            changes_max: 2,
+            ticks_max: 1,
+            heal: true,
+            ..Config::quiet("changes")
+        }
+    }
+
+    /// After one receive: an extension, the node's release of the abandoned delivery, a
+    /// receive.
+    fn release() -> Config {
+        Config {
+            start: Start::Received,
+            claims_max: 1,
+            changes_max: 1,
+            releases_max: 1,
+            ticks_max: 1,
+            heal: true,
+            ..Config::quiet("release")
+        }
+    }
+
+    /// Two receives and an extension: the handle superseded while its change is under way.
+    fn receives() -> Config {
+        Config {
+            start: Start::Received,
+            claims_max: 2,
+            changes_max: 1,
+            ticks_max: 1,
+            heal: true,
+            ..Config::quiet("receives")
+        }
+    }
+
+    /// One change and one receive under one fault (a drop or a duplicate).
+    fn faults() -> Config {
+        Config {
+            start: Start::Received,
+            claims_max: 1,
+            changes_max: 1,
+            faults_max: 1,
+            anti_entropy_max: 1,
+            ticks_max: 1,
+            heal: true,
+            ..Config::quiet("faults")
+        }
+    }
+
+    fn check(config: Config, scenarios: &[&'static str]) {
+        let name = config.name;
+        let model = VisibilityModel::new(config);
+        let properties = model.properties();
+        let started = Instant::now();
+        let checker = model.checker().spawn_bfs().join();
+        // Written to stderr directly, past the test harness's capture, so that every
+        // `cargo test` run shows the state count and depth, passing or not.
+        let _ = writeln!(
+            std::io::stderr(),
+            "visibility model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed()
+        );
+        for property in &properties {
+            if property.expectation == Expectation::Always {
+                checker.assert_no_discovery(property.name);
+            }
+        }
+        for scenario in scenarios {
+            checker.assert_any_discovery(scenario);
+        }
+    }
+
+    fn finds(config: Config, property: &'static str) {
+        let bug = config.bug;
+        let started = Instant::now();
+        let checker = VisibilityModel::new(config)
+            .checker()
+            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+            .spawn_bfs()
+            .join();
+        let path = checker.assert_any_discovery(property);
+        let _ = writeln!(
+            std::io::stderr(),
+            "planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
+            path.into_actions().len(),
+            checker.unique_state_count(),
+            started.elapsed()
+        );
+    }
+
+    fn with(bug: Bug, config: Config) -> Config {
+        Config {
+            bug: Some(bug),
+            ..config
+        }
+    }
+
+    #[test]
+    fn changes_hold() {
+        check(changes(), &[HELD, CAP_REFUSED, STALE_REFUSED, HEALED]);
+    }
+
+    #[test]
+    fn release_holds() {
+        check(release(), &[RELEASED, EQUAL_COUNTER, HELD, HEALED]);
+    }
+
+    #[test]
+    fn faults_hold() {
+        check(faults(), &[HELD, HEALED]);
+    }
+
+    #[test]
+    fn large_bounds_hold() {
+        if !large() {
+            println!("visibility model: larger bounds skipped (set TRIREME_MODEL_LARGE=1)");
+            return;
+        }
+        check(receives(), &[STALE_REFUSED, HELD, HEALED]);
+        check(
+            Config {
+                claims_max: 2,
+                releases_max: 1,
+                anti_entropy_max: 1,
+                ..changes()
+            },
+            &[
+                HELD,
+                EQUAL_COUNTER,
+                CAP_REFUSED,
+                STALE_REFUSED,
+                RELEASED,
+                HEALED,
+            ],
+        );
+    }
+
+    #[test]
+    fn merge_by_claim_and_counter_diverges() {
+        finds(with(Bug::MergeByClaimAndCounter, release()), CONVERGED);
+    }
+
+    #[test]
+    fn change_acked_at_one_redelivers_early() {
+        finds(with(Bug::ChangeAckedAtOne, changes()), HONOURED);
+    }
+
+    #[test]
+    fn release_without_counter_is_ordered_before_the_extension() {
+        finds(with(Bug::ReleaseWithoutCounter, release()), ORDERED);
+    }
+
+    #[test]
+    fn change_without_quorum_read_accepts_a_superseded_handle() {
+        finds(with(Bug::ChangeWithoutQuorumRead, release()), STALE);
+    }
+
+    #[test]
+    fn change_without_quorum_read_is_ordered_before_the_extension() {
+        finds(with(Bug::ChangeWithoutQuorumRead, release()), ORDERED);
+    }
+
+    #[test]
+    fn cap_from_change_passes_the_cap() {
+        finds(with(Bug::CapFromChange, changes()), CAP);
+    }
+}
