@@ -10,6 +10,7 @@
 //! written against the page, and the page against these models.
 
 pub mod lifecycle;
+pub mod long_poll;
 pub mod model;
 pub mod move_task;
 pub mod protocol;
