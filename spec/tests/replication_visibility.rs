@@ -156,14 +156,6 @@ mod replication_visibility {
             return;
         }
         check(receives(), &[STALE_REFUSED, HELD, HEALED]);
-        check(
-            Config {
-                name: "receives and release",
-                releases_max: 1,
-                ..receives()
-            },
-            &[STALE_REFUSED, HELD, EQUAL_COUNTER, RELEASED, HEALED],
-        );
     }
 
     #[test]

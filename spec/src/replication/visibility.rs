@@ -1076,16 +1076,16 @@ mod tests {
 
     #[test]
     fn merge_by_claim_and_counter_depends_on_arrival_order() {
-        let handle = Handle::default();
-        let short = Some(Lease {
-            handle,
+        let short = Lease {
+            handle: Handle::default(),
             change_counter: 1,
             deadline: 1,
-        });
-        let long = Some(Lease {
+        };
+        let long = Lease {
             deadline: 3,
-            ..short.unwrap()
-        });
+            ..short
+        };
+        let (short, long) = (Some(short), Some(long));
         assert_ne!(merge(short, long, false), merge(long, short, false));
         assert_eq!(merge(short, long, true), long);
         assert_eq!(merge(long, short, true), long);
