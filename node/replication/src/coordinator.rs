@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use trireme_core::Millis;
 
 use crate::ids::{Generation, NodeId};
+use crate::key::RecordKey;
 use crate::placement::REPLICAS;
 use crate::record::{
     Body, Claim, Divergence, Held, Live, Record, SourceQueue, Tombstone, TombstoneReason,
@@ -62,6 +63,11 @@ pub enum Reply {
 pub struct Outgoing {
     /// The replica.
     pub to: NodeId,
+    /// The record it is about.
+    pub key: RecordKey,
+    /// The operation's round: its reply must carry it back, and a reply of another round is
+    /// ignored (a late ack of a move's copy is not an ack of its tombstone).
+    pub round: u32,
     /// What it is asked.
     pub request: Request,
 }
@@ -98,11 +104,21 @@ impl<A> Effects<A> {
     }
 }
 
-fn broadcast(replicas: &[NodeId; REPLICAS], write: &Write) -> Vec<Outgoing> {
-    replicas
+/// The replicas of one record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Target {
+    key: RecordKey,
+    replicas: [NodeId; REPLICAS],
+}
+
+fn broadcast(target: &Target, round: u32, write: &Write) -> Vec<Outgoing> {
+    target
+        .replicas
         .iter()
         .map(|to| Outgoing {
             to: *to,
+            key: target.key.clone(),
+            round,
             request: Request::Write {
                 write: write.clone(),
                 ack: true,
@@ -111,11 +127,14 @@ fn broadcast(replicas: &[NodeId; REPLICAS], write: &Write) -> Vec<Outgoing> {
         .collect()
 }
 
-fn reads(replicas: &[NodeId; REPLICAS]) -> Vec<Outgoing> {
-    replicas
+fn reads(target: &Target, round: u32) -> Vec<Outgoing> {
+    target
+        .replicas
         .iter()
         .map(|to| Outgoing {
             to: *to,
+            key: target.key.clone(),
+            round,
             request: Request::Read,
         })
         .collect()
@@ -162,7 +181,7 @@ impl ReadPhase {
 
     /// Read repair (spec/replication.md#receive-claim, step 2): the merged record, unacknowledged,
     /// to every replica that replied with something else.
-    fn repairs(&self, merged: Option<&Record>) -> Vec<Outgoing> {
+    fn repairs(&self, key: &RecordKey, merged: Option<&Record>) -> Vec<Outgoing> {
         let Some(merged) = merged else {
             return Vec::new();
         };
@@ -171,6 +190,9 @@ impl ReadPhase {
             .filter(|(_, reply)| reply.as_ref() != Some(merged))
             .map(|(to, _)| Outgoing {
                 to: *to,
+                key: key.clone(),
+                // Nobody waits for a repair's ack: it belongs to no round.
+                round: 0,
                 request: Request::Write {
                     write: Write::Merge(merged.clone()),
                     ack: false,
@@ -252,17 +274,25 @@ pub struct SendOp {
     answered: bool,
 }
 
+/// The round of an operation's first phase; each later phase is the next number.
+const FIRST_ROUND: u32 = 1;
+
 impl SendOp {
-    /// Starts the send of `record` (generation 0, never received).
+    /// Starts the send of `record` (generation 0, never received) under `key`.
     #[must_use]
-    pub fn start(replicas: [NodeId; REPLICAS], record: Record) -> (SendOp, Effects<SendAnswer>) {
+    pub fn start(
+        key: RecordKey,
+        replicas: [NodeId; REPLICAS],
+        record: Record,
+    ) -> (SendOp, Effects<SendAnswer>) {
         assert_eq!(
             record.generation,
             Generation(0),
             "a send writes generation 0"
         );
         assert!(record.claim().is_none(), "a sent message has no claim");
-        let sends = broadcast(&replicas, &Write::Merge(record));
+        let target = Target { key, replicas };
+        let sends = broadcast(&target, FIRST_ROUND, &Write::Merge(record));
         (
             SendOp {
                 write: WritePhase::new(replicas),
@@ -272,9 +302,9 @@ impl SendOp {
         )
     }
 
-    /// One replica's reply.
-    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<SendAnswer> {
-        if self.answered {
+    /// One replica's reply to round `round`.
+    pub fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<SendAnswer> {
+        if self.answered || round != FIRST_ROUND {
             return Effects::none();
         }
         match self.write.take(from, reply) {
@@ -355,28 +385,44 @@ enum ReceivePhase {
 /// after two acks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReceiveOp {
+    target: Target,
     settings: ReceiveSettings,
+    round: u32,
     phase: ReceivePhase,
 }
 
 impl ReceiveOp {
-    /// Starts a receive of one message: the read of all three.
+    /// Starts a receive of the message under `key`: the read of all three.
     #[must_use]
     pub fn start(
+        key: RecordKey,
         replicas: [NodeId; REPLICAS],
         settings: ReceiveSettings,
     ) -> (ReceiveOp, Effects<ReceiveAnswer>) {
+        let target = Target { key, replicas };
+        let sends = reads(&target, FIRST_ROUND);
         (
             ReceiveOp {
+                target,
                 settings,
+                round: FIRST_ROUND,
                 phase: ReceivePhase::Read(ReadPhase::new(replicas, READ_QUORUM)),
             },
-            Effects::sends(reads(&replicas)),
+            Effects::sends(sends),
         )
     }
 
-    /// One replica's reply.
-    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<ReceiveAnswer> {
+    /// Whether the operation still waits for read replies (a driver may cancel the third read).
+    #[must_use]
+    pub fn reading(&self) -> bool {
+        matches!(self.phase, ReceivePhase::Read(_))
+    }
+
+    /// One replica's reply to round `round`.
+    pub fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<ReceiveAnswer> {
+        if round != self.round {
+            return Effects::none();
+        }
         match &mut self.phase {
             ReceivePhase::Read(read) => {
                 if read.take(from, reply) {
@@ -398,12 +444,6 @@ impl ReceiveOp {
         }
     }
 
-    /// Whether the operation still waits for read replies (a driver may cancel the third read).
-    #[must_use]
-    pub fn reading(&self) -> bool {
-        matches!(self.phase, ReceivePhase::Read(_))
-    }
-
     /// The deadline passed: nothing is delivered, ever, by this operation.
     pub fn on_timeout(&mut self) -> Effects<ReceiveAnswer> {
         if self.phase == ReceivePhase::Answered {
@@ -417,7 +457,7 @@ impl ReceiveOp {
             Ok(merged) => merged,
             Err(divergence) => return self.finish(ReceiveAnswer::Diverged(divergence)),
         };
-        let mut sends = read.repairs(merged.as_ref());
+        let mut sends = read.repairs(&self.target.key, merged.as_ref());
         let settings = self.settings;
         let Some((record, live)) = merged
             .as_ref()
@@ -455,9 +495,14 @@ impl ReceiveOp {
                 ..live.clone()
             }),
         };
-        sends.extend(broadcast(&read.replicas, &Write::Claim(claimed.clone())));
+        self.round += 1;
+        sends.extend(broadcast(
+            &self.target,
+            self.round,
+            &Write::Claim(claimed.clone()),
+        ));
         self.phase = ReceivePhase::Claim {
-            write: WritePhase::new(read.replicas),
+            write: WritePhase::new(self.target.replicas),
             record: claimed,
         };
         Effects::sends(sends)
@@ -555,9 +600,11 @@ enum HandlePhase {
 /// only if the merged current claim is the caller's handle.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HandleOp {
+    target: Target,
     handle: Handle,
     action: HandleAction,
     now: Millis,
+    round: u32,
     phase: HandlePhase,
 }
 
@@ -571,27 +618,42 @@ pub enum HandleAnswer {
 }
 
 impl HandleOp {
-    /// Starts `action` with `handle` at `now` (this coordinator's clock): the read of all three.
+    /// Starts `action` with `handle` on the message under `key` at `now` (this coordinator's
+    /// clock): the read of all three.
     #[must_use]
     pub fn start(
+        key: RecordKey,
         replicas: [NodeId; REPLICAS],
         handle: Handle,
         action: HandleAction,
         now: Millis,
     ) -> (HandleOp, Effects<HandleAnswer>) {
+        let target = Target { key, replicas };
+        let sends = reads(&target, FIRST_ROUND);
         (
             HandleOp {
+                target,
                 handle,
                 action,
                 now,
+                round: FIRST_ROUND,
                 phase: HandlePhase::Read(ReadPhase::new(replicas, READ_QUORUM)),
             },
-            Effects::sends(reads(&replicas)),
+            Effects::sends(sends),
         )
     }
 
-    /// One replica's reply.
-    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<HandleAnswer> {
+    /// Whether the operation still waits for read replies (a driver may cancel the third read).
+    #[must_use]
+    pub fn reading(&self) -> bool {
+        matches!(self.phase, HandlePhase::Read(_))
+    }
+
+    /// One replica's reply to round `round`.
+    pub fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<HandleAnswer> {
+        if round != self.round {
+            return Effects::none();
+        }
         match &mut self.phase {
             HandlePhase::Read(read) => {
                 if read.take(from, reply) {
@@ -609,14 +671,15 @@ impl HandleOp {
                 match write.take(from, reply) {
                     Progress::Quorum => {
                         let answer = match self.action {
-                            HandleAction::Delete if already_gone => DeleteAnswer::AlreadyGone,
-                            HandleAction::Delete => DeleteAnswer::Deleted,
+                            HandleAction::Delete if already_gone => {
+                                HandleAnswer::Delete(DeleteAnswer::AlreadyGone)
+                            }
+                            HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::Deleted),
                             HandleAction::ChangeVisibility { .. } => {
-                                return self
-                                    .finish(HandleAnswer::Visibility(VisibilityAnswer::Changed));
+                                HandleAnswer::Visibility(VisibilityAnswer::Changed)
                             }
                         };
-                        self.finish(HandleAnswer::Delete(answer))
+                        self.finish(answer)
                     }
                     Progress::Refused => {
                         let answer = self.stale();
@@ -627,12 +690,6 @@ impl HandleOp {
             }
             HandlePhase::Answered => Effects::none(),
         }
-    }
-
-    /// Whether the operation still waits for read replies (a driver may cancel the third read).
-    #[must_use]
-    pub fn reading(&self) -> bool {
-        matches!(self.phase, HandlePhase::Read(_))
     }
 
     /// The deadline passed.
@@ -658,39 +715,32 @@ impl HandleOp {
         }
     }
 
+    fn by_action(&self, delete: DeleteAnswer, visibility: VisibilityAnswer) -> HandleAnswer {
+        match self.action {
+            HandleAction::Delete => HandleAnswer::Delete(delete),
+            HandleAction::ChangeVisibility { .. } => HandleAnswer::Visibility(visibility),
+        }
+    }
+
     fn decide(&mut self, read: &ReadPhase) -> Effects<HandleAnswer> {
         let merged = match read.merged() {
             Ok(merged) => merged,
             Err(divergence) => {
-                let answer = match self.action {
-                    HandleAction::Delete => {
-                        HandleAnswer::Delete(DeleteAnswer::Diverged(divergence))
-                    }
-                    HandleAction::ChangeVisibility { .. } => {
-                        HandleAnswer::Visibility(VisibilityAnswer::Diverged(divergence))
-                    }
-                };
+                let answer = self.by_action(
+                    DeleteAnswer::Diverged(divergence.clone()),
+                    VisibilityAnswer::Diverged(divergence),
+                );
                 return self.finish(answer);
             }
         };
         let handle = self.handle;
         let Some(merged) = merged else {
-            let answer = match self.action {
-                HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::NotFound),
-                HandleAction::ChangeVisibility { .. } => {
-                    HandleAnswer::Visibility(VisibilityAnswer::NotInFlight)
-                }
-            };
+            let answer = self.by_action(DeleteAnswer::NotFound, VisibilityAnswer::NotInFlight);
             return self.finish(answer);
         };
         if merged.generation > handle.generation {
             // The message moved and came back: that handle's life is over (spec#delete, 3).
-            let answer = match self.action {
-                HandleAction::Delete => HandleAnswer::Delete(DeleteAnswer::Moved),
-                HandleAction::ChangeVisibility { .. } => {
-                    HandleAnswer::Visibility(VisibilityAnswer::Stale)
-                }
-            };
+            let answer = self.by_action(DeleteAnswer::Moved, VisibilityAnswer::Stale);
             return self.finish(answer);
         }
         if merged.generation == handle.generation && merged.is_tombstone() {
@@ -698,11 +748,12 @@ impl HandleOp {
                 // Already gone: make that tombstone durable on two replicas before saying so
                 // (spec#considerations, "already gone needs a quorum too").
                 HandleAction::Delete => {
+                    self.round += 1;
                     self.phase = HandlePhase::Write {
-                        write: WritePhase::new(read.replicas),
+                        write: WritePhase::new(self.target.replicas),
                         already_gone: true,
                     };
-                    Effects::sends(broadcast(&read.replicas, &Write::Merge(merged)))
+                    Effects::sends(broadcast(&self.target, self.round, &Write::Merge(merged)))
                 }
                 HandleAction::ChangeVisibility { .. } => {
                     self.finish(HandleAnswer::Visibility(VisibilityAnswer::NotInFlight))
@@ -741,11 +792,12 @@ impl HandleOp {
                 Write::Visibility(changed)
             }
         };
+        self.round += 1;
         self.phase = HandlePhase::Write {
-            write: WritePhase::new(read.replicas),
+            write: WritePhase::new(self.target.replicas),
             already_gone: false,
         };
-        Effects::sends(broadcast(&read.replicas, &write))
+        Effects::sends(broadcast(&self.target, self.round, &write))
     }
 
     fn finish(&mut self, answer: HandleAnswer) -> Effects<HandleAnswer> {
@@ -762,10 +814,12 @@ pub enum MoveAnswer {
     /// The dead-letter copy is durable on two replicas and the source generation is
     /// tombstoned on two.
     Moved,
-    /// The copy is durable but the source's tombstone was refused (a concurrent receive claimed
-    /// it again): the message is in both queues until the next receive repeats the move.
+    /// The copy is durable but the source's tombstone was refused or timed out (a concurrent
+    /// receive claimed it again): the message is in both queues until the next receive
+    /// repeats the move.
     CopiedOnly,
-    /// No quorum by the deadline; the copy may or may not be durable (a duplicate at worst).
+    /// No quorum for the copy by the deadline; it may or may not be durable (a duplicate at
+    /// worst), and the source was not touched.
     Unavailable,
 }
 
@@ -781,46 +835,58 @@ enum MovePhase {
 /// move read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MoveOp {
-    source_replicas: [NodeId; REPLICAS],
+    source: Target,
     generation: Generation,
     expect: Option<Claim>,
     now: Millis,
+    round: u32,
     phase: MovePhase,
 }
 
 impl MoveOp {
-    /// Starts the move of `source` (the merged live record the receive read) out of
-    /// `source_queue` into the replicas of its dead-letter copy.
+    /// Starts the move of `record` (the merged live record a receive read under `source_key`)
+    /// out of `source_queue` into `target_key`, the key of its dead-letter copy.
     #[must_use]
     pub fn start(
-        source_replicas: [NodeId; REPLICAS],
-        target_replicas: [NodeId; REPLICAS],
-        source: &Record,
+        (source_key, source_replicas): (RecordKey, [NodeId; REPLICAS]),
+        (target_key, target_replicas): (RecordKey, [NodeId; REPLICAS]),
+        record: &Record,
         source_queue: SourceQueue,
         now: Millis,
     ) -> (MoveOp, Effects<MoveAnswer>) {
-        let copy = dead_letter_copy(source, source_queue, now);
+        let copy = dead_letter_copy(record, source_queue, now);
+        let target = Target {
+            key: target_key,
+            replicas: target_replicas,
+        };
         let op = MoveOp {
-            source_replicas,
-            generation: source.generation,
-            expect: source.claim(),
+            source: Target {
+                key: source_key,
+                replicas: source_replicas,
+            },
+            generation: record.generation,
+            expect: record.claim(),
             now,
+            round: FIRST_ROUND,
             phase: MovePhase::Copy(WritePhase::new(target_replicas)),
         };
-        (
-            op,
-            Effects::sends(broadcast(&target_replicas, &Write::Merge(copy))),
-        )
+        let sends = broadcast(&target, FIRST_ROUND, &Write::Merge(copy));
+        (op, Effects::sends(sends))
     }
 
-    /// One replica's reply (of either queue).
-    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<MoveAnswer> {
+    /// One replica's reply to round `round` (of either queue).
+    pub fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<MoveAnswer> {
+        if round != self.round {
+            return Effects::none();
+        }
         match &mut self.phase {
             MovePhase::Copy(write) => match write.take(from, reply) {
                 Progress::Quorum => {
-                    self.phase = MovePhase::Source(WritePhase::new(self.source_replicas));
+                    self.round += 1;
+                    self.phase = MovePhase::Source(WritePhase::new(self.source.replicas));
                     Effects::sends(broadcast(
-                        &self.source_replicas,
+                        &self.source,
+                        self.round,
                         &Write::Tombstone {
                             generation: self.generation,
                             expect: self.expect,
@@ -906,22 +972,27 @@ pub struct CollectOp {
 }
 
 impl CollectOp {
-    /// Starts the read of all three replicas at `now`.
+    /// Starts the read of all three replicas of `key` at `now`.
     #[must_use]
-    pub fn start(replicas: [NodeId; REPLICAS], now: Millis) -> (CollectOp, Effects<CollectAnswer>) {
+    pub fn start(
+        key: RecordKey,
+        replicas: [NodeId; REPLICAS],
+        now: Millis,
+    ) -> (CollectOp, Effects<CollectAnswer>) {
+        let target = Target { key, replicas };
         (
             CollectOp {
                 read: ReadPhase::new(replicas, REPLICAS),
                 now,
                 answered: false,
             },
-            Effects::sends(reads(&replicas)),
+            Effects::sends(reads(&target, FIRST_ROUND)),
         )
     }
 
-    /// One replica's reply.
-    pub fn on_reply(&mut self, from: NodeId, reply: &Reply) -> Effects<CollectAnswer> {
-        if self.answered || !self.read.take(from, reply) {
+    /// One replica's reply to round `round`.
+    pub fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<CollectAnswer> {
+        if self.answered || round != FIRST_ROUND || !self.read.take(from, reply) {
             return Effects::none();
         }
         self.answered = true;
@@ -952,15 +1023,21 @@ impl CollectOp {
     }
 }
 
-/// Step 3 of collection: the conditional drop, to all three, once the horizon has passed since
-/// the confirmation. Nobody waits for the acks: a lost drop leaves the tombstone, which a later
-/// collection drops again (spec/replication.md §13).
+/// Step 3 of collection: the conditional drop of `key`'s tombstone of `generation`, to all
+/// three, once the horizon has passed since the confirmation. Nobody waits for the acks: a lost
+/// drop leaves the tombstone, which a later collection drops again (spec/replication.md §13).
 #[must_use]
-pub fn drop_requests(replicas: [NodeId; REPLICAS], generation: Generation) -> Vec<Outgoing> {
+pub fn drop_requests(
+    key: RecordKey,
+    replicas: [NodeId; REPLICAS],
+    generation: Generation,
+) -> Vec<Outgoing> {
     replicas
         .iter()
         .map(|to| Outgoing {
             to: *to,
+            key: key.clone(),
+            round: FIRST_ROUND,
             request: Request::Write {
                 write: Write::Drop { generation },
                 ack: false,
@@ -973,6 +1050,15 @@ pub fn drop_requests(replicas: [NodeId; REPLICAS], generation: Generation) -> Ve
 mod tests {
     use super::*;
     use crate::record::Birth;
+    use trireme_core::{Incarnation, MessageId, QueueName};
+
+    fn key() -> RecordKey {
+        RecordKey {
+            queue: QueueName::try_from("jobs".to_string()).unwrap(),
+            incarnation: Incarnation(1),
+            message: MessageId(42),
+        }
+    }
 
     const R: [NodeId; REPLICAS] = [NodeId(1), NodeId(2), NodeId(3)];
     const HOUR_MS: u64 = 3_600_000;
@@ -999,41 +1085,41 @@ mod tests {
 
     /// Runs a receive against replicas that all hold `held`, acking or refusing the claim.
     fn receive(held: &Record, now: u64, acks: bool) -> (ReceiveOp, Vec<ReceiveAnswer>) {
-        let (mut op, _) = ReceiveOp::start(R, settings(now, Some(3)));
+        let (mut op, _) = ReceiveOp::start(key(), R, settings(now, Some(3)));
         let mut answers = Vec::new();
         for from in &R[..2] {
             answers.extend(
-                op.on_reply(*from, &Reply::Record(Some(held.clone())))
+                op.on_reply(*from, 1, &Reply::Record(Some(held.clone())))
                     .answer,
             );
         }
         let reply = if acks { Reply::Ack } else { Reply::Refused };
         for from in &R[..2] {
-            answers.extend(op.on_reply(*from, &reply).answer);
+            answers.extend(op.on_reply(*from, 2, &reply).answer);
         }
         (op, answers)
     }
 
     #[test]
     fn a_send_answers_once_at_two_acks_and_never_twice() {
-        let (mut op, effects) = SendOp::start(R, sent());
+        let (mut op, effects) = SendOp::start(key(), R, sent());
         assert_eq!(effects.sends.len(), 3);
-        assert_eq!(op.on_reply(R[0], &Reply::Ack).answer, None);
+        assert_eq!(op.on_reply(R[0], 1, &Reply::Ack).answer, None);
         assert_eq!(
-            op.on_reply(R[0], &Reply::Ack).answer,
+            op.on_reply(R[0], 1, &Reply::Ack).answer,
             None,
             "a duplicated ack counts once"
         );
         assert_eq!(
-            op.on_reply(NodeId(9), &Reply::Ack).answer,
+            op.on_reply(NodeId(9), 1, &Reply::Ack).answer,
             None,
             "not a replica"
         );
         assert_eq!(
-            op.on_reply(R[1], &Reply::Ack).answer,
+            op.on_reply(R[1], 1, &Reply::Ack).answer,
             Some(SendAnswer::Sent)
         );
-        assert_eq!(op.on_reply(R[2], &Reply::Ack).answer, None);
+        assert_eq!(op.on_reply(R[2], 1, &Reply::Ack).answer, None);
         assert_eq!(op.on_timeout().answer, None);
     }
 
@@ -1055,13 +1141,13 @@ mod tests {
 
     #[test]
     fn a_receive_that_timed_out_never_delivers() {
-        let (mut op, _) = ReceiveOp::start(R, settings(5_000, None));
-        op.on_reply(R[0], &Reply::Record(Some(sent())));
-        op.on_reply(R[1], &Reply::Record(Some(sent())));
-        op.on_reply(R[0], &Reply::Ack);
+        let (mut op, _) = ReceiveOp::start(key(), R, settings(5_000, None));
+        op.on_reply(R[0], 1, &Reply::Record(Some(sent())));
+        op.on_reply(R[1], 1, &Reply::Record(Some(sent())));
+        op.on_reply(R[0], 2, &Reply::Ack);
         assert_eq!(op.on_timeout().answer, Some(ReceiveAnswer::Unavailable));
         assert_eq!(
-            op.on_reply(R[1], &Reply::Ack).answer,
+            op.on_reply(R[1], 2, &Reply::Ack).answer,
             None,
             "a late ack delivers nothing"
         );
@@ -1103,9 +1189,9 @@ mod tests {
         if let Body::Live(live) = &mut record.body {
             live.receive_count = 3;
         }
-        let (mut op, _) = ReceiveOp::start(R, settings(5_000, Some(3)));
-        op.on_reply(R[0], &Reply::Record(Some(record.clone())));
-        let effects = op.on_reply(R[1], &Reply::Record(Some(record.clone())));
+        let (mut op, _) = ReceiveOp::start(key(), R, settings(5_000, Some(3)));
+        op.on_reply(R[0], 1, &Reply::Record(Some(record.clone())));
+        let effects = op.on_reply(R[1], 1, &Reply::Record(Some(record.clone())));
         assert_eq!(effects.answer, Some(ReceiveAnswer::DeadLetter(record)));
         assert!(
             effects.sends.is_empty(),
@@ -1115,9 +1201,9 @@ mod tests {
 
     #[test]
     fn a_receive_repairs_the_replica_that_replied_with_less() {
-        let (mut op, _) = ReceiveOp::start(R, settings(5_000, None));
-        op.on_reply(R[0], &Reply::Record(None));
-        let effects = op.on_reply(R[1], &Reply::Record(Some(sent())));
+        let (mut op, _) = ReceiveOp::start(key(), R, settings(5_000, None));
+        op.on_reply(R[0], 1, &Reply::Record(None));
+        let effects = op.on_reply(R[1], 1, &Reply::Record(Some(sent())));
         let repairs: Vec<_> = effects
             .sends
             .iter()
@@ -1144,9 +1230,9 @@ mod tests {
         handle: Handle,
         action: HandleAction,
     ) -> (HandleOp, Effects<HandleAnswer>) {
-        let (mut op, _) = HandleOp::start(R, handle, action, Millis(10_000));
-        op.on_reply(R[0], &Reply::Record(Some(held.clone())));
-        let effects = op.on_reply(R[1], &Reply::Record(Some(held.clone())));
+        let (mut op, _) = HandleOp::start(key(), R, handle, action, Millis(10_000));
+        op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
+        let effects = op.on_reply(R[1], 1, &Reply::Record(Some(held.clone())));
         (op, effects)
     }
 
@@ -1158,9 +1244,9 @@ mod tests {
             &out.request,
             Request::Write { write: Write::Tombstone { expect, .. }, ack: true } if *expect == Some(handle.claim)
         )));
-        op.on_reply(R[0], &Reply::Ack);
+        op.on_reply(R[0], 2, &Reply::Ack);
         assert_eq!(
-            op.on_reply(R[2], &Reply::Ack).answer,
+            op.on_reply(R[2], 2, &Reply::Ack).answer,
             Some(HandleAnswer::Delete(DeleteAnswer::Deleted))
         );
     }
@@ -1187,9 +1273,9 @@ mod tests {
         let (mut op, effects) = handle_op(&tombstone, handle, HandleAction::Delete);
         assert_eq!(effects.answer, None);
         assert_eq!(effects.sends.len(), 3);
-        op.on_reply(R[0], &Reply::Ack);
+        op.on_reply(R[0], 2, &Reply::Ack);
         assert_eq!(
-            op.on_reply(R[1], &Reply::Ack).answer,
+            op.on_reply(R[1], 2, &Reply::Ack).answer,
             Some(HandleAnswer::Delete(DeleteAnswer::AlreadyGone))
         );
     }
@@ -1239,7 +1325,19 @@ mod tests {
             name: trireme_core::QueueName::try_from("jobs".to_string()).unwrap(),
             incarnation: trireme_core::Incarnation(1),
         };
-        let (mut op, effects) = MoveOp::start(R, target, &record, source_queue.clone(), Millis(50));
+        let (mut op, effects) = MoveOp::start(
+            (key(), R),
+            (
+                RecordKey {
+                    queue: QueueName::try_from("jobs-dlq".to_string()).unwrap(),
+                    ..key()
+                },
+                target,
+            ),
+            &record,
+            source_queue.clone(),
+            Millis(50),
+        );
         assert!(effects.sends.iter().all(|out| target.contains(&out.to)));
         let Request::Write {
             write: Write::Merge(copy),
@@ -1258,15 +1356,15 @@ mod tests {
             "retention keeps the original send"
         );
         assert!(
-            op.on_reply(R[0], &Reply::Ack).sends.is_empty(),
+            op.on_reply(R[0], 1, &Reply::Ack).sends.is_empty(),
             "a source ack means nothing yet"
         );
-        op.on_reply(target[0], &Reply::Ack);
-        let tombstones = op.on_reply(target[1], &Reply::Ack).sends;
+        op.on_reply(target[0], 1, &Reply::Ack);
+        let tombstones = op.on_reply(target[1], 1, &Reply::Ack).sends;
         assert!(tombstones.iter().all(|out| R.contains(&out.to)));
-        op.on_reply(R[0], &Reply::Ack);
+        op.on_reply(R[0], 2, &Reply::Ack);
         assert_eq!(
-            op.on_reply(R[1], &Reply::Ack).answer,
+            op.on_reply(R[1], 2, &Reply::Ack).answer,
             Some(MoveAnswer::Moved)
         );
     }
@@ -1293,26 +1391,57 @@ mod tests {
     #[test]
     fn collection_needs_the_same_tombstone_on_all_three() {
         let tombstone = Record::tombstone(Generation(0), TombstoneReason::Deleted, Millis(9));
-        let (mut op, _) = CollectOp::start(R, Millis(100));
-        op.on_reply(R[0], &Reply::Record(Some(tombstone.clone())));
+        let (mut op, _) = CollectOp::start(key(), R, Millis(100));
+        op.on_reply(R[0], 1, &Reply::Record(Some(tombstone.clone())));
         assert_eq!(
-            op.on_reply(R[1], &Reply::Record(Some(tombstone.clone())))
+            op.on_reply(R[1], 1, &Reply::Record(Some(tombstone.clone())))
                 .answer,
             None
         );
         assert_eq!(
-            op.on_reply(R[2], &Reply::Record(Some(tombstone))).answer,
+            op.on_reply(R[2], 1, &Reply::Record(Some(tombstone))).answer,
             Some(CollectAnswer::Confirmed {
                 generation: Generation(0),
                 confirmed_at: Millis(100)
             })
         );
-        let (mut partial, _) = CollectOp::start(R, Millis(100));
-        partial.on_reply(R[0], &Reply::Record(None));
-        partial.on_reply(R[1], &Reply::Record(None));
+        let (mut partial, _) = CollectOp::start(key(), R, Millis(100));
+        partial.on_reply(R[0], 1, &Reply::Record(None));
+        partial.on_reply(R[1], 1, &Reply::Record(None));
         assert_eq!(
-            partial.on_reply(R[2], &Reply::Record(Some(sent()))).answer,
+            partial
+                .on_reply(R[2], 1, &Reply::Record(Some(sent())))
+                .answer,
             Some(CollectAnswer::NotYet)
+        );
+    }
+
+    #[test]
+    fn a_late_ack_of_the_copy_is_not_an_ack_of_the_tombstone() {
+        let mut record = sent();
+        if let Body::Live(live) = &mut record.body {
+            live.receive_count = 3;
+        }
+        let source_queue = SourceQueue {
+            name: QueueName::try_from("jobs".to_string()).unwrap(),
+            incarnation: Incarnation(1),
+        };
+        // Three nodes: the dead-letter copy lives on the same replicas as the source.
+        let (mut op, _) = MoveOp::start((key(), R), (key(), R), &record, source_queue, Millis(5));
+        op.on_reply(R[0], 1, &Reply::Ack);
+        assert!(
+            !op.on_reply(R[1], 1, &Reply::Ack).sends.is_empty(),
+            "tombstones go out"
+        );
+        op.on_reply(R[0], 2, &Reply::Ack);
+        assert_eq!(
+            op.on_reply(R[2], 1, &Reply::Ack).answer,
+            None,
+            "a copy ack, late"
+        );
+        assert_eq!(
+            op.on_reply(R[1], 2, &Reply::Ack).answer,
+            Some(MoveAnswer::Moved)
         );
     }
 }

@@ -11,9 +11,11 @@
 
 pub mod coordinator;
 pub mod ids;
+pub mod key;
 pub mod placement;
 pub mod record;
 pub mod replica;
 
 pub use ids::{Generation, NodeId, RequestId};
+pub use key::RecordKey;
 pub use record::{Birth, Body, Claim, Divergence, Held, Live, Record, Tombstone, TombstoneReason};

@@ -14,14 +14,14 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use stateright::Model;
-use trireme_core::Millis;
+use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::coordinator::{
     Effects, Handle, HandleAction, HandleAnswer, HandleOp, ReceiveAnswer, ReceiveOp,
     ReceiveSettings, Reply, Request, SendAnswer, SendOp,
 };
 use trireme_replication::record::{Birth, Body, Claim, Held, Live, Record};
 use trireme_replication::replica::{Verdict, Write, accept};
-use trireme_replication::{Generation, NodeId};
+use trireme_replication::{Generation, NodeId, RecordKey};
 use trireme_spec::replication::protocol::{self as model, Message, Op, Packet};
 use trireme_spec::replication::record as model_record;
 use trireme_spec::replication::{Action, Config, ReplicationModel, Start, State};
@@ -30,6 +30,14 @@ const REPLICAS: usize = 3;
 const COORDINATORS: usize = 2;
 /// Steps per random walk; the model's budgets end most walks sooner.
 const STEPS_MAX: usize = 60;
+
+fn key() -> RecordKey {
+    RecordKey {
+        queue: QueueName::try_from("q".to_string()).expect("a valid name"),
+        incarnation: Incarnation(1),
+        message: MessageId(1),
+    }
+}
 
 fn replicas() -> [NodeId; REPLICAS] {
     [NodeId(0), NodeId(1), NodeId(2)]
@@ -216,8 +224,10 @@ struct InFlight {
     replica: usize,
     /// `None` for a read repair (nobody awaits it).
     from: Option<usize>,
-    /// The coordinator's round when it was sent.
-    round: u64,
+    /// Which operation of its coordinator sent it.
+    op: u64,
+    /// The operation's round, as the crate numbered it.
+    round: u32,
     request: Request,
 }
 
@@ -225,7 +235,10 @@ struct InFlight {
 struct World {
     stores: [Option<Record>; REPLICAS],
     running: [Running; COORDINATORS],
-    rounds: [u64; COORDINATORS],
+    /// Operations started per coordinator (the current one's number).
+    ops: [u64; COORDINATORS],
+    /// The current operation's newest round.
+    rounds: [u32; COORDINATORS],
     handles: [Option<Handle>; COORDINATORS],
     network: Vec<InFlight>,
     deliveries: Vec<(u8, model_record::Claim, u8)>,
@@ -238,6 +251,7 @@ impl World {
         let mut world = World {
             stores: std::array::from_fn(|r| inject(state.replicas[r].store[0])),
             running: [Running::Idle, Running::Idle],
+            ops: [0; COORDINATORS],
             rounds: [0; COORDINATORS],
             handles: std::array::from_fn(|c| {
                 state.coordinators[c].handle.map(|handle| Handle {
@@ -265,6 +279,7 @@ impl World {
             world.network.push(InFlight {
                 replica: packet.replica as usize,
                 from: None,
+                op: 0,
                 round: 0,
                 request: Request::Write {
                     write: Write::Merge(inject(record).expect("a write carries a record")),
@@ -287,10 +302,13 @@ impl World {
         }
     }
 
+    /// Whether `packet` is of coordinator `c`'s current operation and round.
+    fn awaited(&self, c: usize, packet: &InFlight) -> bool {
+        self.busy(c) && packet.op == self.ops[c] && packet.round == self.rounds[c]
+    }
+
     fn key(&self, packet: &InFlight) -> WireKey {
-        let current = packet
-            .from
-            .is_some_and(|c| self.busy(c) && packet.round == self.rounds[c]);
+        let current = packet.from.is_some_and(|c| self.awaited(c, packet));
         let coordinator = if current {
             packet.from.expect("current packets have a coordinator") as u8
         } else {
@@ -314,7 +332,7 @@ impl World {
                     return true;
                 }
                 let c = packet.from.expect("reads come from coordinators");
-                self.busy(c) && packet.round == self.rounds[c] && self.reading(c)
+                self.awaited(c, packet) && self.reading(c)
             })
             .collect();
     }
@@ -327,19 +345,17 @@ impl World {
 
     /// Takes one step's effects of coordinator `c`: new rounds for its requests, the answer.
     fn absorb<A>(&mut self, c: usize, effects: Effects<A>, on_answer: impl FnOnce(&mut World, A)) {
-        let opens_round = effects.sends.iter().any(|out| match &out.request {
-            Request::Read => true,
-            Request::Write { ack, .. } => *ack,
-        });
-        if opens_round {
-            self.rounds[c] += 1;
-        }
         for out in effects.sends {
+            assert_eq!(out.key, key(), "one message in the model");
             let repair = matches!(out.request, Request::Write { ack: false, .. });
+            if !repair {
+                self.rounds[c] = self.rounds[c].max(out.round);
+            }
             self.network.push(InFlight {
                 replica: usize::from(out.to.0),
                 from: (!repair).then_some(c),
-                round: if repair { 0 } else { self.rounds[c] },
+                op: self.ops[c],
+                round: out.round,
                 request: out.request,
             });
         }
@@ -349,8 +365,14 @@ impl World {
         }
     }
 
+    fn begin(&mut self, c: usize) {
+        self.ops[c] += 1;
+        self.rounds[c] = 0;
+    }
+
     fn start_send(&mut self, c: usize) {
-        let (op, effects) = SendOp::start(replicas(), Record::sent(birth(0)));
+        self.begin(c);
+        let (op, effects) = SendOp::start(key(), replicas(), Record::sent(birth(0)));
         self.running[c] = Running::Send(op);
         self.absorb(c, effects, |_, _: SendAnswer| {});
     }
@@ -363,14 +385,17 @@ impl World {
             max_receive_count: None,
             nonce: 0,
         };
-        let (op, effects) = ReceiveOp::start(replicas(), settings);
+        self.begin(c);
+        let (op, effects) = ReceiveOp::start(key(), replicas(), settings);
         self.running[c] = Running::Receive(op);
         self.absorb(c, effects, World::on_receive_answer(c));
     }
 
     fn start_delete(&mut self, c: usize) {
         let handle = self.handles[c].expect("delete is enabled only with a handle");
-        let (op, effects) = HandleOp::start(replicas(), handle, HandleAction::Delete, Millis(0));
+        self.begin(c);
+        let (op, effects) =
+            HandleOp::start(key(), replicas(), handle, HandleAction::Delete, Millis(0));
         self.running[c] = Running::Handle(op);
         self.absorb(c, effects, |_, _: HandleAnswer| {});
     }
@@ -440,21 +465,23 @@ impl World {
         let (Some(reply), Some(c)) = (reply, packet.from) else {
             return;
         };
-        if !self.busy(c) || packet.round != self.rounds[c] {
+        // The driver routes a reply to the operation that sent the request; the operation
+        // itself ignores rounds it has left.
+        if !self.busy(c) || packet.op != self.ops[c] {
             return;
         }
-        let from = NodeId(r as u16);
+        let (from, round) = (NodeId(r as u16), packet.round);
         match &mut self.running[c] {
             Running::Send(op) => {
-                let effects = op.on_reply(from, &reply);
+                let effects = op.on_reply(from, round, &reply);
                 self.absorb(c, effects, |_, _| {});
             }
             Running::Receive(op) => {
-                let effects = op.on_reply(from, &reply);
+                let effects = op.on_reply(from, round, &reply);
                 self.absorb(c, effects, World::on_receive_answer(c));
             }
             Running::Handle(op) => {
-                let effects = op.on_reply(from, &reply);
+                let effects = op.on_reply(from, round, &reply);
                 self.absorb(c, effects, |_, _| {});
             }
             Running::Idle => unreachable!("checked busy above"),
