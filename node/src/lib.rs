@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod engine;

@@ -1046,6 +1046,38 @@ pub fn drop_requests(
         .collect()
 }
 
+// ----- one interface for drivers -------------------------------------------------------------
+
+/// What every operation offers its driver: replies in, a timeout, effects out.
+pub trait Operation {
+    /// What the client is told.
+    type Answer;
+    /// One replica's reply to round `round`.
+    fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<Self::Answer>;
+    /// The operation's deadline passed.
+    fn on_timeout(&mut self) -> Effects<Self::Answer>;
+}
+
+macro_rules! operation {
+    ($op:ty, $answer:ty) => {
+        impl Operation for $op {
+            type Answer = $answer;
+            fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<$answer> {
+                <$op>::on_reply(self, from, round, reply)
+            }
+            fn on_timeout(&mut self) -> Effects<$answer> {
+                <$op>::on_timeout(self)
+            }
+        }
+    };
+}
+
+operation!(SendOp, SendAnswer);
+operation!(ReceiveOp, ReceiveAnswer);
+operation!(HandleOp, HandleAnswer);
+operation!(MoveOp, MoveAnswer);
+operation!(CollectOp, CollectAnswer);
+
 #[cfg(test)]
 mod tests {
     use super::*;

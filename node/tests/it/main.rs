@@ -2,6 +2,7 @@
 //! 127.0.0.1 with a temporary data directory (the crash tests run the real binary).
 
 mod client_crate;
+mod cluster;
 mod crash;
 mod harness;
 mod long_poll;

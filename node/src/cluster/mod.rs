@@ -1,0 +1,395 @@
+//! The cluster: this node as a replica of its peers' records and as a coordinator of any
+//! client request (spec/replication.md). The protocol itself is the pure crate
+//! `trireme-replication`; this module is its thin driver: it executes the effects the
+//! operations return (requests to the local store and to peers), feeds them the replies, and
+//! enforces each operation's deadline. It must never decide a protocol question itself.
+//!
+//! - `store`: the replica's durable records (group commit, fsync before every ack) and the
+//!   local view that receive candidates come from;
+//! - `service`: the internal service `trireme.replica.v1` as served to peers;
+//! - `peers`: batched, lazily connected links to the peers;
+//! - `wire`: the internal service's messages as protocol values.
+
+pub mod peers;
+pub mod service;
+pub mod store;
+pub mod wire;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use trireme_core::{Incarnation, MessageId, QueueName};
+use trireme_replication::coordinator::{
+    DeleteAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp, MoveAnswer, MoveOp,
+    Operation, Outgoing, ReceiveAnswer, ReceiveOp, ReceiveSettings, Reply, Request, SendAnswer,
+    SendOp, VisibilityAnswer,
+};
+use trireme_replication::placement::{Placement, REPLICAS, Ring, TooFewMembers};
+use trireme_replication::record::{Birth, Record, SourceQueue};
+use trireme_replication::{NodeId, RecordKey};
+
+use self::peers::{Identity, LinkSettings, Peers};
+use self::service::ReplicaService;
+use self::store::{Entry, ReplicaStore};
+use crate::clock::Clock;
+
+/// How this node takes part in the cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    /// This member.
+    pub node: NodeId,
+    /// Every other member and the `host:port` of its peer service.
+    pub peers: BTreeMap<NodeId, String>,
+    /// How long a coordinator waits for an operation's quorum before answering unavailable.
+    pub operation_timeout: Duration,
+    /// The peer links' timeouts.
+    pub link: LinkSettings,
+    /// The tombstone horizon: replicas refuse requests older than this by their sender's clock.
+    pub horizon_ms: u64,
+}
+
+/// Why the cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// Fewer than three members.
+    #[error(transparent)]
+    Members(#[from] TooFewMembers),
+    /// A peer address is not usable.
+    #[error("peer address: {0}")]
+    Address(#[from] tonic::transport::Error),
+    /// This node is listed among its own peers.
+    #[error("node {0} is listed among its own peers")]
+    SelfAsPeer(u16),
+}
+
+/// A message delivered by a receive: its key, its record (holding the new claim), and the
+/// handle that deletes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivered {
+    /// Which message.
+    pub key: RecordKey,
+    /// Its record as the claim made it.
+    pub record: Record,
+    /// The receipt handle, as the replicas know it.
+    pub handle: Handle,
+}
+
+/// Where a queue's dead letters go.
+#[derive(Clone, Debug)]
+pub struct DeadLetter {
+    /// The dead-letter queue.
+    pub queue: QueueName,
+    /// Which creation of it.
+    pub incarnation: Incarnation,
+    /// Receives after which a message moves.
+    pub max_receive_count: u32,
+}
+
+/// The cluster as this node takes part in it. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    me: Identity,
+    store: ReplicaStore,
+    peers: Peers,
+    ring: Ring,
+    operation_timeout: Duration,
+    /// Claim nonces.
+    nonces: Mutex<ChaCha20Rng>,
+}
+
+impl Cluster {
+    /// Joins the cluster on `store`, reading time from `clock`. Returns the coordinator handle
+    /// and the replica service to serve on the peer port.
+    ///
+    /// # Errors
+    /// `SelfAsPeer`, `Members` (fewer than three), `Address`.
+    pub fn start(
+        settings: &ClusterSettings,
+        store: ReplicaStore,
+        clock: Arc<dyn Clock>,
+        seed: Option<u64>,
+    ) -> Result<(Cluster, ReplicaService), ClusterError> {
+        if settings.peers.contains_key(&settings.node) {
+            return Err(ClusterError::SelfAsPeer(settings.node.0));
+        }
+        let members: BTreeSet<NodeId> = settings
+            .peers
+            .keys()
+            .copied()
+            .chain([settings.node])
+            .collect();
+        let ring = Ring::new(members.iter().copied())?;
+        let me = Identity {
+            node: settings.node,
+            disk_id: store.disk_id(),
+            clock,
+        };
+        let peers = Peers::connect(&me, &settings.peers, settings.link)?;
+        let nonces = match seed {
+            Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ 0x6e6f_6e63_655f_7365),
+            None => ChaCha20Rng::from_os_rng(),
+        };
+        let service = ReplicaService {
+            store: store.clone(),
+            members,
+            me: me.clone(),
+            horizon_ms: settings.horizon_ms,
+        };
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                me,
+                store,
+                peers,
+                ring,
+                operation_timeout: settings.operation_timeout,
+                nonces: Mutex::new(nonces),
+            }),
+        };
+        Ok((cluster, service))
+    }
+
+    /// This node.
+    #[must_use]
+    pub fn node(&self) -> NodeId {
+        self.inner.me.node
+    }
+
+    /// The replicas of `key`.
+    #[must_use]
+    pub fn replicas(&self, key: &RecordKey) -> [NodeId; REPLICAS] {
+        self.inner.ring.replicas(&key.queue, key.message)
+    }
+
+    /// The local replica store (for its view and for inspection).
+    #[must_use]
+    pub fn store(&self) -> &ReplicaStore {
+        &self.inner.store
+    }
+
+    /// Sends the message `id` with `birth` into the queue (spec/replication.md#send).
+    pub async fn send(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        id: MessageId,
+        birth: Birth,
+    ) -> SendAnswer {
+        let key = RecordKey {
+            queue: queue.clone(),
+            incarnation,
+            message: id,
+        };
+        let (op, effects) = SendOp::start(key.clone(), self.replicas(&key), Record::sent(birth));
+        self.run(op, effects).await
+    }
+
+    /// Receives up to `max` messages of the queue (spec/replication.md#receive-claim):
+    /// candidates from the local view, each claimed through the quorum; messages at their
+    /// `maxReceiveCount` are moved to the dead-letter queue instead.
+    pub async fn receive(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        max: usize,
+        visibility_timeout_ms: u64,
+        dead_letter: Option<&DeadLetter>,
+    ) -> Vec<Delivered> {
+        let now = self.inner.me.clock.now();
+        let candidates = self
+            .inner
+            .store
+            .view(|view| view.candidates(queue, incarnation, now, max));
+        let mut claims = JoinSet::new();
+        for id in candidates {
+            let key = RecordKey {
+                queue: queue.clone(),
+                incarnation,
+                message: id,
+            };
+            let settings = ReceiveSettings {
+                me: self.inner.me.node,
+                now,
+                visibility_timeout_ms,
+                max_receive_count: dead_letter.map(|d| d.max_receive_count),
+                nonce: self.nonce(),
+            };
+            let cluster = self.clone();
+            let dead_letter = dead_letter.cloned();
+            claims.spawn(async move {
+                let (op, effects) = ReceiveOp::start(key.clone(), cluster.replicas(&key), settings);
+                match cluster.run(op, effects).await {
+                    ReceiveAnswer::Delivered(record) => {
+                        let claim = record.claim().expect("a delivery holds its claim");
+                        Some(Delivered {
+                            handle: Handle {
+                                generation: record.generation,
+                                claim,
+                            },
+                            key,
+                            record,
+                        })
+                    }
+                    ReceiveAnswer::DeadLetter(record) => {
+                        if let Some(dead_letter) = dead_letter {
+                            cluster
+                                .move_to_dead_letter(&key, &record, &dead_letter)
+                                .await;
+                        }
+                        None
+                    }
+                    ReceiveAnswer::Nothing(_)
+                    | ReceiveAnswer::LostRace
+                    | ReceiveAnswer::Unavailable
+                    | ReceiveAnswer::Diverged(_) => None,
+                }
+            });
+        }
+        let mut delivered = Vec::new();
+        while let Some(joined) = claims.join_next().await {
+            if let Some(message) = joined.expect("a claim task never panics") {
+                delivered.push(message);
+            }
+        }
+        delivered.sort_by_key(|d| (d.record.live().map(|l| l.entered_at), d.key.message));
+        delivered
+    }
+
+    async fn move_to_dead_letter(
+        &self,
+        key: &RecordKey,
+        record: &Record,
+        dead_letter: &DeadLetter,
+    ) -> MoveAnswer {
+        let target = RecordKey {
+            queue: dead_letter.queue.clone(),
+            incarnation: dead_letter.incarnation,
+            message: key.message,
+        };
+        let source = SourceQueue {
+            name: key.queue.clone(),
+            incarnation: key.incarnation,
+        };
+        let (op, effects) = MoveOp::start(
+            (key.clone(), self.replicas(key)),
+            (target.clone(), self.replicas(&target)),
+            record,
+            source,
+            self.inner.me.clock.now(),
+        );
+        self.run(op, effects).await
+    }
+
+    /// Deletes with `handle` (spec/replication.md#delete).
+    pub async fn delete(&self, key: &RecordKey, handle: Handle) -> DeleteAnswer {
+        let now = self.inner.me.clock.now();
+        let (op, effects) = HandleOp::start(
+            key.clone(),
+            self.replicas(key),
+            handle,
+            HandleAction::Delete,
+            now,
+        );
+        match self.run(op, effects).await {
+            HandleAnswer::Delete(answer) => answer,
+            HandleAnswer::Visibility(_) => unreachable!("a delete answers as a delete"),
+        }
+    }
+
+    /// Changes the visibility of the message `handle` holds (spec/replication.md
+    /// #change-visibility).
+    pub async fn change_visibility(
+        &self,
+        key: &RecordKey,
+        handle: Handle,
+        timeout_ms: u64,
+        cap_ms: u64,
+    ) -> VisibilityAnswer {
+        let now = self.inner.me.clock.now();
+        let action = HandleAction::ChangeVisibility { timeout_ms, cap_ms };
+        let (op, effects) = HandleOp::start(key.clone(), self.replicas(key), handle, action, now);
+        match self.run(op, effects).await {
+            HandleAnswer::Visibility(answer) => answer,
+            HandleAnswer::Delete(_) => unreachable!("a visibility change answers as one"),
+        }
+    }
+
+    fn nonce(&self) -> u64 {
+        self.inner
+            .nonces
+            .lock()
+            .expect("the nonce lock is never poisoned")
+            .random()
+    }
+
+    /// Runs `op` from its first `effects` to its answer, or to its deadline.
+    async fn run<O: Operation>(&self, mut op: O, mut effects: Effects<O::Answer>) -> O::Answer {
+        let (replies, mut incoming) = mpsc::unbounded_channel();
+        let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
+        loop {
+            if let Some(answer) = effects.answer.take() {
+                // Requests the answering step still sent (read repairs) go out unawaited.
+                self.dispatch(std::mem::take(&mut effects.sends), None);
+                return answer;
+            }
+            self.dispatch(std::mem::take(&mut effects.sends), Some(&replies));
+            effects = tokio::select! {
+                reply = incoming.recv() => {
+                    let (from, round, reply): (NodeId, u32, Reply) =
+                        reply.expect("the operation holds a sender of its own replies");
+                    op.on_reply(from, round, &reply)
+                }
+                () = tokio::time::sleep_until(deadline) => op.on_timeout(),
+            };
+        }
+    }
+
+    /// Sends `sends`: to the local store directly, to peers through their links. Replies go to
+    /// `replies` (an operation that still listens), tagged with their sender and round; a
+    /// failure is silence, which the operation's quorum and deadline already account for.
+    fn dispatch(
+        &self,
+        sends: Vec<Outgoing>,
+        replies: Option<&mpsc::UnboundedSender<(NodeId, u32, Reply)>>,
+    ) {
+        for out in sends {
+            let awaited = matches!(
+                out.request,
+                Request::Read | Request::Write { ack: true, .. }
+            );
+            let replies = replies.filter(|_| awaited).cloned();
+            let (from, round) = (out.to, out.round);
+            if out.to == self.inner.me.node {
+                let store = self.inner.store.clone();
+                let entry = Entry {
+                    key: out.key,
+                    request: out.request,
+                };
+                tokio::spawn(async move {
+                    if let Ok(mut answers) = store.apply(vec![entry]).await
+                        && let (Some(replies), Some(reply)) = (replies, answers.pop())
+                    {
+                        let _ = replies.send((from, round, reply));
+                    }
+                });
+            } else {
+                let answered = self.inner.peers.send(out.to, out.key, out.request);
+                tokio::spawn(async move {
+                    if let Ok(Ok(reply)) = answered.await
+                        && let Some(replies) = replies
+                    {
+                        let _ = replies.send((from, round, reply));
+                    }
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Channels to the other members (the internal service's clients).
+//!
+//! One link per peer, connected lazily, with `TCP_NODELAY`, HTTP/2 keepalive, a connect timeout
+//! and a per-call timeout. Requests to one peer are batched: whatever is waiting when a call
+//! can go is sent as one `Exchange`, and several calls may be in flight at once, so a slow call
+//! does not hold the next batch. A dead peer costs its requests a failed answer at the call's
+//! timeout (or at once when the connection is refused), never a wait of the operation beyond
+//! its own deadline: coordinators decide on the first two replicas that answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tonic::transport::{Channel, Endpoint};
+use tracing::debug;
+use trireme_proto::replica::v1 as pb;
+use trireme_proto::replica::v1::replica_client::ReplicaClient;
+use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::{NodeId, RecordKey};
+
+use super::wire::{self, Sender};
+use crate::clock::Clock;
+
+/// Requests waiting for one peer; a full queue fails the request at once (the operation then
+/// counts that replica as silent), it never blocks the coordinator.
+const PEER_QUEUE_MAX: usize = 8_192;
+/// Requests one call carries at most.
+const BATCH_REQUESTS_MAX: usize = 512;
+/// Calls in flight to one peer at once.
+const CALLS_IN_FLIGHT_MAX: usize = 16;
+
+/// Timeouts of the links.
+#[derive(Clone, Copy, Debug)]
+pub struct LinkSettings {
+    /// Connecting to a peer.
+    pub connect_timeout: Duration,
+    /// One `Exchange` call, end to end.
+    pub call_timeout: Duration,
+    /// HTTP/2 keepalive ping interval.
+    pub keepalive_interval: Duration,
+    /// HTTP/2 keepalive ping timeout.
+    pub keepalive_timeout: Duration,
+}
+
+/// Why a peer gave no answer to a request.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum PeerError {
+    /// The peer's queue is full.
+    #[error("too many requests waiting for {0}")]
+    Busy(NodeId),
+    /// The call failed or timed out.
+    #[error("{peer} did not answer: {reason}")]
+    Call { peer: NodeId, reason: String },
+}
+
+struct Pending {
+    key: RecordKey,
+    request: Request,
+    answer: oneshot::Sender<Result<Reply, PeerError>>,
+}
+
+/// The links to every peer.
+#[derive(Clone)]
+pub struct Peers {
+    links: Arc<BTreeMap<NodeId, mpsc::Sender<Pending>>>,
+}
+
+/// This node as a sender.
+#[derive(Clone)]
+pub struct Identity {
+    /// This member.
+    pub node: NodeId,
+    /// Its disk.
+    pub disk_id: u64,
+    /// Its clock.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Identity {
+    fn now(&self) -> Sender {
+        Sender {
+            node: self.node,
+            disk_id: self.disk_id,
+            clock: self.clock.now(),
+        }
+    }
+}
+
+impl Peers {
+    /// Links to `peers` (member id to `host:port` of its peer service).
+    ///
+    /// # Errors
+    /// An address that is not a valid URI authority.
+    pub fn connect(
+        identity: &Identity,
+        peers: &BTreeMap<NodeId, String>,
+        settings: LinkSettings,
+    ) -> Result<Peers, tonic::transport::Error> {
+        let request_ids = Arc::new(AtomicU64::new(1));
+        let mut links = BTreeMap::new();
+        for (peer, address) in peers {
+            let endpoint = Endpoint::from_shared(format!("http://{address}"))?
+                .connect_timeout(settings.connect_timeout)
+                .timeout(settings.call_timeout)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(settings.keepalive_interval)
+                .keep_alive_timeout(settings.keepalive_timeout)
+                .keep_alive_while_idle(true);
+            let channel = endpoint.connect_lazy();
+            let (queue, waiting) = mpsc::channel(PEER_QUEUE_MAX);
+            tokio::spawn(run_link(
+                *peer,
+                ReplicaClient::new(channel),
+                waiting,
+                identity.clone(),
+                Arc::clone(&request_ids),
+            ));
+            links.insert(*peer, queue);
+        }
+        Ok(Peers {
+            links: Arc::new(links),
+        })
+    }
+
+    /// Sends one request to `peer`; the answer arrives on the returned channel.
+    pub fn send(
+        &self,
+        peer: NodeId,
+        key: RecordKey,
+        request: Request,
+    ) -> oneshot::Receiver<Result<Reply, PeerError>> {
+        let (answer, answered) = oneshot::channel();
+        let Some(link) = self.links.get(&peer) else {
+            let _ = answer.send(Err(PeerError::Call {
+                peer,
+                reason: "not a member".to_owned(),
+            }));
+            return answered;
+        };
+        if let Err(error) = link.try_send(Pending {
+            key,
+            request,
+            answer,
+        }) {
+            let pending = error.into_inner();
+            let _ = pending.answer.send(Err(PeerError::Busy(peer)));
+        }
+        answered
+    }
+}
+
+async fn run_link(
+    peer: NodeId,
+    client: ReplicaClient<Channel>,
+    mut waiting: mpsc::Receiver<Pending>,
+    identity: Identity,
+    request_ids: Arc<AtomicU64>,
+) {
+    let calls = Arc::new(Semaphore::new(CALLS_IN_FLIGHT_MAX));
+    while let Some(first) = waiting.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH_REQUESTS_MAX {
+            match waiting.try_recv() {
+                Ok(pending) => batch.push(pending),
+                Err(_) => break,
+            }
+        }
+        let permit = Arc::clone(&calls)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let mut client = client.clone();
+        let request = pb::Batch {
+            request_id: request_ids.fetch_add(1, Ordering::Relaxed),
+            sender: Some(identity.now().into()),
+            entries: batch
+                .iter()
+                .map(|p| wire::entry(&p.key, &p.request))
+                .collect(),
+        };
+        tokio::spawn(async move {
+            let outcome = client.exchange(request).await;
+            drop(permit);
+            let replies = match outcome {
+                Ok(response) => wire::replies(&response.into_inner().replies, batch.len())
+                    .map_err(|error| error.to_string()),
+                Err(status) => Err(format!("{}: {}", status.code(), status.message())),
+            };
+            match replies {
+                Ok(replies) => {
+                    for (pending, reply) in batch.into_iter().zip(replies) {
+                        let _ = pending.answer.send(Ok(reply));
+                    }
+                }
+                Err(reason) => {
+                    debug!(%peer, %reason, "peer call failed");
+                    for pending in batch {
+                        let _ = pending.answer.send(Err(PeerError::Call {
+                            peer,
+                            reason: reason.clone(),
+                        }));
+                    }
+                }
+            }
+        });
+    }
+}

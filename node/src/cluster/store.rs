@@ -1,0 +1,449 @@
+//! A replica's durable records (spec/replication.md#durability) and its local view of them.
+//!
+//! One thread owns the database. Batches of requests from any number of coordinators (this
+//! node's and its peers') queue up for it; it takes every batch waiting, applies their requests
+//! in order in one write transaction (each checked against the state that includes the requests
+//! before it, spec/replication.md §13), commits once, and only then answers any of them: group
+//! commit, with fsync before every ack and before every read answer. A failed commit answers
+//! every batch of the group with the error, so nothing unsynced is ever acknowledged.
+//!
+//! The local view indexes the live records this replica holds by queue, so a coordinator can
+//! pick receive candidates without a network round; it is rebuilt from the records at open.
+//! This module must never decide protocol questions: `trireme_replication::replica::accept`
+//! does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+use trireme_core::{Incarnation, MessageId, Millis, QueueName};
+use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::record::Record;
+use trireme_replication::replica::{Verdict, accept};
+use trireme_replication::{NodeId, RecordKey};
+
+use crate::codec::{self, CodecError};
+
+/// Records by stored key (`RecordKey::encode`), framed and checksummed by the codec.
+const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_records");
+/// The replica's identity.
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("replica_meta");
+const META_NODE_ID: &str = "node_id";
+const META_DISK_ID: &str = "disk_id";
+
+/// File name of the replica database in the data directory.
+pub const REPLICA_DATABASE_FILE_NAME: &str = "replica.redb";
+
+/// Batches waiting for the committer; a full queue makes callers wait (backpressure), it never
+/// drops a batch.
+const BATCHES_QUEUED_MAX: usize = 1_024;
+/// Requests one group commit takes at most, so one commit's latency stays bounded.
+const GROUP_REQUESTS_MAX: usize = 4_096;
+
+/// Why the replica store failed. The cause keeps its type: a full disk is not corruption.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The database file could not be opened or created.
+    #[error("cannot open the replica database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: redb::DatabaseError,
+    },
+    /// The database belongs to another node id.
+    #[error(
+        "the replica database belongs to node {stored}, this node is configured as {configured}"
+    )]
+    WrongNode { stored: u16, configured: u16 },
+    /// Storage failed underneath (I/O, including a full disk).
+    #[error("replica storage failed: {0}")]
+    Storage(#[from] redb::StorageError),
+    /// A transaction could not begin.
+    #[error("replica transaction failed: {0}")]
+    Transaction(#[from] redb::TransactionError),
+    /// A table could not be opened.
+    #[error("replica table failed: {0}")]
+    Table(#[from] redb::TableError),
+    /// The commit (and its fsync) failed: nothing of the group is durable.
+    #[error("replica commit failed: {0}")]
+    Commit(#[from] redb::CommitError),
+    /// Durability could not be set.
+    #[error("replica durability setting failed: {0}")]
+    Durability(#[from] redb::SetDurabilityError),
+    /// A stored record does not decode: corruption.
+    #[error("replica record {key} is corrupt: {source}")]
+    Corrupt {
+        key: String,
+        #[source]
+        source: CodecError,
+    },
+    /// The committer thread is gone (the store was closed or panicked).
+    #[error("the replica store is closed")]
+    Closed,
+}
+
+/// One request of a batch: the record it is about, and what is asked.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// Which record.
+    pub key: RecordKey,
+    /// What is asked.
+    pub request: Request,
+}
+
+struct Job {
+    entries: Vec<Entry>,
+    answer: oneshot::Sender<Result<Vec<Reply>, Arc<StoreError>>>,
+}
+
+/// What the local view knows of one live record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seen {
+    entered_at: Millis,
+    /// The later of the claim's deadline and the delay's end.
+    visible_at: Millis,
+}
+
+/// The live records this replica holds, by queue (the local view).
+#[derive(Debug, Default)]
+pub struct LocalView {
+    queues: BTreeMap<(QueueName, Incarnation), Queue>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    seen: BTreeMap<MessageId, Seen>,
+    /// `(entered_at, id)` of every live record: oldest first.
+    order: BTreeSet<(Millis, MessageId)>,
+}
+
+impl LocalView {
+    fn update(&mut self, key: &RecordKey, record: Option<&Record>) {
+        let queue = self
+            .queues
+            .entry((key.queue.clone(), key.incarnation))
+            .or_default();
+        if let Some(old) = queue.seen.remove(&key.message) {
+            queue.order.remove(&(old.entered_at, key.message));
+        }
+        if let Some(live) = record.and_then(Record::live) {
+            let deadline = live.held.map_or(Millis(0), |held| held.deadline);
+            let seen = Seen {
+                entered_at: live.entered_at,
+                visible_at: deadline.max(live.birth.visible_from),
+            };
+            queue.seen.insert(key.message, seen);
+            queue.order.insert((seen.entered_at, key.message));
+        }
+    }
+
+    /// Up to `max` messages of the queue that look visible at `now` by this replica's records,
+    /// oldest first. A hint only: the quorum read decides.
+    #[must_use]
+    pub fn candidates(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        now: Millis,
+        max: usize,
+    ) -> Vec<MessageId> {
+        let Some(queue) = self.queues.get(&(queue.clone(), incarnation)) else {
+            return Vec::new();
+        };
+        queue
+            .order
+            .iter()
+            .filter(|(_, id)| queue.seen[id].visible_at <= now)
+            .take(max)
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
+    /// Live records of the queue this replica holds (visible or not).
+    #[must_use]
+    pub fn live(&self, queue: &QueueName, incarnation: Incarnation) -> usize {
+        self.queues
+            .get(&(queue.clone(), incarnation))
+            .map_or(0, |queue| queue.seen.len())
+    }
+}
+
+/// The end of a replica store's life: the committer thread, which holds the database until
+/// every clone of the store is gone.
+pub struct StoreClosed {
+    committer: std::thread::JoinHandle<()>,
+}
+
+impl StoreClosed {
+    /// Blocks until the database is closed (its file can be opened again).
+    ///
+    /// # Panics
+    /// If the committer thread panicked.
+    pub fn wait(self) {
+        self.committer
+            .join()
+            .expect("the replica committer does not panic");
+    }
+}
+
+/// The replica's store: cheap to clone, every clone feeds the one committer.
+#[derive(Clone)]
+pub struct ReplicaStore {
+    jobs: mpsc::Sender<Job>,
+    view: Arc<Mutex<LocalView>>,
+    disk_id: u64,
+    /// Shared with the committer, for read-only scans (redb serialises writers, not readers).
+    db: Arc<Database>,
+}
+
+impl ReplicaStore {
+    /// Opens (or creates) the replica database in `data_dir` for `node`; a new database gets
+    /// `new_disk_id` as its disk id. The second value resolves when the database is closed
+    /// again (every clone of the store dropped and the last group committed).
+    ///
+    /// # Errors
+    /// `Open` when the file cannot be opened; `WrongNode` when it belongs to another node;
+    /// `Corrupt` when a stored record does not decode; the redb variants for I/O failures.
+    pub fn open(
+        data_dir: &Path,
+        node: NodeId,
+        new_disk_id: u64,
+    ) -> Result<(ReplicaStore, StoreClosed), StoreError> {
+        let path = data_dir.join(REPLICA_DATABASE_FILE_NAME);
+        let db = Database::create(&path).map_err(|source| StoreError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let disk_id = identify(&db, node, new_disk_id)?;
+        let view = Arc::new(Mutex::new(rebuild_view(&db)?));
+        let db = Arc::new(db);
+        let (jobs, queue) = mpsc::channel(BATCHES_QUEUED_MAX);
+        let committer_view = Arc::clone(&view);
+        let committer_db = Arc::clone(&db);
+        let committer = std::thread::Builder::new()
+            .name(format!("replica-store-{}", node.0))
+            .spawn(move || commit_loop(committer_db, queue, &committer_view))
+            .expect("the replica committer thread starts");
+        Ok((
+            ReplicaStore {
+                jobs,
+                view,
+                disk_id,
+                db,
+            },
+            StoreClosed { committer },
+        ))
+    }
+
+    /// This replica's disk id.
+    #[must_use]
+    pub fn disk_id(&self) -> u64 {
+        self.disk_id
+    }
+
+    /// Applies `entries` in order and answers each, after the fsync that makes them durable.
+    ///
+    /// # Errors
+    /// The store's error when the group's commit failed (nothing of it is durable, nothing is
+    /// acknowledged), or `Closed`.
+    pub async fn apply(&self, entries: Vec<Entry>) -> Result<Vec<Reply>, Arc<StoreError>> {
+        let (answer, answered) = oneshot::channel();
+        self.jobs
+            .send(Job { entries, answer })
+            .await
+            .map_err(|_| Arc::new(StoreError::Closed))?;
+        answered.await.map_err(|_| Arc::new(StoreError::Closed))?
+    }
+
+    /// Every record this replica holds, in key order (inspection and convergence checks).
+    ///
+    /// # Errors
+    /// The redb variants when the scan fails; `Corrupt` for a record that does not decode.
+    pub fn records(&self) -> Result<Vec<(RecordKey, Record)>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(RECORDS)?;
+        let mut records = Vec::new();
+        for row in table.iter()? {
+            let (key, value) = row?;
+            let record_key = RecordKey::decode(key.value()).ok_or_else(|| StoreError::Corrupt {
+                key: format!("{:?}", key.value()),
+                source: CodecError::Malformed {
+                    reason: "not a record key".to_owned(),
+                },
+            })?;
+            let record =
+                codec::decode_framed(value.value()).map_err(|source| StoreError::Corrupt {
+                    key: format!("{record_key:?}"),
+                    source,
+                })?;
+            records.push((record_key, record));
+        }
+        Ok(records)
+    }
+
+    /// Runs `f` on the local view.
+    pub fn view<T>(&self, f: impl FnOnce(&LocalView) -> T) -> T {
+        f(&self
+            .view
+            .lock()
+            .expect("the view lock is never poisoned: updates do not panic"))
+    }
+}
+
+fn identify(db: &Database, node: NodeId, new_disk_id: u64) -> Result<u64, StoreError> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let disk_id = {
+        let mut meta = txn.open_table(META)?;
+        let stored_node = meta
+            .get(META_NODE_ID)?
+            .map(|value| u16::from_le_bytes(value.value().try_into().unwrap_or([0xff, 0xff])));
+        match stored_node {
+            Some(stored) if stored != node.0 => {
+                return Err(StoreError::WrongNode {
+                    stored,
+                    configured: node.0,
+                });
+            }
+            Some(_) => {}
+            None => {
+                meta.insert(META_NODE_ID, node.0.to_le_bytes().as_slice())?;
+                meta.insert(META_DISK_ID, new_disk_id.to_le_bytes().as_slice())?;
+            }
+        }
+        let disk = meta
+            .get(META_DISK_ID)?
+            .map(|value| u64::from_le_bytes(value.value().try_into().unwrap_or([0; 8])));
+        disk.unwrap_or(new_disk_id)
+    };
+    txn.open_table(RECORDS)?;
+    txn.commit()?;
+    Ok(disk_id)
+}
+
+fn rebuild_view(db: &Database) -> Result<LocalView, StoreError> {
+    let txn = db.begin_read()?;
+    let table = txn.open_table(RECORDS)?;
+    let mut view = LocalView::default();
+    for row in table.iter()? {
+        let (key, value) = row?;
+        let Some(record_key) = RecordKey::decode(key.value()) else {
+            return Err(StoreError::Corrupt {
+                key: format!("{:?}", key.value()),
+                source: CodecError::Malformed {
+                    reason: "not a record key".to_owned(),
+                },
+            });
+        };
+        let record: Record =
+            codec::decode_framed(value.value()).map_err(|source| StoreError::Corrupt {
+                key: format!("{record_key:?}"),
+                source,
+            })?;
+        view.update(&record_key, Some(&record));
+    }
+    Ok(view)
+}
+
+fn commit_loop(db: Arc<Database>, mut queue: mpsc::Receiver<Job>, view: &Mutex<LocalView>) {
+    while let Some(first) = queue.blocking_recv() {
+        let mut group = vec![first];
+        let mut requests = group[0].entries.len();
+        while requests < GROUP_REQUESTS_MAX {
+            match queue.try_recv() {
+                Ok(job) => {
+                    requests += job.entries.len();
+                    group.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        match apply_group(&db, &group) {
+            Ok((replies, changed)) => {
+                {
+                    let mut view = view.lock().expect("the view lock is never poisoned");
+                    for (key, record) in &changed {
+                        view.update(key, record.as_ref());
+                    }
+                }
+                for (job, replies) in group.into_iter().zip(replies) {
+                    // A caller that gave up no longer listens; its writes are durable anyway.
+                    let _ = job.answer.send(Ok(replies));
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "replica group commit failed; nothing of it is acknowledged");
+                let error = Arc::new(error);
+                for job in group {
+                    let _ = job.answer.send(Err(Arc::clone(&error)));
+                }
+            }
+        }
+    }
+    // The queue closes only when every store clone (each holds a sender and a reference to the
+    // database) is gone, so this is the last reference: the file closes here.
+    drop(db);
+}
+
+type Changed = Vec<(RecordKey, Option<Record>)>;
+
+fn apply_group(db: &Database, group: &[Job]) -> Result<(Vec<Vec<Reply>>, Changed), StoreError> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let mut all_replies = Vec::with_capacity(group.len());
+    let mut changed: Changed = Vec::new();
+    {
+        let mut table = txn.open_table(RECORDS)?;
+        for job in group {
+            let mut replies = Vec::with_capacity(job.entries.len());
+            for entry in &job.entries {
+                let stored_key = entry.key.encode();
+                let held: Option<Record> = match table.get(stored_key.as_slice())? {
+                    Some(value) => Some(codec::decode_framed(value.value()).map_err(|source| {
+                        StoreError::Corrupt {
+                            key: format!("{:?}", entry.key),
+                            source,
+                        }
+                    })?),
+                    None => None,
+                };
+                let reply = match &entry.request {
+                    Request::Read => Reply::Record(held),
+                    Request::Write { write, .. } => {
+                        let verdict = accept(held.as_ref(), write);
+                        let acks = verdict.acks();
+                        match verdict {
+                            Verdict::Store(Some(record)) => {
+                                let value = codec::encode_framed(&record);
+                                table.insert(stored_key.as_slice(), value.as_slice())?;
+                                changed.push((entry.key.clone(), Some(record)));
+                            }
+                            Verdict::Store(None) => {
+                                table.remove(stored_key.as_slice())?;
+                                changed.push((entry.key.clone(), None));
+                            }
+                            Verdict::Diverged(divergence) => {
+                                tracing::error!(key = ?entry.key, %divergence, "writers of one generation disagree; write refused");
+                            }
+                            Verdict::Unchanged | Verdict::Refused => {}
+                        }
+                        if acks { Reply::Ack } else { Reply::Refused }
+                    }
+                };
+                replies.push(reply);
+            }
+            all_replies.push(replies);
+        }
+    }
+    if changed.is_empty() {
+        // Nothing new to make durable: what the reads saw and the acks confirm was committed
+        // by an earlier group.
+        txn.abort()?;
+    } else {
+        txn.commit()?;
+    }
+    Ok((all_replies, changed))
+}

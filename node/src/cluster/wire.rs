@@ -1,0 +1,121 @@
+//! The internal service's messages as the protocol's values: framing of requests and replies
+//! (the node's codec), and the sender's identity. Wire types stop here.
+
+use trireme_core::Millis;
+use trireme_proto::replica::v1 as pb;
+use trireme_replication::NodeId;
+use trireme_replication::RecordKey;
+use trireme_replication::coordinator::{Reply, Request};
+
+use crate::codec::{self, CodecError};
+
+/// Who sends: this node, its disk, and its clock now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sender {
+    /// The member.
+    pub node: NodeId,
+    /// Its disk.
+    pub disk_id: u64,
+    /// Its clock when it sent.
+    pub clock: Millis,
+}
+
+impl From<Sender> for pb::Sender {
+    fn from(sender: Sender) -> pb::Sender {
+        pb::Sender {
+            node_id: u32::from(sender.node.0),
+            disk_id: sender.disk_id,
+            clock_ms: sender.clock.0,
+        }
+    }
+}
+
+/// A malformed message from a peer.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// No sender.
+    #[error("the message names no sender")]
+    NoSender,
+    /// A node id out of range.
+    #[error("node id {0} is not a valid node id")]
+    NodeId(u32),
+    /// A key that is not a record key.
+    #[error("entry {index} has a malformed key")]
+    Key { index: usize },
+    /// A request or reply that does not decode.
+    #[error("entry {index} does not decode: {source}")]
+    Body {
+        index: usize,
+        #[source]
+        source: CodecError,
+    },
+    /// A reply with another number of answers than the batch had requests.
+    #[error("the reply has {got} answers for {sent} requests")]
+    Count { sent: usize, got: usize },
+}
+
+/// The sender of a peer's message.
+///
+/// # Errors
+/// `NoSender` or `NodeId`.
+pub fn sender(sender: Option<&pb::Sender>) -> Result<Sender, WireError> {
+    let sender = sender.ok_or(WireError::NoSender)?;
+    let node = u16::try_from(sender.node_id).map_err(|_| WireError::NodeId(sender.node_id))?;
+    Ok(Sender {
+        node: NodeId(node),
+        disk_id: sender.disk_id,
+        clock: Millis(sender.clock_ms),
+    })
+}
+
+/// One entry of a batch, encoded.
+#[must_use]
+pub fn entry(key: &RecordKey, request: &Request) -> pb::Entry {
+    pb::Entry {
+        key: key.encode(),
+        request: codec::encode_framed(request),
+    }
+}
+
+/// The entries of a batch, decoded.
+///
+/// # Errors
+/// `Key` or `Body` for the first malformed entry.
+pub fn entries(entries: &[pb::Entry]) -> Result<Vec<(RecordKey, Request)>, WireError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let key = RecordKey::decode(&entry.key).ok_or(WireError::Key { index })?;
+            let request = codec::decode_framed(&entry.request)
+                .map_err(|source| WireError::Body { index, source })?;
+            Ok((key, request))
+        })
+        .collect()
+}
+
+/// A reply, encoded.
+#[must_use]
+pub fn reply(reply: &Reply) -> Vec<u8> {
+    codec::encode_framed(reply)
+}
+
+/// The replies of a batch of `sent` requests, decoded.
+///
+/// # Errors
+/// `Count` when the number differs; `Body` for the first malformed reply.
+pub fn replies(replies: &[Vec<u8>], sent: usize) -> Result<Vec<Reply>, WireError> {
+    if replies.len() != sent {
+        return Err(WireError::Count {
+            sent,
+            got: replies.len(),
+        });
+    }
+    replies
+        .iter()
+        .enumerate()
+        .map(|(index, bytes)| {
+            codec::decode_framed(bytes).map_err(|source| WireError::Body { index, source })
+        })
+        .collect()
+}

@@ -1,0 +1,431 @@
+//! The cluster on loopback: three (and five) members in one process, each on its own tokio
+//! runtime with its own data directory, talking through the real internal service. Killing a
+//! member drops its runtime (every task and socket of it ends at once, as in a crash of the
+//! process; its records are what it had fsynced) and restarting opens the same directory again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tempfile::TempDir;
+use trireme_core::{Incarnation, MessageId, Millis, QueueName};
+use trireme_node::clock::{Clock, SystemClock};
+use trireme_node::cluster::peers::LinkSettings;
+use trireme_node::cluster::store::{ReplicaStore, StoreClosed};
+use trireme_node::cluster::{Cluster, ClusterSettings, DeadLetter, Delivered};
+use trireme_node::tcp_incoming;
+use trireme_proto::replica::v1::replica_server::ReplicaServer;
+use trireme_replication::NodeId;
+use trireme_replication::coordinator::{DeleteAnswer, SendAnswer, VisibilityAnswer};
+use trireme_replication::record::Birth;
+
+const INCARNATION: Incarnation = Incarnation(1);
+
+fn queue(name: &str) -> QueueName {
+    QueueName::try_from(name.to_owned()).expect("a valid queue name")
+}
+
+fn birth(body: &str, now: Millis) -> Birth {
+    Birth {
+        payload: body.as_bytes().to_vec(),
+        sent_at: now,
+        visible_from: Millis(0),
+        source_queue: None,
+        dedup_id: None,
+    }
+}
+
+fn settings(node: u16, addresses: &BTreeMap<u16, SocketAddr>) -> ClusterSettings {
+    ClusterSettings {
+        node: NodeId(node),
+        peers: addresses
+            .iter()
+            .filter(|(id, _)| **id != node)
+            .map(|(id, address)| (NodeId(*id), address.to_string()))
+            .collect(),
+        operation_timeout: Duration::from_secs(3),
+        link: LinkSettings {
+            connect_timeout: Duration::from_millis(500),
+            call_timeout: Duration::from_secs(2),
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(5),
+        },
+        horizon_ms: 24 * 3_600_000,
+    }
+}
+
+struct Member {
+    node: u16,
+    dir: PathBuf,
+    address: SocketAddr,
+    running: Option<(tokio::runtime::Runtime, Cluster, StoreClosed)>,
+}
+
+impl Member {
+    fn start(node: u16, dir: PathBuf, addresses: &BTreeMap<u16, SocketAddr>) -> Member {
+        let mut member = Member {
+            node,
+            dir,
+            address: addresses[&node],
+            running: None,
+        };
+        member.restart(addresses);
+        member
+    }
+
+    fn restart(&mut self, addresses: &BTreeMap<u16, SocketAddr>) {
+        assert!(self.running.is_none(), "a running member is not restarted");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (store, closed) = ReplicaStore::open(
+            &self.dir,
+            NodeId(self.node),
+            u64::from(self.node) * 1_000 + 7,
+        )
+        .expect("the replica store opens");
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        // The peer links' tasks run on this member's runtime.
+        let _entered = runtime.enter();
+        let (cluster, service) = Cluster::start(
+            &settings(self.node, addresses),
+            store,
+            clock,
+            Some(u64::from(self.node)),
+        )
+        .expect("the cluster starts");
+        let address = self.address;
+        runtime.block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+            socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+            socket
+                .bind(address)
+                .expect("the member's peer port is free again");
+            let listener = socket.listen(128).expect("listen");
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(ReplicaServer::new(service))
+                    .serve_with_incoming(tcp_incoming(listener)),
+            );
+        });
+        self.running = Some((runtime, cluster, closed));
+    }
+
+    /// Runs `call` on this member's runtime, as a client of this node would be served.
+    async fn call<F, T>(&self, call: impl FnOnce(Cluster) -> F) -> T
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (runtime, cluster, _) = self.running.as_ref().expect("the member runs");
+        runtime
+            .spawn(call(cluster.clone()))
+            .await
+            .expect("the call does not panic")
+    }
+
+    /// A crash of the process: every task and connection ends now; fsynced records remain.
+    fn kill(&mut self) {
+        let (runtime, cluster, closed) = self.running.take().expect("the member runs");
+        drop(cluster);
+        // Drops every task of the member (each holds what it holds of the store).
+        runtime.shutdown_timeout(Duration::from_secs(10));
+        closed.wait();
+    }
+
+    fn records(&self) -> BTreeMap<Vec<u8>, String> {
+        let (_, cluster, _) = self.running.as_ref().expect("the member runs");
+        cluster
+            .store()
+            .records()
+            .expect("the records read")
+            .into_iter()
+            .map(|(key, record)| (key.encode(), format!("{record:?}")))
+            .collect()
+    }
+}
+
+struct Cluster3 {
+    members: Vec<Member>,
+    addresses: BTreeMap<u16, SocketAddr>,
+    _dirs: Vec<TempDir>,
+}
+
+fn start(members: u16) -> Cluster3 {
+    let addresses: BTreeMap<u16, SocketAddr> = (1..=members)
+        .map(|node| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            (node, listener.local_addr().expect("an address"))
+        })
+        .collect();
+    let dirs: Vec<TempDir> = (1..=members)
+        .map(|_| TempDir::new().expect("a temp dir"))
+        .collect();
+    let members = (1..=members)
+        .zip(&dirs)
+        .map(|(node, dir)| Member::start(node, dir.path().to_path_buf(), &addresses))
+        .collect();
+    Cluster3 {
+        members,
+        addresses,
+        _dirs: dirs,
+    }
+}
+
+async fn send(member: &Member, name: &str, id: u128) -> SendAnswer {
+    let name = queue(name);
+    member
+        .call(move |cluster| async move {
+            let now = SystemClock.now();
+            cluster
+                .send(
+                    &name,
+                    INCARNATION,
+                    MessageId(id),
+                    birth(&format!("m{id}"), now),
+                )
+                .await
+        })
+        .await
+}
+
+async fn receive(member: &Member, name: &str, max: usize, visibility_ms: u64) -> Vec<Delivered> {
+    let name = queue(name);
+    member
+        .call(move |cluster| async move {
+            cluster
+                .receive(&name, INCARNATION, max, visibility_ms, None)
+                .await
+        })
+        .await
+}
+
+async fn delete(member: &Member, delivered: &Delivered) -> DeleteAnswer {
+    let (key, handle) = (delivered.key.clone(), delivered.handle);
+    member
+        .call(move |cluster| async move { cluster.delete(&key, handle).await })
+        .await
+}
+
+/// Receives through the members in turn until `expected` messages were delivered or the
+/// attempts run out; returns every delivery.
+async fn drain(members: &[&Member], name: &str, expected: usize) -> Vec<Delivered> {
+    let mut delivered = Vec::new();
+    for attempt in 0..200 {
+        if delivered.len() >= expected {
+            break;
+        }
+        let member = members[attempt % members.len()];
+        delivered.extend(receive(member, name, 10, 60_000).await);
+    }
+    delivered
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+#[test]
+fn messages_sent_through_any_node_are_received_and_deleted_through_any_other() {
+    let cluster = start(3);
+    runtime().block_on(async {
+        let m = &cluster.members;
+        for id in 0..30u128 {
+            assert_eq!(
+                send(&m[id as usize % 3], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        let delivered = drain(&[&m[1], &m[2], &m[0]], "jobs", 30).await;
+        let ids: BTreeSet<u128> = delivered.iter().map(|d| d.key.message.0).collect();
+        assert_eq!(ids.len(), 30, "every message delivered");
+        assert_eq!(delivered.len(), 30, "and each once, in a quiet run");
+        for (i, message) in delivered.iter().enumerate() {
+            assert_eq!(
+                delete(&m[(i + 2) % 3], message).await,
+                DeleteAnswer::Deleted
+            );
+        }
+        for member in m {
+            assert!(
+                receive(member, "jobs", 10, 0).await.is_empty(),
+                "nothing comes back"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_superseded_handle_neither_deletes_nor_changes_visibility() {
+    let cluster = start(3);
+    runtime().block_on(async {
+        let m = &cluster.members;
+        assert_eq!(send(&m[0], "jobs", 1).await, SendAnswer::Sent);
+        // Received with a visibility timeout of 0: visible again at once.
+        let first = receive(&m[1], "jobs", 1, 0).await.pop().expect("received");
+        let second = drain(&[&m[2]], "jobs", 1)
+            .await
+            .pop()
+            .expect("received again");
+        assert!(second.handle.claim > first.handle.claim);
+        assert_eq!(delete(&m[0], &first).await, DeleteAnswer::Stale);
+        let (key, handle) = (first.key.clone(), first.handle);
+        let changed = m[0]
+            .call(
+                move |c| async move { c.change_visibility(&key, handle, 1_000, 43_200_000).await },
+            )
+            .await;
+        assert_eq!(changed, VisibilityAnswer::Stale);
+        assert_eq!(delete(&m[1], &second).await, DeleteAnswer::Deleted);
+        assert_eq!(delete(&m[2], &second).await, DeleteAnswer::AlreadyGone);
+    });
+}
+
+#[test]
+fn with_one_node_down_sends_receives_and_deletes_keep_succeeding() {
+    let mut cluster = start(3);
+    let rt = runtime();
+    rt.block_on(async {
+        for id in 0..10u128 {
+            assert_eq!(
+                send(&cluster.members[id as usize % 3], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+    });
+    cluster.members[2].kill();
+    let deleted: Vec<Delivered> = rt.block_on(async {
+        let m = &cluster.members;
+        for id in 10..30u128 {
+            assert_eq!(
+                send(&m[id as usize % 2], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        let delivered = drain(&[&m[0], &m[1]], "jobs", 30).await;
+        let ids: BTreeSet<u128> = delivered.iter().map(|d| d.key.message.0).collect();
+        assert_eq!(
+            ids.len(),
+            30,
+            "nothing acknowledged is lost with a node down"
+        );
+        for (i, message) in delivered.iter().enumerate() {
+            assert_eq!(delete(&m[i % 2], message).await, DeleteAnswer::Deleted);
+        }
+        delivered
+    });
+    // The third node returns with what it had: live copies of messages deleted meanwhile.
+    let addresses = cluster.addresses.clone();
+    cluster.members[2].restart(&addresses);
+    rt.block_on(async {
+        let m = &cluster.members;
+        for _ in 0..5 {
+            let again = receive(&m[2], "jobs", 10, 60_000).await;
+            assert!(
+                again.is_empty(),
+                "an acknowledged delete is never delivered again: {again:?}"
+            );
+        }
+        assert_eq!(deleted.len(), 30);
+    });
+}
+
+#[test]
+fn five_nodes_keep_every_message_on_its_three_replicas_and_lose_nothing_to_one_crash() {
+    let mut cluster = start(5);
+    let rt = runtime();
+    rt.block_on(async {
+        for id in 0..40u128 {
+            assert_eq!(
+                send(&cluster.members[id as usize % 5], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+    });
+    let holders: BTreeMap<Vec<u8>, BTreeSet<u16>> =
+        cluster
+            .members
+            .iter()
+            .fold(BTreeMap::new(), |mut holders, member| {
+                for key in member.records().into_keys() {
+                    holders.entry(key).or_default().insert(member.node);
+                }
+                holders
+            });
+    assert_eq!(holders.len(), 40);
+    let ring = trireme_replication::placement::Ring::new((1..=5).map(NodeId)).expect("a ring");
+    for (key, nodes) in &holders {
+        use trireme_replication::placement::Placement as _;
+        let key = trireme_replication::RecordKey::decode(key).expect("a record key");
+        let replicas: BTreeSet<u16> = ring
+            .replicas(&key.queue, key.message)
+            .iter()
+            .map(|n| n.0)
+            .collect();
+        assert_eq!(replicas.len(), 3);
+        assert!(
+            nodes.is_subset(&replicas),
+            "only replicas hold a record: {nodes:?} ⊄ {replicas:?}"
+        );
+        assert!(
+            nodes.len() >= 2,
+            "an acknowledged send is on two replicas at least"
+        );
+    }
+    cluster.members[0].kill();
+    rt.block_on(async {
+        let rest: Vec<&Member> = cluster.members[1..].iter().collect();
+        // Receives take candidates from each coordinator's own replica, so every survivor
+        // polls; every message has two live replicas among them.
+        let delivered = drain(&rest, "jobs", 40).await;
+        let ids: BTreeSet<u128> = delivered.iter().map(|d| d.key.message.0).collect();
+        assert_eq!(ids.len(), 40, "killing one of five loses nothing");
+    });
+}
+
+#[test]
+fn a_message_received_too_often_moves_to_the_dead_letter_queue_with_its_id() {
+    let cluster = start(3);
+    runtime().block_on(async {
+        let m = &cluster.members;
+        assert_eq!(send(&m[0], "jobs", 7).await, SendAnswer::Sent);
+        let dead_letter = DeadLetter {
+            queue: queue("jobs-dlq"),
+            incarnation: INCARNATION,
+            max_receive_count: 2,
+        };
+        let mut receives = 0;
+        for attempt in 0..6 {
+            let dl = dead_letter.clone();
+            let got = m[attempt % 3]
+                .call(move |c| async move {
+                    c.receive(&queue("jobs"), INCARNATION, 1, 0, Some(&dl))
+                        .await
+                })
+                .await;
+            receives += got.len();
+        }
+        assert_eq!(receives, 2, "received maxReceiveCount times, then moved");
+        let moved = drain(&[&m[1]], "jobs-dlq", 1).await;
+        assert_eq!(moved.len(), 1);
+        assert_eq!(
+            moved[0].key.message,
+            MessageId(7),
+            "the dead letter keeps its id"
+        );
+        let live = moved[0].record.live().unwrap();
+        assert_eq!(live.receive_count, 3, "its count kept, plus this receive");
+        assert_eq!(
+            live.birth.source_queue.as_ref().map(|s| s.name.clone()),
+            Some(queue("jobs"))
+        );
+    });
+}
