@@ -57,6 +57,19 @@ mod replication_visibility {
         }
     }
 
+    /// The node's release of the abandoned delivery and a receive, under one fault.
+    fn release_with_fault() -> Config {
+        Config {
+            start: Start::Received,
+            claims_max: 1,
+            releases_max: 1,
+            faults_max: 1,
+            ticks_max: 1,
+            heal: true,
+            ..Config::quiet("release with a fault")
+        }
+    }
+
     /// Two receives and an extension: the handle superseded while its change is under way.
     fn receives() -> Config {
         Config {
@@ -145,6 +158,11 @@ mod replication_visibility {
     }
 
     #[test]
+    fn release_with_fault_holds() {
+        check(release_with_fault(), &[RELEASED, HEALED]);
+    }
+
+    #[test]
     fn faults_hold() {
         check(faults(), &[HELD, HEALED]);
     }
@@ -156,6 +174,14 @@ mod replication_visibility {
             return;
         }
         check(receives(), &[STALE_REFUSED, HELD, HEALED]);
+        check(
+            Config {
+                name: "release with a fault and anti-entropy",
+                anti_entropy_max: 1,
+                ..release_with_fault()
+            },
+            &[RELEASED, HEALED],
+        );
     }
 
     #[test]
