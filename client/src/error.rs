@@ -182,6 +182,31 @@ const REASON_KEY: &str = "trireme-reason";
 const FIELD_KEY: &str = "trireme-field";
 
 impl Error {
+    /// The variant's name (`"Timeout"`, `"QueueNotFound"`, ...): a stable key for counting
+    /// failures by kind, as `trireme bench` does.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::QueueNotFound { .. } => "QueueNotFound",
+            Error::QueueExists { .. } => "QueueExists",
+            Error::QueueDeletedRecently { .. } => "QueueDeletedRecently",
+            Error::RedriveTaskNotFound { .. } => "RedriveTaskNotFound",
+            Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::ReceiptHandleInvalid { .. } => "ReceiptHandleInvalid",
+            Error::StaleReceiptHandle { .. } => "StaleReceiptHandle",
+            Error::RedriveRefused { .. } => "RedriveRefused",
+            Error::MessageNotInFlight { .. } => "MessageNotInFlight",
+            Error::VisibilityCapExceeded { .. } => "VisibilityCapExceeded",
+            Error::PurgeInProgress { .. } => "PurgeInProgress",
+            Error::ResourceExhausted { .. } => "ResourceExhausted",
+            Error::Unavailable { .. } => "Unavailable",
+            Error::Timeout { .. } => "Timeout",
+            Error::InvalidEndpoint { .. } => "InvalidEndpoint",
+            Error::Protocol { .. } => "Protocol",
+            Error::Server { .. } => "Server",
+        }
+    }
+
     /// Turns a status from the node at `address` into an error about `subject`.
     ///
     /// A node's status carries its reason in `trireme-reason`, and the reason decides the
@@ -495,28 +520,6 @@ mod tests {
         )
     }
 
-    fn variant(error: &Error) -> &'static str {
-        match error {
-            Error::QueueNotFound { .. } => "QueueNotFound",
-            Error::QueueExists { .. } => "QueueExists",
-            Error::QueueDeletedRecently { .. } => "QueueDeletedRecently",
-            Error::RedriveTaskNotFound { .. } => "RedriveTaskNotFound",
-            Error::InvalidArgument { .. } => "InvalidArgument",
-            Error::ReceiptHandleInvalid { .. } => "ReceiptHandleInvalid",
-            Error::StaleReceiptHandle { .. } => "StaleReceiptHandle",
-            Error::RedriveRefused { .. } => "RedriveRefused",
-            Error::MessageNotInFlight { .. } => "MessageNotInFlight",
-            Error::VisibilityCapExceeded { .. } => "VisibilityCapExceeded",
-            Error::PurgeInProgress { .. } => "PurgeInProgress",
-            Error::ResourceExhausted { .. } => "ResourceExhausted",
-            Error::Unavailable { .. } => "Unavailable",
-            Error::Timeout { .. } => "Timeout",
-            Error::InvalidEndpoint { .. } => "InvalidEndpoint",
-            Error::Protocol { .. } => "Protocol",
-            Error::Server { .. } => "Server",
-        }
-    }
-
     /// Every reason a node sends, the code it comes with, and the variant it becomes.
     const REASONS: [(&str, Code, &str); 28] = [
         ("QueueNotFound", Code::NotFound, "QueueNotFound"),
@@ -620,7 +623,7 @@ mod tests {
         };
         for (reason, code, expected) in REASONS {
             let error = map_node(code, reason, misleading(code));
-            assert_eq!(variant(&error), expected, "{reason}: {error:?}");
+            assert_eq!(error.kind(), expected, "{reason}: {error:?}");
         }
     }
 

@@ -1,10 +1,13 @@
 //! `trireme`: the command-line client. Manage queues, send, receive and delete messages,
-//! redrive dead-letter queues, and run a command per message (`trireme worker`).
+//! redrive dead-letter queues, run a command per message (`trireme worker`), and measure nodes
+//! (`trireme bench`, in `bench.rs`).
 //!
 //! Output is for people by default and JSON with `--json` (one document per command, or one
 //! line per message for `worker`). Errors and logs (filtered by `TRIREME_LOG`) go to stderr;
 //! a failed command exits with status 1, a usage error with 2. This binary owns
 //! presentation only; every rule about queues lives in the client crate and the node.
+
+mod bench;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -60,6 +63,9 @@ enum Command {
     /// deletes the message, 75 (EX_TEMPFAIL) retries it later, anything else moves it to the
     /// queue's dead-letter queue.
     Worker(WorkerArgs),
+    /// Measure the nodes: sync send, pipelined send, consume and a steady mixed phase, with
+    /// throughput, latency percentiles and errors by kind; stops by itself.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -407,6 +413,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Redrive(command) => redrive(&client, json, command).await,
         Command::Worker(args) => worker::run(client, json, args).await,
+        Command::Bench(args) => bench::run(cli.endpoints, json, args).await,
     }
 }
 

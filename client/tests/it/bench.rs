@@ -1,0 +1,198 @@
+//! `trireme bench` against a real node on loopback: the JSON report's shape and its counts
+//! (every message sent is consumed, every phase stops by itself), never its speed.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::node::{TestNode, queue_name};
+
+/// Runs `trireme bench` with `extra` against `node`, requires success and returns stdout.
+async fn bench(node: &TestNode, extra: &[&str]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
+    command
+        .env_remove("TRIREME_ENDPOINT")
+        .arg("--endpoint")
+        .arg(&node.address)
+        .args(extra)
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the bench stopped by itself within 120 s")
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn count(value: &Value) -> u64 {
+    value
+        .as_u64()
+        .unwrap_or_else(|| panic!("not a count: {value}"))
+}
+
+/// Every latency entry has the percentiles in order, and as many samples as its kind says.
+fn check_latency(latency: &Value) {
+    let l = latency.as_object().unwrap();
+    let at = |key: &str| {
+        l[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} in {latency}"))
+    };
+    assert!(count(&l["count"]) > 0, "{latency}");
+    assert!(at("p50") > 0.0, "{latency}");
+    assert!(at("p50") <= at("p90"), "{latency}");
+    assert!(at("p90") <= at("p99"), "{latency}");
+    assert!(at("p99") <= at("p99_9"), "{latency}");
+    assert!(at("p99_9") <= at("max"), "{latency}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_bench_reports_every_phase_and_consumes_all_it_sent() {
+    let node = TestNode::start().await;
+    let queue = queue_name("bench");
+    let stdout = bench(
+        &node,
+        &[
+            "--json",
+            "bench",
+            "--queue",
+            queue.as_str(),
+            "--body-bytes",
+            "64",
+            "--warmup",
+            "5",
+            "--sync-count",
+            "20",
+            "--pipe-count",
+            "30",
+            "--in-flight",
+            "2,5",
+            "--batch",
+            "3",
+            "--connections",
+            "2",
+            "--consumers",
+            "2",
+            "--producers",
+            "2",
+            "--rate",
+            "40",
+            "--steady-seconds",
+            "1",
+            "--wait",
+            "1",
+            "--no-progress",
+        ],
+    )
+    .await;
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["queue"], queue.as_str());
+    assert_eq!(report["body_bytes"], 64);
+    assert_eq!(report["depth_before"], 0);
+    assert_eq!(report["endpoints"].as_array().unwrap().len(), 1);
+    let phases = report["phases"].as_array().unwrap();
+    let names: Vec<(&str, u64)> = phases
+        .iter()
+        .map(|p| (p["phase"].as_str().unwrap(), count(&p["tasks"])))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("sync", 1),
+            ("pipe", 2),
+            ("pipe", 5),
+            ("consume", 2),
+            ("steady", 2)
+        ]
+    );
+    for phase in phases {
+        assert_eq!(phase["errors"], serde_json::json!({}), "{phase}");
+        assert!(phase["elapsed_s"].as_f64().unwrap() > 0.0, "{phase}");
+        for latency in phase["latency_ms"].as_object().unwrap().values() {
+            check_latency(latency);
+        }
+    }
+
+    let sync = &phases[0];
+    assert_eq!(sync["messages"], 20);
+    assert_eq!(sync["calls"], 20);
+    assert_eq!(sync["stopped_by"], "count");
+    assert_eq!(sync["latency_ms"]["send"]["count"], 20);
+
+    for pipe in &phases[1..3] {
+        assert_eq!(pipe["messages"], 30);
+        // Batches of three: ten calls.
+        assert_eq!(pipe["calls"], 10);
+        assert_eq!(pipe["stopped_by"], "count");
+    }
+
+    // The warm-up, the sync phase and both pipe phases left 5 + 20 + 30 + 30 messages.
+    let consume = &phases[3];
+    assert_eq!(consume["messages"], 85);
+    assert_eq!(consume["stopped_by"], "count");
+    assert_eq!(consume["consume"]["received"], 85);
+    assert_eq!(consume["consume"]["deleted"], 85);
+    let receives = count(&consume["latency_ms"]["receive"]["count"]);
+    let deletes = count(&consume["latency_ms"]["delete"]["count"]);
+    assert!(receives >= 9, "at most ten per receive: {consume}");
+    assert!(deletes <= receives, "{consume}");
+
+    let steady = &phases[4];
+    let sent = count(&steady["messages"]);
+    assert!(sent > 0, "{steady}");
+    assert_eq!(steady["steady"]["sent"], sent);
+    assert_eq!(steady["steady"]["target_rate"], 40);
+    assert_eq!(steady["consume"]["deleted"], sent, "{steady}");
+    assert_eq!(steady["stopped_by"], "drained");
+    assert_eq!(count(&steady["latency_ms"]["end_to_end"]["count"]), sent);
+    for call in ["send", "receive", "delete"] {
+        assert!(steady["latency_ms"][call].is_object(), "{call}: {steady}");
+    }
+    let depth = steady["steady"]["depth"].as_array().unwrap();
+    assert!(!depth.is_empty(), "{steady}");
+    for sample in depth {
+        assert!(sample["t_s"].as_f64().unwrap() > 0.0, "{sample}");
+        assert!(count(&sample["sent"]) <= sent, "{sample}");
+        assert!(sample["ready"].is_u64(), "{sample}");
+    }
+
+    // Nothing left behind.
+    let stats = node.client().queue_stats(&queue).await.unwrap();
+    assert_eq!(stats.ready + stats.in_flight + stats.delayed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_text_report_names_each_phase_and_its_percentiles() {
+    let node = TestNode::start().await;
+    let queue = queue_name("bench-text");
+    let stdout = bench(
+        &node,
+        &[
+            "bench",
+            "--queue",
+            queue.as_str(),
+            "--phases",
+            "consume,sync",
+            "--warmup",
+            "0",
+            "--sync-count",
+            "3",
+            "--no-progress",
+        ],
+    )
+    .await;
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("sync: 3 messages in "), "{stdout}");
+    assert!(lines[1].trim_start().starts_with("send"), "{stdout}");
+    assert!(lines[1].contains("p99.9"), "{stdout}");
+    assert_eq!(lines[2].trim(), "errors: none", "{stdout}");
+    assert!(
+        lines[3].starts_with("consume, 4 consumers: 3 messages in "),
+        "{stdout}"
+    );
+}
