@@ -343,6 +343,9 @@ pub struct ReceiveSettings {
     pub max_receive_count: Option<u32>,
     /// Drawn fresh by the driver for this claim.
     pub nonce: u64,
+    /// The queue's purge watermark as this node knows it (spec/replication.md §2): a record
+    /// that entered at or before it reads as gone.
+    pub purged_through: Option<Millis>,
 }
 
 /// Why a receive found nothing to deliver.
@@ -465,6 +468,9 @@ impl ReceiveOp {
         else {
             return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
         };
+        if record.hidden(settings.purged_through) {
+            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
+        }
         if live.held.is_some_and(|held| held.deadline > settings.now) {
             return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Invisible));
         }
@@ -939,6 +945,7 @@ pub fn dead_letter_copy(source: &Record, source_queue: SourceQueue, now: Millis)
         body: Body::Live(Live {
             birth,
             entered_at: now,
+            hidden_through: live.hidden_through,
             held: None,
             receive_count: live.receive_count,
             first_received_at: live.first_received_at,
@@ -1112,6 +1119,7 @@ mod tests {
             visibility_timeout_ms: 30_000,
             max_receive_count,
             nonce: 77,
+            purged_through: None,
         }
     }
 
@@ -1413,11 +1421,13 @@ mod tests {
         };
         let first = dead_letter_copy(&record, source_queue.clone(), Millis(50));
         let second = dead_letter_copy(&record, source_queue, Millis(40));
+        // The latest stamp wins (spec/replication.md §2: the earliest loses a redrive across
+        // a purge).
         let joined = first
             .merge(&second)
             .expect("the copies agree on every once-field");
         assert_eq!(joined, second.merge(&first).unwrap());
-        assert_eq!(joined.live().unwrap().entered_at, Millis(40));
+        assert_eq!(joined.live().unwrap().entered_at, Millis(50));
     }
 
     #[test]

@@ -78,8 +78,12 @@ pub struct Birth {
 pub struct Live {
     /// What the generation was born with.
     pub birth: Birth,
-    /// When this generation entered this queue (send, move or redrive); the earliest writer's.
+    /// When this generation entered this queue (send, move or redrive): the latest writer's
+    /// stamp (spec/replication.md §2, *What a mover's stamp must be*).
     pub entered_at: Millis,
+    /// The purge mark: the greatest purge watermark a replica's sweep found hiding this record
+    /// (spec/replication.md §2). The record reads as gone while `entered_at` is at or below it.
+    pub hidden_through: Option<Millis>,
     /// The newest receive of this generation, if any.
     pub held: Option<Held>,
     /// Receives of this generation: merged by max, never by last writer.
@@ -149,6 +153,7 @@ impl Record {
             body: Body::Live(Live {
                 birth,
                 entered_at,
+                hidden_through: None,
                 held: None,
                 receive_count: 0,
                 first_received_at: None,
@@ -180,6 +185,17 @@ impl Record {
         matches!(self.body, Body::Tombstone(_))
     }
 
+    /// Whether the record reads as gone: live, but hidden by its purge mark or by the queue's
+    /// purge watermark `watermark` as the reader knows it (spec/replication.md §2).
+    #[must_use]
+    pub fn hidden(&self, watermark: Option<Millis>) -> bool {
+        self.live().is_some_and(|live| {
+            live.hidden_through
+                .max(watermark)
+                .is_some_and(|through| live.entered_at <= through)
+        })
+    }
+
     /// The current claim, if the record is live and was received in this generation.
     #[must_use]
     pub fn claim(&self) -> Option<Claim> {
@@ -192,8 +208,8 @@ impl Record {
     ///
     /// A later generation wins whole; within a generation a tombstone wins over a live copy;
     /// two tombstones keep the first reason and the earliest time; two live copies keep the
-    /// greater held claim (with its visibility), the greater receive count, the earliest entry
-    /// and first receive.
+    /// greater held claim (with its lease), the greater receive count and purge mark, the latest
+    /// entry and the earliest first receive.
     ///
     /// # Errors
     /// [`Divergence`] when two live copies of one generation carry different once-fields.
@@ -221,7 +237,8 @@ impl Record {
                 }
                 Body::Live(Live {
                     birth: a.birth.clone(),
-                    entered_at: a.entered_at.min(b.entered_at),
+                    entered_at: a.entered_at.max(b.entered_at),
+                    hidden_through: a.hidden_through.max(b.hidden_through),
                     held: a.held.max(b.held),
                     receive_count: a.receive_count.max(b.receive_count),
                     first_received_at: earliest(a.first_received_at, b.first_received_at),
@@ -324,6 +341,7 @@ mod tests {
                     Body::Live(Live {
                         birth: birth(generation),
                         entered_at: Millis(entered_at),
+                        hidden_through: (entered_at % 2 == 1).then_some(Millis(1)),
                         held,
                         receive_count,
                         first_received_at: first.map(Millis),

@@ -221,6 +221,8 @@ impl Cluster {
                 visibility_timeout_ms,
                 max_receive_count: dead_letter.map(|d| d.max_receive_count),
                 nonce: self.nonce(),
+                // Purge watermarks come with replicated queue records (spec §1, §2).
+                purged_through: None,
             };
             let cluster = self.clone();
             let dead_letter = dead_letter.cloned();

@@ -129,7 +129,7 @@ impl LocalView {
         if let Some(old) = queue.seen.remove(&key.message) {
             queue.order.remove(&(old.entered_at, key.message));
         }
-        if let Some(live) = record.and_then(Record::live) {
+        if let Some(live) = record.filter(|r| !r.hidden(None)).and_then(Record::live) {
             let deadline = live.held.map_or(Millis(0), |held| held.deadline);
             let seen = Seen {
                 entered_at: live.entered_at,

@@ -108,6 +108,7 @@ fn inject(record: model_record::Record) -> Option<Record> {
             body: Body::Live(Live {
                 birth: birth(generation.0),
                 entered_at: Millis(0),
+                hidden_through: None,
                 held: claim.map(|claim| Held {
                     claim: inject_claim(claim),
                     change_counter: 0,
@@ -384,6 +385,7 @@ impl World {
             visibility_timeout_ms: 0,
             max_receive_count: None,
             nonce: 0,
+            purged_through: None,
         };
         self.begin(c);
         let (op, effects) = ReceiveOp::start(key(), replicas(), settings);
