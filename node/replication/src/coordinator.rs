@@ -40,8 +40,8 @@ pub enum Request {
     Read,
     /// Make this write; `ack: false` for read repair, which nobody waits for.
     Write {
-        /// The write.
-        write: Write,
+        /// The write (boxed: a record is large next to a read).
+        write: Box<Write>,
         /// Whether the coordinator waits for the ack.
         ack: bool,
     },
@@ -120,7 +120,7 @@ fn broadcast(target: &Target, round: u32, write: &Write) -> Vec<Outgoing> {
             key: target.key.clone(),
             round,
             request: Request::Write {
-                write: write.clone(),
+                write: Box::new(write.clone()),
                 ack: true,
             },
         })
@@ -194,7 +194,7 @@ impl ReadPhase {
                 // Nobody waits for a repair's ack: it belongs to no round.
                 round: 0,
                 request: Request::Write {
-                    write: Write::Merge(merged.clone()),
+                    write: Box::new(Write::Merge(merged.clone())),
                     ack: false,
                 },
             })
@@ -380,7 +380,10 @@ pub enum ReceiveAnswer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum ReceivePhase {
     Read(ReadPhase),
-    Claim { write: WritePhase, record: Record },
+    Claim {
+        write: WritePhase,
+        record: Box<Record>,
+    },
     Answered,
 }
 
@@ -437,7 +440,7 @@ impl ReceiveOp {
             }
             ReceivePhase::Claim { write, record } => match write.take(from, reply) {
                 Progress::Quorum => {
-                    let record = record.clone();
+                    let record = (**record).clone();
                     self.finish(ReceiveAnswer::Delivered(record))
                 }
                 Progress::Refused => self.finish(ReceiveAnswer::LostRace),
@@ -509,7 +512,7 @@ impl ReceiveOp {
         ));
         self.phase = ReceivePhase::Claim {
             write: WritePhase::new(self.target.replicas),
-            record: claimed,
+            record: Box::new(claimed),
         };
         Effects::sends(sends)
     }
@@ -1046,7 +1049,7 @@ pub fn drop_requests(
             key: key.clone(),
             round: FIRST_ROUND,
             request: Request::Write {
-                write: Write::Drop { generation },
+                write: Box::new(Write::Drop { generation }),
                 ack: false,
             },
         })
@@ -1282,7 +1285,8 @@ mod tests {
         let (mut op, effects) = handle_op(&record, handle, HandleAction::Delete);
         assert!(effects.sends.iter().all(|out| matches!(
             &out.request,
-            Request::Write { write: Write::Tombstone { expect, .. }, ack: true } if *expect == Some(handle.claim)
+            Request::Write { write, ack: true }
+                if matches!(write.as_ref(), Write::Tombstone { expect, .. } if *expect == Some(handle.claim))
         )));
         op.on_reply(R[0], 2, &Reply::Ack);
         assert_eq!(
@@ -1328,11 +1332,10 @@ mod tests {
             cap_ms: 12 * HOUR_MS,
         };
         let (_, effects) = handle_op(&record, handle, change);
-        let Request::Write {
-            write: Write::Visibility(changed),
-            ..
-        } = &effects.sends[0].request
-        else {
+        let Request::Write { write, .. } = &effects.sends[0].request else {
+            panic!("a conditional visibility write");
+        };
+        let Write::Visibility(changed) = write.as_ref() else {
             panic!("a conditional visibility write");
         };
         let held = changed.live().unwrap().held.unwrap();
@@ -1379,11 +1382,10 @@ mod tests {
             Millis(50),
         );
         assert!(effects.sends.iter().all(|out| target.contains(&out.to)));
-        let Request::Write {
-            write: Write::Merge(copy),
-            ..
-        } = &effects.sends[0].request
-        else {
+        let Request::Write { write, .. } = &effects.sends[0].request else {
+            panic!("the copy first");
+        };
+        let Write::Merge(copy) = write.as_ref() else {
             panic!("the copy first");
         };
         assert_eq!(copy.generation, Generation(1));

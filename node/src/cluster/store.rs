@@ -413,7 +413,7 @@ fn apply_group(db: &Database, group: &[Job]) -> Result<(Vec<Vec<Reply>>, Changed
                 let reply = match &entry.request {
                     Request::Read => Reply::Record(held),
                     Request::Write { write, .. } => {
-                        let verdict = accept(held.as_ref(), write);
+                        let verdict = accept(held.as_ref(), write.as_ref());
                         let acks = verdict.acks();
                         match verdict {
                             Verdict::Store(Some(record)) => {

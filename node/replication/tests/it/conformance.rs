@@ -176,7 +176,7 @@ fn wire_of_model(packet: &Packet) -> WireKey {
 fn wire_of_request(request: &Request) -> Wire {
     match request {
         Request::Read => Wire::Read,
-        Request::Write { write, ack } => match write {
+        Request::Write { write, ack } => match write.as_ref() {
             Write::Merge(record) => Wire::Write {
                 record: project(Some(record)),
                 ack: *ack,
@@ -283,7 +283,9 @@ impl World {
                 op: 0,
                 round: 0,
                 request: Request::Write {
-                    write: Write::Merge(inject(record).expect("a write carries a record")),
+                    write: Box::new(Write::Merge(
+                        inject(record).expect("a write carries a record"),
+                    )),
                     ack,
                 },
             });
@@ -453,7 +455,7 @@ impl World {
         let reply = match &packet.request {
             Request::Read => Some(Reply::Record(self.stores[r].clone())),
             Request::Write { write, ack } => {
-                let verdict = planted_verdict(self.plant, self.stores[r].as_ref(), write);
+                let verdict = planted_verdict(self.plant, self.stores[r].as_ref(), write.as_ref());
                 let acked = verdict.acks();
                 match verdict {
                     Verdict::Store(record) => self.stores[r] = record,
