@@ -17,6 +17,7 @@ mod replication_queues {
     const VISIBLE: &str =
         "an acknowledged incarnation is seen by every read quorum until its delete";
     const ISOLATED: &str = "a message is delivered only from the incarnation it was sent to";
+    const NOT_MISSING: &str = "a local miss never reports an acknowledged queue missing";
     const CONVERGED: &str = "after heal, replicas converge";
     const LIVE: &str = "after heal, the name has one live incarnation";
 
@@ -300,6 +301,16 @@ mod replication_queues {
             ..Config::quiet("split epoch never ends")
         };
         finds(with(Bug::SplitEpochNeverEnds, config), LIVE);
+    }
+
+    #[test]
+    fn local_miss_answering_missing_reports_an_acknowledged_queue_missing() {
+        let config = Config {
+            start: Start::Created,
+            sends_max: 1,
+            ..Config::quiet("local miss answers missing")
+        };
+        finds(with(Bug::LocalMissAnswersMissing, config), NOT_MISSING);
     }
 
     #[test]

@@ -168,6 +168,9 @@ pub enum Bug {
     /// Anti-entropy digests cover the epoch and the tombstone only, so records that differ
     /// only in votes are never exchanged.
     DigestWithoutVotes,
+    /// A send whose coordinator has no view of the name answers `QueueDoesNotExist` without
+    /// asking a quorum.
+    LocalMissAnswersMissing,
 }
 
 /// Where a search starts. The operations a starting point has already done are not counted
@@ -333,8 +336,14 @@ pub enum Purpose {
         proposed: Option<Incarnation>,
     },
     Delete,
-    Send,
-    Receive,
+    /// `acknowledged_before`: ghost, the epochs acknowledged when the send started.
+    Send {
+        acknowledged_before: u8,
+    },
+    /// As for `Send`.
+    Receive {
+        acknowledged_before: u8,
+    },
 }
 
 /// What a coordinator is doing. Each phase waits for replies tagged with its round.
@@ -424,6 +433,9 @@ pub enum Violation {
     /// A receive delivered a message sent to another incarnation.
     DeliveredFromOtherIncarnation = 2,
     HealStuck = 3,
+    /// A send or receive answered `QueueDoesNotExist` although an incarnation acknowledged
+    /// before it started was never reached by a delete.
+    MissingAfterAcknowledged = 4,
 }
 
 /// Scenarios the checks must reach, one bit each.
@@ -478,6 +490,21 @@ impl Ghost {
     /// Whether `scenario` happened on the way to this state.
     pub fn reached(&self, scenario: Scenario) -> bool {
         self.scenarios & (1 << scenario as u8) != 0
+    }
+
+    /// The epochs with an acknowledged incarnation, as a bitmask.
+    fn acknowledged_epochs(&self) -> u8 {
+        self.acknowledged
+            .iter()
+            .fold(0, |mask, (epoch, _)| mask | bit(*epoch as usize))
+    }
+
+    /// A send or receive that started when the epochs `acknowledged_before` were acknowledged
+    /// answers `QueueDoesNotExist`.
+    fn answer_missing(&mut self, acknowledged_before: u8) {
+        if acknowledged_before & !self.tombstoned != 0 {
+            self.violate(Violation::MissingAfterAcknowledged);
+        }
     }
 
     /// A client was told that `incarnation` is the name's incarnation of `epoch`.
@@ -665,18 +692,33 @@ impl State {
     /// one, after a read (a local miss asks a quorum).
     pub fn start_send(&mut self, config: &Config, c: usize) {
         self.used.sends += 1;
+        let acknowledged_before = self.ghost.acknowledged_epochs();
         match self.coordinators[c].view {
             Some(view) => self.store_message(config, view),
-            None => self.start_read(c, Purpose::Send),
+            None if config.has(Bug::LocalMissAnswersMissing) => {
+                self.ghost.answer_missing(acknowledged_before);
+            }
+            None => self.start_read(
+                c,
+                Purpose::Send {
+                    acknowledged_before,
+                },
+            ),
         }
     }
 
     /// A client receives through `c`, from the incarnation of its view, or after a read.
     pub fn start_receive(&mut self, config: &Config, c: usize) {
         self.used.receives += 1;
+        let acknowledged_before = self.ghost.acknowledged_epochs();
         match self.coordinators[c].view {
             Some(view) => self.receive_from(config, view),
-            None => self.start_read(c, Purpose::Receive),
+            None => self.start_read(
+                c,
+                Purpose::Receive {
+                    acknowledged_before,
+                },
+            ),
         }
     }
 
@@ -976,17 +1018,23 @@ impl State {
                     self.finish(c);
                 }
             }
-            Purpose::Send => {
+            Purpose::Send {
+                acknowledged_before,
+            } => {
                 self.coordinators[c].view = view;
-                if let Some(view) = view {
-                    self.store_message(config, view);
+                match view {
+                    Some(view) => self.store_message(config, view),
+                    None => self.ghost.answer_missing(acknowledged_before),
                 }
                 self.finish(c);
             }
-            Purpose::Receive => {
+            Purpose::Receive {
+                acknowledged_before,
+            } => {
                 self.coordinators[c].view = view;
-                if let Some(view) = view {
-                    self.receive_from(config, view);
+                match view {
+                    Some(view) => self.receive_from(config, view),
+                    None => self.ghost.answer_missing(acknowledged_before),
                 }
                 self.finish(c);
             }
@@ -1405,6 +1453,10 @@ impl Model for QueuesModel {
             Property::always(
                 "a message is delivered only from the incarnation it was sent to",
                 |_, s: &State| !s.ghost.violated(Violation::DeliveredFromOtherIncarnation),
+            ),
+            Property::always(
+                "a local miss never reports an acknowledged queue missing",
+                |_, s: &State| !s.ghost.violated(Violation::MissingAfterAcknowledged),
             ),
             Property::always("after heal, replicas converge", |_, s: &State| {
                 !s.healed || converged(s)
