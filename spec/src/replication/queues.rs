@@ -1129,13 +1129,13 @@ impl State {
     fn alive(&self, config: &Config, packet: &Packet) -> bool {
         let coordinator = &self.coordinators[packet.coordinator as usize];
         let awaited = coordinator.round == packet.round
-            && match (packet.request, coordinator.op) {
+            && matches!(
+                (packet.request, coordinator.op),
                 (Request::Read, Op::Read { .. })
-                | (Request::Vote { .. }, Op::Vote { .. })
-                | (Request::Write { .. }, Op::Settle { .. })
-                | (Request::Tombstone { .. }, Op::Tombstone { .. }) => true,
-                _ => false,
-            };
+                    | (Request::Vote { .. }, Op::Vote { .. })
+                    | (Request::Write { .. }, Op::Settle { .. })
+                    | (Request::Tombstone { .. }, Op::Tombstone { .. })
+            );
         let held = self.replicas[packet.replica as usize].record;
         let changes = match packet.request {
             Request::Read => false,
