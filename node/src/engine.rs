@@ -899,6 +899,7 @@ mod tests {
             id: engine.new_message_id(),
             body: body.to_owned(),
             attributes: BTreeMap::new(),
+            system: Default::default(),
             delay_s: None,
             dedup: None,
         }

@@ -207,6 +207,8 @@ fn attribute_changes(attributes: &pb::QueueAttributes) -> Result<AttributeChange
             .as_ref()
             .map(redrive_allow)
             .transpose()?,
+        // The policy and encryption settings are the SQS endpoint's; the gRPC API has none.
+        ..AttributeChanges::default()
     })
 }
 
@@ -810,6 +812,7 @@ impl QueueService for GrpcService {
                     id,
                     body: parts.body,
                     attributes: parts.attributes,
+                    system: Default::default(),
                     delay_s: parts.delay_s,
                     dedup: parts.dedup,
                 })
@@ -893,6 +896,7 @@ impl QueueService for GrpcService {
                             id: self.engine.new_message_id(),
                             body: parts.body,
                             attributes: parts.attributes,
+                            system: Default::default(),
                             delay_s: parts.delay_s,
                             dedup: parts.dedup,
                         });

@@ -122,6 +122,7 @@ fn run(messages: u64, body_bytes: usize) {
                 id: MessageId(u128::from(id)),
                 body: body.clone(),
                 attributes: BTreeMap::new(),
+                system: Default::default(),
                 delay_s: None,
                 dedup: None,
             },

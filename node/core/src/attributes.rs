@@ -67,6 +67,34 @@ pub struct QueueAttributes {
     pub redrive: Option<RedrivePolicy>,
     /// `RedriveAllowPolicy`: which queues may use this one as their dead-letter queue.
     pub redrive_allow: RedriveAllow,
+    /// The settings SQS keeps and returns that the core never acts on.
+    pub kept: KeptSettings,
+}
+
+/// Settings SQS keeps for a queue and returns, which the core stores and never acts on: the
+/// access policy and the encryption settings (access is the endpoint's, and the store is the
+/// node's). Kept so that a client reads back what it set, as tools that manage queues expect.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptSettings {
+    /// `Policy`: the access policy document as set, if any.
+    pub policy: Option<String>,
+    /// `KmsMasterKeyId`: the KMS key named for encryption, if any.
+    pub kms_master_key_id: Option<String>,
+    /// `KmsDataKeyReusePeriodSeconds`: 60–86,400, default 300.
+    pub kms_data_key_reuse_s: u32,
+    /// `SqsManagedSseEnabled`: SQS-managed encryption, default on (as SQS's is).
+    pub sqs_managed_sse: bool,
+}
+
+impl Default for KeptSettings {
+    fn default() -> Self {
+        KeptSettings {
+            policy: None,
+            kms_master_key_id: None,
+            kms_data_key_reuse_s: limits::kms_data_key_reuse_s_default,
+            sqs_managed_sse: true,
+        }
+    }
 }
 
 impl Default for QueueAttributes {
@@ -79,6 +107,7 @@ impl Default for QueueAttributes {
             receive_wait_s: limits::wait_s_default,
             redrive: None,
             redrive_allow: RedriveAllow::AllowAll,
+            kept: KeptSettings::default(),
         }
     }
 }
@@ -127,6 +156,36 @@ impl QueueAttributes {
                 ),
             })?;
         }
+        if self
+            .kept
+            .policy
+            .as_ref()
+            .is_some_and(|policy| policy.len() > limits::queue_policy_bytes_max)
+        {
+            return Err(Reject::InvalidAttribute {
+                attribute: "Policy",
+                reason: format!("must be at most {} bytes", limits::queue_policy_bytes_max),
+            });
+        }
+        if self
+            .kept
+            .kms_master_key_id
+            .as_ref()
+            .is_some_and(|key| key.chars().count() > limits::kms_key_id_chars_max)
+        {
+            return Err(Reject::InvalidAttribute {
+                attribute: "KmsMasterKeyId",
+                reason: format!(
+                    "must be at most {} characters",
+                    limits::kms_key_id_chars_max
+                ),
+            });
+        }
+        in_range(
+            "KmsDataKeyReusePeriodSeconds",
+            self.kept.kms_data_key_reuse_s,
+            limits::kms_data_key_reuse_s_min..=limits::kms_data_key_reuse_s_max,
+        )?;
         if let RedriveAllow::ByQueue(sources) = &self.redrive_allow
             && !(1..=limits::redrive_allow_sources_max).contains(&sources.len())
         {
@@ -161,6 +220,20 @@ impl QueueAttributes {
                 .redrive_allow
                 .clone()
                 .unwrap_or_else(|| self.redrive_allow.clone()),
+            kept: KeptSettings {
+                policy: changes
+                    .policy
+                    .clone()
+                    .unwrap_or_else(|| self.kept.policy.clone()),
+                kms_master_key_id: changes
+                    .kms_master_key_id
+                    .clone()
+                    .unwrap_or_else(|| self.kept.kms_master_key_id.clone()),
+                kms_data_key_reuse_s: changes
+                    .kms_data_key_reuse_s
+                    .unwrap_or(self.kept.kms_data_key_reuse_s),
+                sqs_managed_sse: changes.sqs_managed_sse.unwrap_or(self.kept.sqs_managed_sse),
+            },
         }
     }
 
@@ -189,6 +262,14 @@ pub struct AttributeChanges {
     pub redrive: Option<Option<RedrivePolicy>>,
     /// New `RedriveAllowPolicy`.
     pub redrive_allow: Option<RedriveAllow>,
+    /// New `Policy`; `Some(None)` removes it.
+    pub policy: Option<Option<String>>,
+    /// New `KmsMasterKeyId`; `Some(None)` removes it.
+    pub kms_master_key_id: Option<Option<String>>,
+    /// New `KmsDataKeyReusePeriodSeconds`.
+    pub kms_data_key_reuse_s: Option<u32>,
+    /// New `SqsManagedSseEnabled`.
+    pub sqs_managed_sse: Option<bool>,
 }
 
 fn in_range(attribute: &'static str, value: u32, range: RangeInclusive<u32>) -> Result<(), Reject> {

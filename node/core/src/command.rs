@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::attributes::{AttributeChanges, QueueAttributes};
 use crate::error::Reject;
 use crate::ids::{DedupId, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
-use crate::message::AttributeValue;
+use crate::message::{AttributeValue, SystemAttributes};
 
 /// One action of spec/queue-core.md#actions, as the edge built it from a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +42,8 @@ pub enum Command {
         id: MessageId,
         body: String,
         attributes: BTreeMap<String, AttributeValue>,
+        /// The trace header and group id the sender set, kept with the body.
+        system: SystemAttributes,
         delay_s: Option<u32>,
         dedup: Option<DedupId>,
     },
@@ -89,6 +91,8 @@ pub struct Delivery {
     pub body: String,
     /// The message attributes, as sent.
     pub attributes: BTreeMap<String, AttributeValue>,
+    /// The system attributes, as sent.
+    pub system: SystemAttributes,
     /// Receive count including this receive.
     pub receive_count: u32,
     /// When the message was originally sent.

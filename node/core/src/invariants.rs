@@ -231,6 +231,7 @@ mod tests {
             id: MessageId(id),
             body: "m".to_owned(),
             attributes: BTreeMap::new(),
+            system: Default::default(),
             delay_s: None,
             dedup: None,
         }

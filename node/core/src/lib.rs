@@ -17,12 +17,15 @@ mod queue;
 mod queues;
 mod records;
 
-pub use attributes::{AttributeChanges, QueueAttributes, RedriveAllow, RedrivePolicy};
+pub use attributes::{
+    AttributeChanges, KeptSettings, QueueAttributes, RedriveAllow, RedrivePolicy,
+};
 pub use command::{Command, Delivery, Outcome, Step, Wakeup};
 pub use error::{HandleProblem, Reject};
 pub use ids::{DedupId, Incarnation, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
 pub use message::{
-    AttributeValue, MessageState, MessageView, body_char_allowed, message_size_bytes,
+    AttributeValue, MessageState, MessageView, SystemAttributes, body_char_allowed,
+    message_size_bytes,
 };
 pub use queue::{MessageCounts, QueueView, WaiterView};
 pub use queues::{GoneReason, Queues};

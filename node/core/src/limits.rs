@@ -55,6 +55,23 @@ pub const max_receive_count_min: u32 = 1;
 pub const max_receive_count_max: u32 = 1_000;
 /// Source queues a `RedriveAllowPolicy` of kind `byQueue` may name.
 pub const redrive_allow_sources_max: usize = 10;
+
+/// Longest `AWSTraceHeader` a message keeps (Trireme's bound; X-Ray headers are far shorter).
+pub const trace_header_chars_max: usize = 1_024;
+/// Longest `MessageGroupId` (SQS's).
+pub const group_id_chars_max: usize = 128;
+
+/// Longest access `Policy` a queue keeps (Trireme's bound: the policy is stored in the queue's
+/// record, which is read whole).
+pub const queue_policy_bytes_max: usize = 20 * 1_024;
+/// Longest `KmsMasterKeyId` a queue keeps (Trireme's bound; real key ids and ARNs are far shorter).
+pub const kms_key_id_chars_max: usize = 2_048;
+/// Shortest `KmsDataKeyReusePeriodSeconds`.
+pub const kms_data_key_reuse_s_min: u32 = 60;
+/// Longest `KmsDataKeyReusePeriodSeconds` (24 h).
+pub const kms_data_key_reuse_s_max: u32 = 86_400;
+/// The default `KmsDataKeyReusePeriodSeconds` (5 minutes).
+pub const kms_data_key_reuse_s_default: u32 = 300;
 /// Queues in one chain of redrive policies (a source, its dead-letter queue, that queue's
 /// dead-letter queue, ...). A receive that moves a message serves the dead-letter queue at once,
 /// and that serve may move it on, so the chain bounds the depth of that recursion.
@@ -97,6 +114,8 @@ const _: () = assert!(visibility_timeout_s_max as u64 * 1_000 <= visibility_tota
 const _: () = assert!(visibility_timeout_s_default <= visibility_timeout_s_max);
 const _: () = assert!(retention_s_min <= retention_s_default);
 const _: () = assert!(retention_s_default <= retention_s_max);
+const _: () = assert!(kms_data_key_reuse_s_min <= kms_data_key_reuse_s_default);
+const _: () = assert!(kms_data_key_reuse_s_default <= kms_data_key_reuse_s_max);
 const _: () = assert!(max_receive_count_min >= 1);
 const _: () = assert!(max_receive_count_min <= max_receive_count_max);
 // A purge and a resend within the deduplication window are still deduplicated: the window

@@ -52,6 +52,16 @@ pub enum MessageState {
     InFlight { until: Millis },
 }
 
+/// The system attributes a sender may set, kept with the body and returned on every receive
+/// (dead-letter moves included), as SQS keeps them. They do not count towards the message's size.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemAttributes {
+    /// `AWSTraceHeader`: the sender's X-Ray trace header.
+    pub trace_header: Option<String>,
+    /// `MessageGroupId`: a standard queue keeps and returns it (fair queues use it).
+    pub group_id: Option<String>,
+}
+
 /// A stored message. `Queues` owns every instance and keeps its indexes in step with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Message {
@@ -66,6 +76,7 @@ pub(crate) struct Message {
     pub(crate) source: Option<QueueName>,
     pub(crate) body: String,
     pub(crate) attributes: BTreeMap<String, AttributeValue>,
+    pub(crate) system: SystemAttributes,
 }
 
 impl Message {
@@ -177,6 +188,37 @@ pub(crate) fn check_message(
             size_bytes,
             max_bytes: message_bytes_max,
         });
+    }
+    Ok(())
+}
+
+/// Checks the system attributes a sender set: lengths only (the SQS edge checks their form).
+///
+/// # Errors
+/// `InvalidParameter` naming the attribute that is too long or empty.
+pub(crate) fn check_system_attributes(system: &SystemAttributes) -> Result<(), Reject> {
+    let fields = [
+        (
+            "AWSTraceHeader",
+            &system.trace_header,
+            limits::trace_header_chars_max,
+        ),
+        (
+            "MessageGroupId",
+            &system.group_id,
+            limits::group_id_chars_max,
+        ),
+    ];
+    for (parameter, value, max) in fields {
+        if let Some(value) = value {
+            let chars = value.chars().count();
+            if !(1..=max).contains(&chars) {
+                return Err(Reject::InvalidParameter {
+                    parameter,
+                    reason: format!("must be 1–{max} characters, got {chars}"),
+                });
+            }
+        }
     }
     Ok(())
 }

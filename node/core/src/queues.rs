@@ -13,7 +13,10 @@ use crate::command::{Command, Delivery, Outcome, Step, Wakeup};
 use crate::error::{HandleProblem, Reject};
 use crate::ids::{DedupId, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
 use crate::limits;
-use crate::message::{AttributeValue, Message, MessageState, MessageView, check_message};
+use crate::message::{
+    AttributeValue, Message, MessageState, MessageView, SystemAttributes, check_message,
+    check_system_attributes,
+};
 use crate::queue::{Queue, QueueView, Waiter, WaiterView};
 use crate::records::RecordKey;
 
@@ -454,9 +457,10 @@ impl Queues {
                 id,
                 body,
                 attributes,
+                system,
                 delay_s,
                 dedup,
-            } => self.send(at, queue, id, body, attributes, delay_s, dedup),
+            } => self.send(at, queue, id, body, attributes, system, delay_s, dedup),
             Command::Receive {
                 queue,
                 max,
@@ -737,6 +741,7 @@ impl Queues {
         id: MessageId,
         body: String,
         attributes: BTreeMap<String, AttributeValue>,
+        system: SystemAttributes,
         delay_s: Option<u32>,
         dedup: Option<DedupId>,
     ) -> Result<Outcome, Reject> {
@@ -749,6 +754,7 @@ impl Queues {
             });
         }
         check_message(&body, &attributes, queue.attributes.message_bytes_max)?;
+        check_system_attributes(&system)?;
         if let Some(dedup) = &dedup
             && let Some(entry) = queue.dedup.get(dedup)
         {
@@ -784,6 +790,7 @@ impl Queues {
                 source: None,
                 body,
                 attributes,
+                system,
             },
         );
         // The body's only `Put`: moves and state changes rewrite the state record alone.
@@ -951,6 +958,7 @@ impl Queues {
             },
             body: message.body.clone(),
             attributes: message.attributes.clone(),
+            system: message.system.clone(),
             receive_count: message.receive_count,
             sent_at: message.sent_at,
             first_receive_at,
@@ -1352,6 +1360,7 @@ mod tests {
             id: MessageId(id),
             body: "m".to_owned(),
             attributes: BTreeMap::new(),
+            system: Default::default(),
             delay_s: None,
             dedup: None,
         }
@@ -1386,6 +1395,7 @@ mod tests {
                     source: None,
                     body: "m".to_owned(),
                     attributes: BTreeMap::new(),
+                    system: SystemAttributes::default(),
                 },
             );
         }
@@ -1567,6 +1577,7 @@ mod tests {
             id: MessageId(1),
             body: "m".to_owned(),
             attributes: BTreeMap::new(),
+            system: Default::default(),
             delay_s: Some(20),
             dedup: None,
         };
@@ -1632,6 +1643,7 @@ mod tests {
                 id: MessageId(id),
                 body: "m".to_owned(),
                 attributes: BTreeMap::new(),
+                system: Default::default(),
                 delay_s: Some(5),
                 dedup: None,
             };
@@ -1719,6 +1731,7 @@ mod tests {
             id: MessageId(id),
             body: "m".to_owned(),
             attributes: BTreeMap::new(),
+            system: Default::default(),
             delay_s: None,
             dedup: None,
         };

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attributes::QueueAttributes;
 use crate::ids::{DedupId, Incarnation, MessageId, Millis, QueueName};
-use crate::message::{AttributeValue, Message, MessageState};
+use crate::message::{AttributeValue, Message, MessageState, SystemAttributes};
 use crate::queue::Queue;
 use crate::queues::Queues;
 
@@ -75,6 +75,8 @@ pub struct MessageBodyRecord {
     pub body: String,
     /// The message attributes, as sent.
     pub attributes: BTreeMap<String, AttributeValue>,
+    /// The system attributes, as sent.
+    pub system: SystemAttributes,
 }
 
 /// An open deduplication window.
@@ -284,6 +286,7 @@ impl Queues {
                 source: record.source,
                 body: body.body,
                 attributes: body.attributes,
+                system: body.system,
             };
             assert!(
                 queues.queues.contains_key(&message.queue),
@@ -382,6 +385,7 @@ fn body_record(id: MessageId, message: &Message) -> MessageBodyRecord {
         id,
         body: message.body.clone(),
         attributes: message.attributes.clone(),
+        system: message.system.clone(),
     }
 }
 
@@ -424,6 +428,7 @@ mod tests {
                     value: id.to_string(),
                 },
             )]),
+            system: Default::default(),
             delay_s,
             dedup: dedup.map(|d| DedupId::try_from(d).unwrap()),
         }
@@ -445,6 +450,7 @@ mod tests {
             id: MessageId(id),
             body: format!("body of {id}"),
             attributes: BTreeMap::new(),
+            system: SystemAttributes::default(),
         })
     }
 

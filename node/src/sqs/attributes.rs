@@ -6,8 +6,8 @@
 //!
 //! Attributes that exist for features Trireme does not have are handled explicitly, one by one:
 //! FIFO-only ones are refused as SQS refuses them on a standard queue; encryption and
-//! access-policy ones are accepted and not stored, because infrastructure tools set them on every
-//! queue.
+//! access-policy ones are kept and returned but never acted on (access is the endpoint's keys'),
+//! because tools that manage queues set them and read them back.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -259,19 +259,50 @@ pub fn parse_queue_attributes(
                     },
                 ));
             }
-            // Accepted so that tools which always send them work; nothing is stored (see the
-            // module comment and the SQS differences in the README).
-            "Policy" | "KmsMasterKeyId" => {}
+            // Kept and returned, never acted on (see the module comment).
+            "Policy" => {
+                changes.policy = Some(if value.is_empty() {
+                    None
+                } else {
+                    let document: Option<serde_json::Value> = serde_json::from_str(value).ok();
+                    if !document.is_some_and(|document| document.is_object()) {
+                        return Err(value_error(name));
+                    }
+                    Some(value.clone())
+                });
+            }
+            "KmsMasterKeyId" => {
+                changes.kms_master_key_id = Some((!value.is_empty()).then(|| value.clone()));
+            }
             "KmsDataKeyReusePeriodSeconds" => {
-                seconds(name, value, 60, 86_400)?;
+                changes.kms_data_key_reuse_s = Some(seconds(
+                    name,
+                    value,
+                    limits::kms_data_key_reuse_s_min,
+                    limits::kms_data_key_reuse_s_max,
+                )?);
             }
             "SqsManagedSseEnabled" => {
-                if value != "true" && value != "false" {
-                    return Err(value_error(name));
-                }
+                changes.sqs_managed_sse = Some(match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(value_error(name)),
+                });
             }
             _ => return Err(SqsError::unknown_attribute(name)),
         }
+    }
+    // One kind of encryption at a time: a KMS key turns SQS-managed encryption off, and
+    // SQS-managed encryption drops the key; asking for both is refused, as SQS refuses it.
+    match (&changes.kms_master_key_id, changes.sqs_managed_sse) {
+        (Some(Some(_)), Some(true)) => {
+            return Err(SqsError::InvalidAttributeName(
+                AttributeNameProblem::TwoKindsOfSse,
+            ));
+        }
+        (Some(Some(_)), None) => changes.sqs_managed_sse = Some(false),
+        (None, Some(true)) => changes.kms_master_key_id = Some(None),
+        _ => {}
     }
     Ok(changes)
 }

@@ -94,11 +94,6 @@ pub enum SqsError {
         "FIFO queues are not supported: {name} would be a FIFO queue, and Trireme has standard queues only."
     )]
     FifoUnsupported { name: String },
-    /// `AddPermission` or `RemovePermission`: Trireme keeps no per-queue permissions.
-    #[error(
-        "{action} is not supported: Trireme has no per-queue permissions; access is controlled by the endpoint's access keys."
-    )]
-    PermissionsUnsupported { action: String },
     /// A move task parameter names a queue that does not exist.
     #[error("The resource that you specified for the {parameter} parameter doesn't exist.")]
     ResourceNotFound { parameter: &'static str },
@@ -237,6 +232,11 @@ pub enum AttributeNameProblem {
     /// `DeduplicationScope` or `FifoThroughputLimit` on a standard queue.
     #[error("You can specify the {name} only when FifoQueue is set to true.")]
     FifoOnly { name: &'static str },
+    /// `KmsMasterKeyId` and `SqsManagedSseEnabled=true` in one request.
+    #[error(
+        "You can use one type of server-side encryption (SSE) at one time. You can either enable KMS SSE or SQS SSE."
+    )]
+    TwoKindsOfSse,
 }
 
 /// Which cap was reached: the messages of `OverLimit`.
@@ -411,9 +411,7 @@ impl SqsError {
                 "AWS.SimpleQueueService.PurgeQueueInProgress",
             ),
             E::OverLimit(_) => (FORBIDDEN, SQS_NAMESPACE, "OverLimit", "OverLimit"),
-            E::FifoUnsupported { .. } | E::PermissionsUnsupported { .. } => {
-                (BAD, SQS_NAMESPACE, "UnsupportedOperation", "")
-            }
+            E::FifoUnsupported { .. } => (BAD, SQS_NAMESPACE, "UnsupportedOperation", ""),
             E::ResourceNotFound { .. } | E::TaskDoesNotExist => (
                 NOT_FOUND,
                 SQS_NAMESPACE,

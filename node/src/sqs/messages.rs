@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use tokio::task::JoinSet;
 use trireme_core::{
     AttributeValue, Command, DedupId, Delivery, Outcome, QueueName, ReceiptHandle, Reject,
-    limits as core_limits,
+    SystemAttributes, limits as core_limits,
 };
 
 use crate::engine::EngineError;
@@ -429,8 +429,8 @@ impl Sqs {
             ),
         };
         let attributes = convert_attributes(parts.message_attributes.unwrap_or_default())?;
-        let system_attributes_md5 =
-            system_attributes_md5(&parts.message_system_attributes.unwrap_or_default())?;
+        let system_attributes = parts.message_system_attributes.unwrap_or_default();
+        let system_attributes_md5 = system_attributes_md5(&system_attributes)?;
         let dedup = parts
             .message_deduplication_id
             .map(|id| {
@@ -460,6 +460,12 @@ impl Sqs {
                 id: self.engine.new_message_id(),
                 body,
                 attributes,
+                system: SystemAttributes {
+                    trace_header: system_attributes
+                        .get("AWSTraceHeader")
+                        .and_then(|value| value.string_value.clone()),
+                    group_id: parts.message_group_id,
+                },
                 delay_s,
                 dedup,
             },
@@ -492,7 +498,15 @@ impl Sqs {
                     Some(source) => self.addresses.queue_arn(source.as_str()),
                     None => continue,
                 },
-                // FIFO attributes and trace headers: Trireme keeps none.
+                "AWSTraceHeader" => match &delivery.system.trace_header {
+                    Some(header) => header.clone(),
+                    None => continue,
+                },
+                "MessageGroupId" => match &delivery.system.group_id {
+                    Some(group) => group.clone(),
+                    None => continue,
+                },
+                // FIFO attributes: a standard queue has none.
                 _ => continue,
             };
             attributes.insert(*name, value);
@@ -733,7 +747,6 @@ fn convert_attributes(
 }
 
 /// Checks `MessageSystemAttributes` (only `AWSTraceHeader`, a String, exists) and digests them.
-/// Trireme does not store them; see the README's list of differences.
 fn system_attributes_md5(attributes: &MessageAttributes) -> Result<Option<String>, SqsError> {
     let mut digest = Vec::new();
     for (name, value) in attributes {

@@ -16,6 +16,7 @@ mod limits;
 mod messages;
 mod metrics;
 mod move_task;
+mod permissions;
 mod redrive_policy;
 mod sigv4;
 
@@ -252,9 +253,8 @@ impl Sqs {
             "TagQueue" => json(self.tag_queue(parse(body)?).await),
             "UntagQueue" => json(self.untag_queue(parse(body)?).await),
             "ListQueueTags" => json(self.list_queue_tags(parse(body)?).await),
-            "AddPermission" | "RemovePermission" => Err(SqsError::PermissionsUnsupported {
-                action: action.to_owned(),
-            }),
+            "AddPermission" => json(self.add_permission(parse(body)?).await),
+            "RemovePermission" => json(self.remove_permission(parse(body)?).await),
             other => Err(SqsError::UnknownOperation {
                 target: format!("AmazonSQS.{other}"),
             }),

@@ -357,6 +357,23 @@ pub struct CancelMessageMoveTaskResponse {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase")]
+pub struct AddPermissionRequest {
+    pub queue_url: Option<String>,
+    pub label: Option<String>,
+    #[serde(rename = "AWSAccountIds")]
+    pub aws_account_ids: Option<Vec<String>>,
+    pub actions: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RemovePermissionRequest {
+    pub queue_url: Option<String>,
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
 pub struct TagQueueRequest {
     pub queue_url: Option<String>,
     pub tags: Option<BTreeMap<String, String>>,

@@ -311,6 +311,36 @@ def move_tasks_as_aws_runs_them():
 
 
 @check
+def attributes_kept_and_returned():
+    """Issue 14, class 6: Policy, SqsManagedSseEnabled, AWSTraceHeader, permissions."""
+    url = sqs.create_queue(QueueName=name("kept"))["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["SqsManagedSseEnabled"] == "true", attributes
+    assert "Policy" not in attributes, attributes
+    policy = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": "*", "Action": "sqs:SendMessage", "Resource": arn}]})
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": policy})
+    got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"]
+    assert json.loads(got) == json.loads(policy), got
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": ""})
+    assert "Attributes" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])
+    sqs.add_permission(QueueUrl=url, Label="readers", AWSAccountIds=["111111111111"],
+                       Actions=["ReceiveMessage"])
+    document = json.loads(sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+    [statement] = document["Statement"]
+    assert statement["Sid"] == "readers" and statement["Action"] == "SQS:ReceiveMessage", document
+    sqs.remove_permission(QueueUrl=url, Label="readers")
+    trace = "Root=1-3152b799-8954dae64eda91bc9a23a7e8;Parent=7fa8c0f79203be72;Sampled=1"
+    sqs.send_message(QueueUrl=url, MessageBody="traced", MessageSystemAttributes={
+        "AWSTraceHeader": {"DataType": "String", "StringValue": trace}})
+    [message] = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"],
+                                    WaitTimeSeconds=1)["Messages"]
+    assert message["Attributes"] == {"AWSTraceHeader": trace}, message
+
+
+@check
 def aws_cli_commands_from_the_readme():
     """The `aws sqs --endpoint-url ...` commands node/src/sqs/README.md shows."""
     aws = shutil.which("aws", path=os.path.dirname(sys.executable)) or shutil.which("aws")

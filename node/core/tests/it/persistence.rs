@@ -258,6 +258,7 @@ fn send_puts_the_body_once_and_receive_and_restore_put_only_the_state() {
             id,
             body: "a large body".to_owned(),
             attributes: BTreeMap::new(),
+            system: Default::default(),
         }))]
     );
     assert_eq!(changes.len(), 2, "the state and the body: {changes:?}");
@@ -375,6 +376,7 @@ fn restore_of_the_split_records_equals_the_original_state() {
         id: with_attributes,
         body: "x".repeat(10_000),
         attributes: attributes.clone(),
+        system: Default::default(),
         delay_s: None,
         dedup: None,
     })

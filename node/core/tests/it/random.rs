@@ -215,6 +215,7 @@ fn run(ops: Vec<Op>) {
                     id: MessageId(next_message),
                     body: format!("m{next_message}"),
                     attributes: BTreeMap::new(),
+                    system: Default::default(),
                     delay_s: Some(delay_s),
                     dedup: dedup.map(|d| DedupId::try_from(format!("k{d}")).unwrap()),
                 }

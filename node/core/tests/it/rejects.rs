@@ -213,6 +213,7 @@ fn message_too_long_counts_attributes() {
         id: node.fresh_id(),
         body: "x".repeat(15),
         attributes,
+        system: Default::default(),
         delay_s: None,
         dedup: None,
     };
@@ -246,6 +247,7 @@ fn eleven_message_attributes_are_refused() {
         id: node.fresh_id(),
         body: "x".to_owned(),
         attributes,
+        system: Default::default(),
         delay_s: None,
         dedup: None,
     };
@@ -269,6 +271,7 @@ fn message_id_exists() {
         id,
         body: "second".to_owned(),
         attributes: BTreeMap::new(),
+        system: Default::default(),
         delay_s: None,
         dedup: None,
     };

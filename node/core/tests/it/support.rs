@@ -128,6 +128,7 @@ impl Node {
             id: self.fresh_id(),
             body: body.to_owned(),
             attributes: BTreeMap::new(),
+            system: Default::default(),
             delay_s,
             dedup: dedup.map(|d| DedupId::try_from(d).unwrap()),
         }

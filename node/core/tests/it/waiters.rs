@@ -29,6 +29,7 @@ fn waiter_open_when_a_message_is_sent_receives_the_stored_message_in_the_same_st
         id,
         body: "pay 17".to_owned(),
         attributes: attributes.clone(),
+        system: Default::default(),
         delay_s: None,
         dedup: None,
     });

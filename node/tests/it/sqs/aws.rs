@@ -856,3 +856,281 @@ async fn system_attribute_names_in_all_leave_out_what_a_message_lacks() {
     }
     assert!(!attributes.contains_key(&MessageSystemAttributeName::DeadLetterQueueSourceArn));
 }
+
+// ---- Class 6: attributes kept and returned ----
+
+/// The queue's policy document, if it has one.
+async fn policy(h: &Harness, url: &str) -> Option<serde_json::Value> {
+    h.attributes(url, QueueAttributeName::Policy)
+        .await
+        .get(&QueueAttributeName::Policy)
+        .map(|text| serde_json::from_str(text).unwrap())
+}
+
+#[tokio::test]
+async fn a_policy_is_kept_returned_and_cleared() {
+    let h = Harness::start().await;
+    let url = h.create("with-policy").await;
+    let all = h.attributes(&url, QueueAttributeName::All).await;
+    assert!(!all.contains_key(&QueueAttributeName::Policy));
+    let policy = format!(
+        r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":"*","Action":"sqs:SendMessage","Resource":"{}"}}]}}"#,
+        arn("with-policy")
+    );
+    h.client
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::Policy, &policy)
+        .send()
+        .await
+        .unwrap();
+    let kept = h.attributes(&url, QueueAttributeName::Policy).await;
+    assert_eq!(kept[&QueueAttributeName::Policy], policy);
+    let all = h.attributes(&url, QueueAttributeName::All).await;
+    assert_eq!(all[&QueueAttributeName::Policy], policy);
+    let invalid = h
+        .client
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::Policy, "not json")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_parts(&invalid),
+        pair(
+            "InvalidAttributeValue",
+            "Invalid value for the parameter Policy."
+        )
+    );
+    h.client
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::Policy, "")
+        .send()
+        .await
+        .unwrap();
+    let cleared = h.attributes(&url, QueueAttributeName::Policy).await;
+    assert!(!cleared.contains_key(&QueueAttributeName::Policy));
+}
+
+#[tokio::test]
+async fn encryption_settings_are_kept_with_sqs_managed_encryption_on_by_default() {
+    let h = Harness::start().await;
+    let url = h.create("encrypted").await;
+    let all = h.attributes(&url, QueueAttributeName::All).await;
+    assert_eq!(all[&QueueAttributeName::SqsManagedSseEnabled], "true");
+    assert!(!all.contains_key(&QueueAttributeName::KmsMasterKeyId));
+    h.client
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::KmsMasterKeyId, "testKeyId")
+        .attributes(QueueAttributeName::KmsDataKeyReusePeriodSeconds, "6000")
+        .attributes(QueueAttributeName::SqsManagedSseEnabled, "false")
+        .send()
+        .await
+        .unwrap();
+    let kms = h.attributes(&url, QueueAttributeName::All).await;
+    assert_eq!(kms[&QueueAttributeName::KmsMasterKeyId], "testKeyId");
+    assert_eq!(
+        kms[&QueueAttributeName::KmsDataKeyReusePeriodSeconds],
+        "6000"
+    );
+    assert_eq!(kms[&QueueAttributeName::SqsManagedSseEnabled], "false");
+    let both = h
+        .client
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(QueueAttributeName::KmsMasterKeyId, "other")
+        .attributes(QueueAttributeName::SqsManagedSseEnabled, "true")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_parts(&both),
+        pair(
+            "InvalidAttributeName",
+            "You can use one type of server-side encryption (SSE) at one time. You can either enable KMS SSE or SQS SSE."
+        )
+    );
+    // A create naming the same settings finds the queue; another value is named.
+    assert_eq!(
+        h.client
+            .create_queue()
+            .queue_name("encrypted")
+            .attributes(QueueAttributeName::KmsMasterKeyId, "testKeyId")
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap(),
+        url
+    );
+    let other = h
+        .client
+        .create_queue()
+        .queue_name("encrypted")
+        .attributes(QueueAttributeName::KmsMasterKeyId, "otherKey")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_parts(&other),
+        pair(
+            "QueueAlreadyExists",
+            "A queue already exists with the same name and a different value for attribute KmsMasterKeyId"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_trace_header_and_group_id_are_returned_and_survive_a_dead_letter_move() {
+    use aws_sdk_sqs::types::{MessageSystemAttributeNameForSends, MessageSystemAttributeValue};
+    let h = Harness::start().await;
+    dead_letter_queue(&h, "traced-dlq", "traced", 0).await;
+    let url = h.url("traced");
+    let trace = "Root=1-3152b799-8954dae64eda91bc9a23a7e8;Parent=7fa8c0f79203be72;Sampled=1";
+    let sent = h
+        .client
+        .send_message()
+        .queue_url(&url)
+        .message_body("test")
+        .message_group_id("tenant-7")
+        .message_system_attributes(
+            MessageSystemAttributeNameForSends::AwsTraceHeader,
+            MessageSystemAttributeValue::builder()
+                .data_type("String")
+                .string_value(trace)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(sent.md5_of_message_system_attributes().is_some());
+    let receive = |queue: String| {
+        h.client
+            .receive_message()
+            .queue_url(queue)
+            .visibility_timeout(0)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+    };
+    for _ in 0..2 {
+        let received = receive(url.clone()).await.unwrap();
+        let attributes = received.messages()[0].attributes().unwrap();
+        assert_eq!(
+            attributes[&MessageSystemAttributeName::AwsTraceHeader],
+            trace
+        );
+        assert_eq!(
+            attributes[&MessageSystemAttributeName::MessageGroupId],
+            "tenant-7"
+        );
+    }
+    // The third receive moves it to the dead-letter queue (maxReceiveCount 2).
+    assert!(receive(url.clone()).await.unwrap().messages().is_empty());
+    let dead = receive(h.url("traced-dlq")).await.unwrap();
+    let attributes = dead.messages()[0].attributes().unwrap();
+    assert_eq!(
+        attributes[&MessageSystemAttributeName::AwsTraceHeader],
+        trace
+    );
+    assert_eq!(
+        attributes[&MessageSystemAttributeName::DeadLetterQueueSourceArn],
+        arn("traced")
+    );
+    // Asked for by name only, as the older AttributeNames does.
+    let named = h
+        .client
+        .receive_message()
+        .queue_url(h.url("traced-dlq"))
+        .message_system_attribute_names(MessageSystemAttributeName::AwsTraceHeader)
+        .send()
+        .await
+        .unwrap();
+    let attributes = named.messages()[0].attributes().unwrap();
+    assert_eq!(attributes.len(), 1);
+    assert_eq!(
+        attributes[&MessageSystemAttributeName::AwsTraceHeader],
+        trace
+    );
+}
+
+#[tokio::test]
+async fn permissions_are_statements_of_the_policy() {
+    let h = Harness::start().await;
+    let url = h.create("shared").await;
+    let add = |label: &str, accounts: &[&str]| {
+        let mut request = h
+            .client
+            .add_permission()
+            .queue_url(&url)
+            .label(label)
+            .actions("ReceiveMessage");
+        for account in accounts {
+            request = request.aws_account_ids(*account);
+        }
+        request.send()
+    };
+    add("crossaccountpermission", &["668614515564", "111111111111"])
+        .await
+        .unwrap();
+
+    let document = policy(&h, &url).await.unwrap();
+    assert_eq!(document["Version"], "2008-10-17");
+    assert_eq!(
+        document["Id"],
+        format!("{}/SQSDefaultPolicy", arn("shared"))
+    );
+    let statement = &document["Statement"][0];
+    assert_eq!(statement["Sid"], "crossaccountpermission");
+    assert_eq!(statement["Effect"], "Allow");
+    assert_eq!(
+        statement["Principal"]["AWS"],
+        serde_json::json!([
+            "arn:aws:iam::668614515564:root",
+            "arn:aws:iam::111111111111:root"
+        ])
+    );
+    assert_eq!(statement["Action"], "SQS:ReceiveMessage");
+    assert_eq!(statement["Resource"], arn("shared"));
+    let again = add("crossaccountpermission", &["111111111111"])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_parts(&again),
+        pair(
+            "InvalidParameterValue",
+            "Value crossaccountpermission for parameter Label is invalid. Reason: Already exists."
+        )
+    );
+    add("crossaccountpermission2", &["111111111111"])
+        .await
+        .unwrap();
+    assert_eq!(
+        policy(&h, &url).await.unwrap()["Statement"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let remove = |label: &str| {
+        h.client
+            .remove_permission()
+            .queue_url(&url)
+            .label(label)
+            .send()
+    };
+    remove("crossaccountpermission").await.unwrap();
+    let unknown = remove("crossaccountpermission").await.unwrap_err();
+    assert_eq!(
+        error_parts(&unknown),
+        pair(
+            "InvalidParameterValue",
+            "Value crossaccountpermission for parameter Label is invalid. Reason: can't find label."
+        )
+    );
+    remove("crossaccountpermission2").await.unwrap();
+    assert!(policy(&h, &url).await.is_none());
+}

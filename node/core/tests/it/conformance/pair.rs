@@ -353,6 +353,7 @@ impl Pair {
                 id: message_id(message),
                 body: body(message),
                 attributes: BTreeMap::new(),
+                system: Default::default(),
                 delay_s: Some(scale.seconds(delay)),
                 dedup: dedup.then(dedup_id),
             },
