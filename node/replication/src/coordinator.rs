@@ -961,15 +961,17 @@ pub fn dead_letter_copy(source: &Record, source_queue: SourceQueue, now: Millis)
 /// The answer to the read of a collection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CollectAnswer {
-    /// All three replicas hold the tombstone of `generation`: drop it once the horizon has
-    /// passed since `confirmed_at` (this coordinator's clock), with [`drop_requests`].
+    /// All three replicas hold the same tombstone of `generation` (or the same record of it
+    /// that its purge mark hides, spec/replication.md §2): drop it once the horizon has passed
+    /// since `confirmed_at` (this coordinator's clock), with [`drop_requests`].
     Confirmed {
-        /// The tombstone's generation.
+        /// The tombstone's (or marked record's) generation.
         generation: Generation,
         /// When the three replicas were seen holding it.
         confirmed_at: Millis,
     },
-    /// Not all three hold the same tombstone (or one did not answer): nothing to do now.
+    /// Not all three hold the same collectable record (or one did not answer): nothing to do
+    /// now.
     NotYet,
 }
 
@@ -1010,7 +1012,7 @@ impl CollectOp {
         let first = replies.next().cloned().flatten();
         let answer = match first {
             Some(tombstone)
-                if tombstone.is_tombstone()
+                if tombstone.collectable()
                     && replies.all(|reply| reply.as_ref() == Some(&tombstone)) =>
             {
                 CollectAnswer::Confirmed {
@@ -1458,6 +1460,32 @@ mod tests {
                 .answer,
             Some(CollectAnswer::NotYet)
         );
+    }
+
+    #[test]
+    fn collection_takes_a_marked_record_on_all_three_and_not_a_live_one() {
+        let mut marked = sent();
+        if let Body::Live(live) = &mut marked.body {
+            live.hidden_through = Some(live.entered_at);
+        }
+        let (mut op, _) = CollectOp::start(key(), R, Millis(100));
+        for replica in &R[..2] {
+            op.on_reply(*replica, 1, &Reply::Record(Some(marked.clone())));
+        }
+        assert_eq!(
+            op.on_reply(R[2], 1, &Reply::Record(Some(marked))).answer,
+            Some(CollectAnswer::Confirmed {
+                generation: Generation(0),
+                confirmed_at: Millis(100)
+            })
+        );
+        let (mut live, _) = CollectOp::start(key(), R, Millis(100));
+        for replica in R {
+            let answer = live
+                .on_reply(replica, 1, &Reply::Record(Some(sent())))
+                .answer;
+            assert!(answer.is_none() || answer == Some(CollectAnswer::NotYet));
+        }
     }
 
     #[test]

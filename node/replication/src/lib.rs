@@ -1,7 +1,8 @@
 //! trireme-replication: the protocol of spec/replication.md as a pure crate, beside
 //! `trireme-core` (queue-core). It owns the record a replica stores and its merge (`record`), what
 //! a replica accepts and refuses (`replica`), where a message's three copies live (`placement`),
-//! and one state machine per coordinator operation (`coordinator`): inputs in, effects out.
+//! one state machine per coordinator operation (`coordinator`), and what anti-entropy compares
+//! and exchanges (`anti_entropy`): inputs in, effects out.
 //!
 //! It must never read a clock, draw randomness, block, log, or touch a file or socket. Time,
 //! request ids and nonces come in as values; messages to peers, records to persist and answers
@@ -9,6 +10,7 @@
 //! page's: *replica*, *coordinator*, *claim*, *generation*, *tombstone*, *collection*, *horizon*.
 #![forbid(unsafe_code)]
 
+pub mod anti_entropy;
 pub mod coordinator;
 pub mod ids;
 pub mod key;

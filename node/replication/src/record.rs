@@ -196,6 +196,14 @@ impl Record {
         })
     }
 
+    /// Whether collection may drop the record once all three replicas hold it and the horizon
+    /// has passed: a tombstone, or a live record its own purge mark hides
+    /// (spec/replication.md#tombstones-and-their-collection and §2, *Sweep*).
+    #[must_use]
+    pub fn collectable(&self) -> bool {
+        self.is_tombstone() || self.hidden(None)
+    }
+
     /// The current claim, if the record is live and was received in this generation.
     #[must_use]
     pub fn claim(&self) -> Option<Claim> {

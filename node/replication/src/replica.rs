@@ -42,11 +42,12 @@ pub enum Write {
     /// holding the handle's claim with its change counter plus one. Same condition as the
     /// tombstone, and refused where the generation already ended.
     Visibility(Record),
-    /// Conditional drop of a confirmed tombstone
-    /// (spec/replication.md#tombstones-and-their-collection, step 3): dropped only if the
-    /// replica still holds the tombstone of `generation`.
+    /// Conditional drop of a confirmed tombstone or purge-marked record
+    /// (spec/replication.md#tombstones-and-their-collection, step 3, and §2): dropped only if
+    /// the replica still holds the tombstone of `generation`, or a record of `generation` that
+    /// its own purge mark still hides.
     Drop {
-        /// The generation whose tombstone was confirmed on all three replicas.
+        /// The generation whose tombstone (or marked record) was confirmed on all three.
         generation: Generation,
     },
 }
@@ -137,10 +138,11 @@ pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
             }
         }
         Write::Drop { generation } => match held {
-            Some(record) if record.generation == *generation && record.is_tombstone() => {
+            Some(record) if record.generation == *generation && record.collectable() => {
                 Verdict::Store(None)
             }
-            // Anything else (a later generation brought back by a redrive, or nothing) is kept.
+            // Anything else (a later generation brought back by a redrive, a copy of this
+            // generation that entered above its purge mark, or nothing) is kept.
             _ => Verdict::Unchanged,
         },
     }
@@ -290,6 +292,25 @@ mod tests {
         let mut back = sent();
         back.generation = Generation(2);
         assert_eq!(accept(Some(&back), &drop), Verdict::Unchanged);
+    }
+
+    #[test]
+    fn a_drop_removes_a_marked_record_only_while_its_mark_hides_it() {
+        let drop = Write::Drop {
+            generation: Generation(0),
+        };
+        let mut marked = sent();
+        if let Body::Live(live) = &mut marked.body {
+            live.hidden_through = Some(Millis(1));
+        }
+        assert_eq!(accept(Some(&marked), &drop), Verdict::Store(None));
+        // A later mover's copy of the generation, entered above the mark, made it live again.
+        let mut back = marked.clone();
+        if let Body::Live(live) = &mut back.body {
+            live.entered_at = Millis(2);
+        }
+        assert_eq!(accept(Some(&back), &drop), Verdict::Unchanged);
+        assert_eq!(accept(Some(&sent()), &drop), Verdict::Unchanged);
     }
 
     #[test]
