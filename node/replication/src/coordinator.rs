@@ -72,31 +72,32 @@ pub struct Outgoing {
     pub request: Request,
 }
 
-/// What one step of an operation asks its driver to do.
+/// What one step of an operation asks its driver to do: requests of type `O` (a message's
+/// [`Outgoing`] by default; a queue name's are `name::NameOutgoing`) and at most one answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Effects<A> {
+pub struct Effects<A, O = Outgoing> {
     /// Requests to send now.
-    pub sends: Vec<Outgoing>,
+    pub sends: Vec<O>,
     /// The answer to the client, at most once per operation.
     pub answer: Option<A>,
 }
 
-impl<A> Effects<A> {
-    fn none() -> Effects<A> {
+impl<A, O> Effects<A, O> {
+    pub(crate) fn none() -> Effects<A, O> {
         Effects {
             sends: Vec::new(),
             answer: None,
         }
     }
 
-    fn answer(answer: A) -> Effects<A> {
+    pub(crate) fn answer(answer: A) -> Effects<A, O> {
         Effects {
             sends: Vec::new(),
             answer: Some(answer),
         }
     }
 
-    fn sends(sends: Vec<Outgoing>) -> Effects<A> {
+    pub(crate) fn sends(sends: Vec<O>) -> Effects<A, O> {
         Effects {
             sends,
             answer: None,

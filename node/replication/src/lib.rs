@@ -14,6 +14,7 @@ pub mod anti_entropy;
 pub mod coordinator;
 pub mod ids;
 pub mod key;
+pub mod name;
 pub mod placement;
 pub mod record;
 pub mod replica;

@@ -1,0 +1,894 @@
+//! The replicated record of a queue name, and the create and delete of a queue
+//! (spec/replication.md §1 *Queues in a cluster*).
+//!
+//! A name's record lives on the three replicas of the name on the ring. Unlike a message's
+//! record it needs agreement: two creates of one name must end with one incarnation, because
+//! every message key and receipt handle names the incarnation it belongs to. Each replica casts
+//! at most one vote per epoch, in its own slot; a proposal with two votes is the epoch's
+//! incarnation; merges only collect slots, so what two replicas chose stays chosen. Every action
+//! acts on a *settled* read: the merge of two replies, once two replicas hold it.
+//!
+//! Like the rest of this crate, this module never reads a clock, draws randomness or does I/O.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use trireme_core::Millis;
+
+use crate::coordinator::Effects;
+use crate::ids::NodeId;
+use crate::placement::REPLICAS;
+
+/// Votes that decide an epoch.
+pub const VOTE_QUORUM: usize = 2;
+/// Replies of a settled read.
+const READ_QUORUM: usize = 2;
+/// Acks of a write.
+const WRITE_QUORUM: usize = 2;
+/// Epochs one create tries (each split moves it to the next) before it gives up.
+const CREATE_EPOCHS_MAX: u32 = 4;
+
+/// Which creation of a name: the creating coordinator's hybrid logical clock, its node id and a
+/// random nonce, unique by construction (spec §1, *The name record*).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct QueueIncarnation {
+    /// The creating coordinator's hybrid logical clock when it proposed.
+    pub hlc_ms: u64,
+    /// The creating coordinator.
+    pub node: NodeId,
+    /// Drawn by the coordinator for the proposal.
+    pub nonce: u64,
+}
+
+/// What a create proposes: an incarnation, with the attributes and tags the client asked for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The incarnation this create would make.
+    pub incarnation: QueueIncarnation,
+    /// The attributes as the request gave them.
+    pub attributes: BTreeMap<String, String>,
+    /// The tags as the request gave them.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One attribute's or tag's value after the create, last writer wins by `(hlc_ms, node)`.
+/// `value: None` is a removed tag (or an attribute back to its default).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Register {
+    /// The writer's hybrid logical clock: above its own clock and every stamp its read saw.
+    pub hlc_ms: u64,
+    /// The writer, breaking ties.
+    pub node: NodeId,
+    /// The value written.
+    pub value: Option<String>,
+}
+
+/// One replica's record of a queue name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NameRecord {
+    /// Creations of the name so far (0 for the first), ordering records, never naming one.
+    pub epoch: u32,
+    /// Slot `r` holds the vote of the name's `r`-th replica in this epoch (boxed: a proposal
+    /// carries the create's attributes, and most slots of most records are read, not moved).
+    pub votes: [Option<Box<Proposal>>; REPLICAS],
+    /// The tombstone of the epoch, with the deleting coordinator's clock (for the 60 s before
+    /// the name can be created again).
+    pub deleted_at: Option<Millis>,
+    /// Attribute changes of the live incarnation, by attribute name.
+    pub attributes: BTreeMap<String, Register>,
+    /// Tag changes of the live incarnation, by tag key.
+    pub tags: BTreeMap<String, Register>,
+    /// The purge watermark of the live incarnation (spec §2), merged by max.
+    pub purge_watermark: Option<Millis>,
+}
+
+impl NameRecord {
+    /// The epoch's incarnation: the proposal holding two votes.
+    #[must_use]
+    pub fn decided(&self) -> Option<&Proposal> {
+        self.votes
+            .iter()
+            .flatten()
+            .map(AsRef::as_ref)
+            .find(|proposal| {
+                self.votes
+                    .iter()
+                    .flatten()
+                    .filter(|vote| vote.incarnation == proposal.incarnation)
+                    .count()
+                    >= VOTE_QUORUM
+            })
+    }
+
+    /// The live incarnation: decided and not deleted.
+    #[must_use]
+    pub fn live(&self) -> Option<&Proposal> {
+        if self.deleted_at.is_some() {
+            None
+        } else {
+            self.decided()
+        }
+    }
+
+    /// Every replica voted and no proposal holds two votes: nobody can win this epoch.
+    #[must_use]
+    pub fn split(&self) -> bool {
+        self.votes.iter().all(Option::is_some) && self.decided().is_none()
+    }
+
+    /// The live incarnation's attributes now: the create's, then every change on top.
+    #[must_use]
+    pub fn current_attributes(&self) -> Option<BTreeMap<String, String>> {
+        let live = self.live()?;
+        Some(overlay(&live.attributes, &self.attributes))
+    }
+
+    /// The live incarnation's tags now: the create's, then every change on top.
+    #[must_use]
+    pub fn current_tags(&self) -> Option<BTreeMap<String, String>> {
+        let live = self.live()?;
+        Some(overlay(&live.tags, &self.tags))
+    }
+
+    /// The join of two replicas' records: a later epoch wins whole (its attributes belong to
+    /// its incarnation); within an epoch, slot by slot the vote that is there, the tombstone,
+    /// each register's greater stamp, the greater watermark.
+    #[must_use]
+    pub fn merge(&self, incoming: &NameRecord) -> NameRecord {
+        if self.epoch != incoming.epoch {
+            return if self.epoch > incoming.epoch {
+                self.clone()
+            } else {
+                incoming.clone()
+            };
+        }
+        let mut votes = self.votes.clone();
+        for (slot, vote) in votes.iter_mut().zip(&incoming.votes) {
+            // A slot is written once per epoch, by its own replica, so two copies that both
+            // hold a vote hold the same one; the greater keeps the merge total.
+            if vote.as_ref() > slot.as_ref() {
+                slot.clone_from(vote);
+            }
+        }
+        NameRecord {
+            epoch: self.epoch,
+            votes,
+            deleted_at: self.deleted_at.max(incoming.deleted_at),
+            attributes: join_registers(&self.attributes, &incoming.attributes),
+            tags: join_registers(&self.tags, &incoming.tags),
+            purge_watermark: self.purge_watermark.max(incoming.purge_watermark),
+        }
+    }
+}
+
+fn overlay(
+    created: &BTreeMap<String, String>,
+    changes: &BTreeMap<String, Register>,
+) -> BTreeMap<String, String> {
+    let mut current = created.clone();
+    for (name, register) in changes {
+        match &register.value {
+            Some(value) => current.insert(name.clone(), value.clone()),
+            None => current.remove(name),
+        };
+    }
+    current
+}
+
+fn join_registers(
+    a: &BTreeMap<String, Register>,
+    b: &BTreeMap<String, Register>,
+) -> BTreeMap<String, Register> {
+    let mut joined = a.clone();
+    for (name, register) in b {
+        match joined.get(name) {
+            Some(held) if held >= register => {}
+            _ => {
+                joined.insert(name.clone(), register.clone());
+            }
+        }
+    }
+    joined
+}
+
+fn join(records: impl IntoIterator<Item = NameRecord>) -> NameRecord {
+    records
+        .into_iter()
+        .fold(NameRecord::default(), |held, incoming| {
+            held.merge(&incoming)
+        })
+}
+
+/// A replica's answer to a vote request for `epoch` (spec §1, Create step 4): it votes for
+/// `proposal` in its own `slot` if it is behind (a lower epoch: it starts `epoch` with no votes)
+/// or if in `epoch` it holds no tombstone and has not voted. Either way it answers with the
+/// record it then holds, which shows whom it voted for. Returns that record and whether it
+/// changed (and must be fsynced before the answer).
+#[must_use]
+pub fn vote(held: &NameRecord, slot: usize, epoch: u32, proposal: &Proposal) -> (NameRecord, bool) {
+    assert!(slot < REPLICAS, "a name has three replicas");
+    let mut record = held.clone();
+    if record.epoch < epoch {
+        record = NameRecord {
+            epoch,
+            ..NameRecord::default()
+        };
+    }
+    if record.epoch == epoch && record.deleted_at.is_none() && record.votes[slot].is_none() {
+        record.votes[slot] = Some(Box::new(proposal.clone()));
+    }
+    let changed = record != *held;
+    (record, changed)
+}
+
+/// What a coordinator asks a replica of a name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NameRequest {
+    /// Answer with the record.
+    Read,
+    /// Vote in `epoch` for `proposal`, if this replica may; answer with the record.
+    Vote {
+        /// The epoch.
+        epoch: u32,
+        /// The proposal.
+        proposal: Proposal,
+    },
+    /// Merge the record in; ack.
+    Write(NameRecord),
+}
+
+/// What a replica of a name answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NameReply {
+    /// The record it holds (after its fsync).
+    Record(NameRecord),
+    /// The write is durable.
+    Ack,
+}
+
+/// One request to one replica of the name (its slot is its place in the name's replicas).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameOutgoing {
+    /// The replica.
+    pub to: NodeId,
+    /// The operation's round; a reply of another round is ignored.
+    pub round: u32,
+    /// What it is asked.
+    pub request: NameRequest,
+}
+
+/// The answer to a create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreateAnswer {
+    /// The name has this live incarnation, with the attributes the create asked for (whether
+    /// this create's proposal won or an agreeing one did).
+    Created(QueueIncarnation),
+    /// The name is live with other attributes (`QueueNameExists`).
+    NameExists(QueueIncarnation),
+    /// The name was deleted less than the reuse wait ago (`QueueDeletedRecently`).
+    DeletedRecently,
+    /// No decision by the deadline, or the name moved on under the create (a delete or a later
+    /// epoch): the client retries. The create may still take effect.
+    Unavailable,
+}
+
+/// The answer to a delete of a queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteQueueAnswer {
+    /// The tombstone of the incarnation's epoch is durable on two replicas.
+    Deleted(QueueIncarnation),
+    /// Nothing live under the name (`QueueDoesNotExist`).
+    DoesNotExist,
+    /// No quorum by the deadline; the delete may still take effect.
+    Unavailable,
+}
+
+/// What a create or delete does once its read is settled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Purpose {
+    Create {
+        proposal: Proposal,
+        reuse_ms: u64,
+        epochs_tried: u32,
+    },
+    Delete,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    Read {
+        replies: BTreeMap<NodeId, NameRecord>,
+    },
+    /// Writing `record` back until two replicas hold it.
+    Settle {
+        record: NameRecord,
+        holders: Vec<NodeId>,
+    },
+    Vote {
+        epoch: u32,
+        replies: BTreeMap<NodeId, NameRecord>,
+    },
+    Tombstone {
+        incarnation: QueueIncarnation,
+        acks: Vec<NodeId>,
+    },
+    Answered,
+}
+
+/// A create or delete of a queue (spec §1, *Actions*), from its settled read to its answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameOp {
+    replicas: [NodeId; REPLICAS],
+    now: Millis,
+    purpose: Purpose,
+    round: u32,
+    phase: Phase,
+}
+
+/// Either answer of a [`NameOp`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NameAnswer {
+    /// A create's answer.
+    Create(CreateAnswer),
+    /// A delete's answer.
+    Delete(DeleteQueueAnswer),
+}
+
+impl NameOp {
+    /// Starts a create of the name whose replicas are `replicas` (in ring order: slot `r` is
+    /// `replicas[r]`), proposing `proposal`, at `now` by this coordinator's clock; a deleted
+    /// name may be created again `reuse_ms` after its delete.
+    #[must_use]
+    pub fn create(
+        replicas: [NodeId; REPLICAS],
+        proposal: Proposal,
+        now: Millis,
+        reuse_ms: u64,
+    ) -> (NameOp, Effects<NameAnswer, NameOutgoing>) {
+        NameOp::start(
+            replicas,
+            now,
+            Purpose::Create {
+                proposal,
+                reuse_ms,
+                epochs_tried: 0,
+            },
+        )
+    }
+
+    /// Starts a delete of the queue under the name whose replicas are `replicas`.
+    #[must_use]
+    pub fn delete(
+        replicas: [NodeId; REPLICAS],
+        now: Millis,
+    ) -> (NameOp, Effects<NameAnswer, NameOutgoing>) {
+        NameOp::start(replicas, now, Purpose::Delete)
+    }
+
+    fn start(
+        replicas: [NodeId; REPLICAS],
+        now: Millis,
+        purpose: Purpose,
+    ) -> (NameOp, Effects<NameAnswer, NameOutgoing>) {
+        let op = NameOp {
+            replicas,
+            now,
+            purpose,
+            round: 1,
+            phase: Phase::Read {
+                replies: BTreeMap::new(),
+            },
+        };
+        let sends = op.to_all(&NameRequest::Read);
+        (op, Effects::sends(sends))
+    }
+
+    fn to_all(&self, request: &NameRequest) -> Vec<NameOutgoing> {
+        self.replicas
+            .iter()
+            .map(|to| NameOutgoing {
+                to: *to,
+                round: self.round,
+                request: request.clone(),
+            })
+            .collect()
+    }
+
+    /// One replica's reply to round `round`.
+    pub fn on_reply(
+        &mut self,
+        from: NodeId,
+        round: u32,
+        reply: &NameReply,
+    ) -> Effects<NameAnswer, NameOutgoing> {
+        if round != self.round || !self.replicas.contains(&from) {
+            return Effects::none();
+        }
+        match (&mut self.phase, reply) {
+            (Phase::Read { replies }, NameReply::Record(record)) => {
+                let first = replies.insert(from, record.clone()).is_none();
+                if !first || replies.len() != READ_QUORUM {
+                    return Effects::none();
+                }
+                let merged = join(replies.values().cloned());
+                let holders: Vec<NodeId> = replies
+                    .iter()
+                    .filter(|(_, reply)| **reply == merged)
+                    .map(|(node, _)| *node)
+                    .collect();
+                self.settle(merged, holders)
+            }
+            (Phase::Settle { record, holders }, NameReply::Ack) => {
+                if !holders.contains(&from) {
+                    holders.push(from);
+                }
+                if holders.len() >= WRITE_QUORUM {
+                    let record = record.clone();
+                    self.act(&record)
+                } else {
+                    Effects::none()
+                }
+            }
+            (Phase::Vote { epoch, replies }, NameReply::Record(record)) => {
+                let epoch = *epoch;
+                replies.insert(from, record.clone());
+                let merged = join(replies.values().cloned());
+                if merged.epoch > epoch || merged.deleted_at.is_some() {
+                    // The name moved on under this create: a later epoch or a delete.
+                    return self.finish(NameAnswer::Create(CreateAnswer::Unavailable));
+                }
+                if merged.decided().is_some() {
+                    // Settle the decision (the votes are on different replicas) before acting.
+                    let holders = replies
+                        .iter()
+                        .filter(|(_, reply)| **reply == merged)
+                        .map(|(node, _)| *node)
+                        .collect();
+                    return self.settle(merged, holders);
+                }
+                if merged.split() {
+                    return self.propose(epoch + 1);
+                }
+                Effects::none()
+            }
+            (Phase::Tombstone { incarnation, acks }, NameReply::Ack) => {
+                if !acks.contains(&from) {
+                    acks.push(from);
+                }
+                if acks.len() >= WRITE_QUORUM {
+                    let incarnation = *incarnation;
+                    self.finish(NameAnswer::Delete(DeleteQueueAnswer::Deleted(incarnation)))
+                } else {
+                    Effects::none()
+                }
+            }
+            _ => Effects::none(),
+        }
+    }
+
+    /// The deadline passed.
+    pub fn on_timeout(&mut self) -> Effects<NameAnswer, NameOutgoing> {
+        if self.phase == Phase::Answered {
+            return Effects::none();
+        }
+        let answer = match self.purpose {
+            Purpose::Create { .. } => NameAnswer::Create(CreateAnswer::Unavailable),
+            Purpose::Delete => NameAnswer::Delete(DeleteQueueAnswer::Unavailable),
+        };
+        self.finish(answer)
+    }
+
+    /// The settle rule: act on `merged` only once two replicas hold it; write it to the others
+    /// first if fewer do.
+    fn settle(
+        &mut self,
+        merged: NameRecord,
+        holders: Vec<NodeId>,
+    ) -> Effects<NameAnswer, NameOutgoing> {
+        if holders.len() >= WRITE_QUORUM {
+            return self.act(&merged);
+        }
+        self.round += 1;
+        let sends = self
+            .replicas
+            .iter()
+            .filter(|node| !holders.contains(node))
+            .map(|to| NameOutgoing {
+                to: *to,
+                round: self.round,
+                request: NameRequest::Write(merged.clone()),
+            })
+            .collect();
+        self.phase = Phase::Settle {
+            record: merged,
+            holders,
+        };
+        Effects::sends(sends)
+    }
+
+    fn act(&mut self, record: &NameRecord) -> Effects<NameAnswer, NameOutgoing> {
+        match &self.purpose {
+            Purpose::Create {
+                proposal, reuse_ms, ..
+            } => {
+                if let Some(winner) = record.live() {
+                    let answer =
+                        if record.current_attributes().as_ref() == Some(&proposal.attributes) {
+                            CreateAnswer::Created(winner.incarnation)
+                        } else {
+                            CreateAnswer::NameExists(winner.incarnation)
+                        };
+                    return self.finish(NameAnswer::Create(answer));
+                }
+                if let Some(deleted_at) = record.deleted_at {
+                    if deleted_at.plus_ms(*reuse_ms) > self.now {
+                        return self.finish(NameAnswer::Create(CreateAnswer::DeletedRecently));
+                    }
+                    return self.propose(record.epoch + 1);
+                }
+                if record.split() {
+                    return self.propose(record.epoch + 1);
+                }
+                self.propose(record.epoch)
+            }
+            Purpose::Delete => {
+                let Some(live) = record.live() else {
+                    return self.finish(NameAnswer::Delete(DeleteQueueAnswer::DoesNotExist));
+                };
+                let incarnation = live.incarnation;
+                let mut tombstone = record.clone();
+                tombstone.deleted_at = Some(self.now);
+                self.round += 1;
+                self.phase = Phase::Tombstone {
+                    incarnation,
+                    acks: Vec::new(),
+                };
+                Effects::sends(self.to_all(&NameRequest::Write(tombstone)))
+            }
+        }
+    }
+
+    fn propose(&mut self, epoch: u32) -> Effects<NameAnswer, NameOutgoing> {
+        let Purpose::Create {
+            proposal,
+            epochs_tried,
+            ..
+        } = &mut self.purpose
+        else {
+            unreachable!("only a create proposes");
+        };
+        if *epochs_tried == CREATE_EPOCHS_MAX {
+            return self.finish(NameAnswer::Create(CreateAnswer::Unavailable));
+        }
+        if *epochs_tried > 0 {
+            // A fresh incarnation for every proposal: the nonce of the next is the next number.
+            proposal.incarnation.nonce = proposal.incarnation.nonce.wrapping_add(1);
+        }
+        *epochs_tried += 1;
+        let request = NameRequest::Vote {
+            epoch,
+            proposal: proposal.clone(),
+        };
+        self.round += 1;
+        self.phase = Phase::Vote {
+            epoch,
+            replies: BTreeMap::new(),
+        };
+        Effects::sends(self.to_all(&request))
+    }
+
+    fn finish(&mut self, answer: NameAnswer) -> Effects<NameAnswer, NameOutgoing> {
+        self.phase = Phase::Answered;
+        Effects::answer(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const R: [NodeId; REPLICAS] = [NodeId(1), NodeId(2), NodeId(3)];
+    const REUSE_MS: u64 = 60_000;
+
+    fn proposal(node: u16, nonce: u64, visibility: &str) -> Proposal {
+        Proposal {
+            incarnation: QueueIncarnation {
+                hlc_ms: 1_000,
+                node: NodeId(node),
+                nonce,
+            },
+            attributes: BTreeMap::from([("VisibilityTimeout".to_owned(), visibility.to_owned())]),
+            tags: BTreeMap::new(),
+        }
+    }
+
+    /// Three replicas of one name, answering as spec §1 says.
+    #[derive(Default)]
+    struct Replicas {
+        held: [NameRecord; REPLICAS],
+    }
+
+    impl Replicas {
+        fn answer(&mut self, out: &NameOutgoing) -> NameReply {
+            let slot = R
+                .iter()
+                .position(|node| *node == out.to)
+                .expect("a replica");
+            match &out.request {
+                NameRequest::Read => NameReply::Record(self.held[slot].clone()),
+                NameRequest::Vote { epoch, proposal } => {
+                    let (record, _) = vote(&self.held[slot], slot, *epoch, proposal);
+                    self.held[slot] = record.clone();
+                    NameReply::Record(record)
+                }
+                NameRequest::Write(record) => {
+                    self.held[slot] = self.held[slot].merge(record);
+                    NameReply::Ack
+                }
+            }
+        }
+
+        /// Runs `op` to its answer, delivering every request in order.
+        fn run(
+            &mut self,
+            (mut op, effects): (NameOp, Effects<NameAnswer, NameOutgoing>),
+        ) -> NameAnswer {
+            let mut queue: Vec<NameOutgoing> = effects.sends;
+            while !queue.is_empty() {
+                let out = queue.remove(0);
+                let reply = self.answer(&out);
+                let effects = op.on_reply(out.to, out.round, &reply);
+                if let Some(answer) = effects.answer {
+                    return answer;
+                }
+                queue.extend(effects.sends);
+            }
+            op.on_timeout().answer.expect("a timeout answers")
+        }
+    }
+
+    #[test]
+    fn an_uncontested_create_decides_its_proposal_and_a_repeat_agrees() {
+        let mut replicas = Replicas::default();
+        let a = proposal(1, 7, "30");
+        let answer = replicas.run(NameOp::create(R, a.clone(), Millis(5), REUSE_MS));
+        assert_eq!(
+            answer,
+            NameAnswer::Create(CreateAnswer::Created(a.incarnation))
+        );
+        let again = replicas.run(NameOp::create(R, proposal(2, 9, "30"), Millis(6), REUSE_MS));
+        assert_eq!(
+            again,
+            NameAnswer::Create(CreateAnswer::Created(a.incarnation))
+        );
+        let other = replicas.run(NameOp::create(R, proposal(2, 9, "45"), Millis(6), REUSE_MS));
+        assert_eq!(
+            other,
+            NameAnswer::Create(CreateAnswer::NameExists(a.incarnation))
+        );
+    }
+
+    /// Two creates read at once, then their votes interleave: replica 1 votes for `a`,
+    /// replica 2 for `b`, replica 3 for `a`.
+    fn race(b_attributes: &str) -> (QueueIncarnation, NameAnswer, NameAnswer) {
+        let mut replicas = Replicas::default();
+        let (a, b) = (proposal(1, 1, "30"), proposal(2, 2, b_attributes));
+        let (mut op_a, effects_a) = NameOp::create(R, a.clone(), Millis(5), REUSE_MS);
+        let (mut op_b, effects_b) = NameOp::create(R, b, Millis(5), REUSE_MS);
+        let step = |op: &mut NameOp, out: &NameOutgoing, replicas: &mut Replicas| {
+            let reply = replicas.answer(out);
+            op.on_reply(out.to, out.round, &reply)
+        };
+        // Both reads see nothing; each then proposes in epoch 0.
+        let mut votes_a = Vec::new();
+        for out in &effects_a.sends[..2] {
+            votes_a.extend(step(&mut op_a, out, &mut replicas).sends);
+        }
+        let mut votes_b = Vec::new();
+        for out in &effects_b.sends[..2] {
+            votes_b.extend(step(&mut op_b, out, &mut replicas).sends);
+        }
+        let by = |votes: &[NameOutgoing], node: u16| {
+            votes
+                .iter()
+                .find(|out| out.to == NodeId(node))
+                .unwrap()
+                .clone()
+        };
+        let mut pending_a = vec![by(&votes_a, 1), by(&votes_a, 3)];
+        let mut pending_b = vec![by(&votes_b, 2), by(&votes_b, 1), by(&votes_b, 3)];
+        pending_a.extend(step(&mut op_a, &pending_a[0].clone(), &mut replicas).sends);
+        pending_b.extend(step(&mut op_b, &pending_b[0].clone(), &mut replicas).sends);
+        let mut answers = [None, None];
+        for (i, (op, pending)) in [(&mut op_a, &mut pending_a), (&mut op_b, &mut pending_b)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut next = 1;
+            while answers[i].is_none() && next < pending.len() {
+                let out = pending[next].clone();
+                next += 1;
+                let effects = step(op, &out, &mut replicas);
+                answers[i] = effects.answer;
+                pending.extend(effects.sends);
+            }
+        }
+        let [Some(answer_a), Some(answer_b)] = answers else {
+            panic!("both creates answer: {answers:?}");
+        };
+        (a.incarnation, answer_a, answer_b)
+    }
+
+    #[test]
+    fn of_two_racing_creates_one_incarnation_wins_and_the_loser_compares_attributes() {
+        let (a, answer_a, answer_b) = race("45");
+        assert_eq!(answer_a, NameAnswer::Create(CreateAnswer::Created(a)));
+        assert_eq!(answer_b, NameAnswer::Create(CreateAnswer::NameExists(a)));
+        let (a, answer_a, answer_b) = race("30");
+        assert_eq!(answer_a, NameAnswer::Create(CreateAnswer::Created(a)));
+        assert_eq!(
+            answer_b,
+            NameAnswer::Create(CreateAnswer::Created(a)),
+            "agreeing loser"
+        );
+    }
+
+    #[test]
+    fn a_split_epoch_moves_the_next_proposal_to_the_next_epoch() {
+        let mut replicas = Replicas::default();
+        for (slot, node) in [1u16, 2, 3].into_iter().enumerate() {
+            let (record, _) = vote(&replicas.held[slot], slot, 0, &proposal(node, 0, "30"));
+            replicas.held[slot] = record;
+        }
+        for slot in 0..REPLICAS {
+            let others = replicas.held.clone();
+            for other in &others {
+                replicas.held[slot] = replicas.held[slot].merge(other);
+            }
+        }
+        assert!(replicas.held[0].split());
+        let c = proposal(1, 5, "30");
+        let answer = replicas.run(NameOp::create(R, c.clone(), Millis(5), REUSE_MS));
+        assert_eq!(
+            answer,
+            NameAnswer::Create(CreateAnswer::Created(c.incarnation))
+        );
+        assert_eq!(replicas.held[0].epoch, 1);
+    }
+
+    #[test]
+    fn a_deleted_name_waits_its_reuse_time_then_gets_a_new_incarnation() {
+        let mut replicas = Replicas::default();
+        let a = proposal(1, 1, "30");
+        replicas.run(NameOp::create(R, a.clone(), Millis(5), REUSE_MS));
+        assert_eq!(
+            replicas.run(NameOp::delete(R, Millis(100))),
+            NameAnswer::Delete(DeleteQueueAnswer::Deleted(a.incarnation))
+        );
+        assert_eq!(
+            replicas.run(NameOp::delete(R, Millis(101))),
+            NameAnswer::Delete(DeleteQueueAnswer::DoesNotExist)
+        );
+        let b = proposal(2, 3, "30");
+        assert_eq!(
+            replicas.run(NameOp::create(R, b.clone(), Millis(60_099), REUSE_MS)),
+            NameAnswer::Create(CreateAnswer::DeletedRecently)
+        );
+        assert_eq!(
+            replicas.run(NameOp::create(R, b.clone(), Millis(60_100), REUSE_MS)),
+            NameAnswer::Create(CreateAnswer::Created(b.incarnation))
+        );
+        assert_ne!(a.incarnation, b.incarnation);
+        assert!(replicas.held.iter().all(|held| held.epoch == 1));
+    }
+
+    #[test]
+    fn a_replica_votes_once_per_epoch_and_never_over_a_tombstone() {
+        let (a, b) = (proposal(1, 1, "30"), proposal(2, 2, "30"));
+        let (voted, changed) = vote(&NameRecord::default(), 0, 0, &a);
+        assert!(changed);
+        let (again, changed) = vote(&voted, 0, 0, &b);
+        assert!(!changed);
+        assert_eq!(again.votes[0].as_deref(), Some(&a));
+        let mut deleted = voted.clone();
+        deleted.deleted_at = Some(Millis(3));
+        assert!(!vote(&deleted, 1, 0, &b).1);
+        let (behind, changed) = vote(&deleted, 1, 1, &b);
+        assert!(changed, "a later epoch starts fresh");
+        assert_eq!(behind.votes[1].as_deref(), Some(&b));
+    }
+
+    #[test]
+    fn attribute_changes_merge_by_their_stamps() {
+        let mut a = NameRecord::default();
+        let (voted, _) = vote(&a, 0, 0, &proposal(1, 1, "30"));
+        a = voted.merge(&vote(&voted, 1, 0, &proposal(1, 1, "30")).0);
+        let change = |hlc_ms, node, value: &str| {
+            let mut record = a.clone();
+            record.attributes.insert(
+                "VisibilityTimeout".to_owned(),
+                Register {
+                    hlc_ms,
+                    node: NodeId(node),
+                    value: Some(value.to_owned()),
+                },
+            );
+            record
+        };
+        let (early, late) = (change(2_000, 2, "10"), change(3_000, 1, "20"));
+        let joined = early.merge(&late);
+        assert_eq!(joined, late.merge(&early));
+        assert_eq!(
+            joined.current_attributes().unwrap()["VisibilityTimeout"],
+            "20"
+        );
+    }
+
+    fn record() -> impl Strategy<Value = NameRecord> {
+        let vote = proptest::option::of(
+            (1u16..3, 0u64..2).prop_map(|(n, i)| Box::new(proposal(n, i, "30"))),
+        );
+        (
+            0u32..2,
+            [vote.clone(), vote.clone(), vote],
+            proptest::option::of(0u64..3),
+            proptest::option::of((0u64..3, 1u16..3)),
+            proptest::option::of(0u64..3),
+        )
+            .prop_map(|(epoch, votes, deleted, register, watermark)| NameRecord {
+                epoch,
+                votes,
+                deleted_at: deleted.map(Millis),
+                attributes: register
+                    .map(|(hlc_ms, node)| {
+                        BTreeMap::from([(
+                            "DelaySeconds".to_owned(),
+                            Register {
+                                hlc_ms,
+                                node: NodeId(node),
+                                value: Some(hlc_ms.to_string()),
+                            },
+                        )])
+                    })
+                    .unwrap_or_default(),
+                tags: BTreeMap::new(),
+                purge_watermark: watermark.map(Millis),
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn merge_is_commutative(a in record(), b in record()) {
+            prop_assert_eq!(a.merge(&b), b.merge(&a));
+        }
+
+        #[test]
+        fn merge_is_associative(a in record(), b in record(), c in record()) {
+            prop_assert_eq!(a.merge(&b).merge(&c), a.merge(&b.merge(&c)));
+        }
+
+        #[test]
+        fn merge_is_idempotent(a in record(), b in record()) {
+            prop_assert_eq!(a.merge(&a), a.clone());
+            let joined = a.merge(&b);
+            prop_assert_eq!(joined.merge(&b), joined.clone());
+        }
+
+        #[test]
+        fn a_decision_survives_every_merge_of_its_epoch(a in record(), b in record()) {
+            if let Some(decided) = a.decided().cloned() && b.epoch == a.epoch {
+                // Slots are written once per epoch: b's votes agree with a's where both vote.
+                let consistent = a.votes.iter().zip(&b.votes).all(|(x, y)| {
+                    x.is_none() || y.is_none() || x == y
+                });
+                if consistent {
+                    let joined = a.merge(&b);
+                    prop_assert_eq!(joined.decided(), Some(&decided));
+                }
+            }
+        }
+    }
+}
