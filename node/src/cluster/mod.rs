@@ -23,6 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tonic::transport::{Channel, Endpoint};
 use trireme_core::{Incarnation, MessageId, QueueName};
 use trireme_replication::coordinator::{
     DeleteAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp, MoveAnswer, MoveOp,
@@ -118,6 +119,22 @@ impl Cluster {
         clock: Arc<dyn Clock>,
         seed: Option<u64>,
     ) -> Result<(Cluster, ReplicaService), ClusterError> {
+        Cluster::start_with(settings, store, clock, seed, &Endpoint::connect_lazy)
+    }
+
+    /// Joins the cluster as [`Cluster::start`] does, with peer channels made by `channel` from
+    /// each peer's endpoint (see [`Peers::connect_with`]): another network under the same
+    /// links, e.g. the simulation's.
+    ///
+    /// # Errors
+    /// As [`Cluster::start`].
+    pub fn start_with(
+        settings: &ClusterSettings,
+        store: ReplicaStore,
+        clock: Arc<dyn Clock>,
+        seed: Option<u64>,
+        channel: &dyn Fn(&Endpoint) -> Channel,
+    ) -> Result<(Cluster, ReplicaService), ClusterError> {
         if settings.peers.contains_key(&settings.node) {
             return Err(ClusterError::SelfAsPeer(settings.node.0));
         }
@@ -133,7 +150,7 @@ impl Cluster {
             disk_id: store.disk_id(),
             clock,
         };
-        let peers = Peers::connect(&me, &settings.peers, settings.link)?;
+        let peers = Peers::connect_with(&me, &settings.peers, settings.link, channel)?;
         let nonces = match seed {
             Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ 0x6e6f_6e63_655f_7365),
             None => ChaCha20Rng::from_os_rng(),
@@ -344,6 +361,9 @@ impl Cluster {
             }
             self.dispatch(std::mem::take(&mut effects.sends), Some(&replies));
             effects = tokio::select! {
+                // A reply that arrives with the deadline counts: and an unbiased select would
+                // draw from tokio's random source, which a simulation cannot seed.
+                biased;
                 reply = incoming.recv() => {
                     let (from, round, reply): (NodeId, u32, Reply) =
                         reply.expect("the operation holds a sender of its own replies");

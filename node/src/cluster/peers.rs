@@ -89,7 +89,7 @@ impl Identity {
 }
 
 impl Peers {
-    /// Links to `peers` (member id to `host:port` of its peer service).
+    /// Links to `peers` (member id to `host:port` of its peer service) over the system's TCP.
     ///
     /// # Errors
     /// An address that is not a valid URI authority.
@@ -97,6 +97,21 @@ impl Peers {
         identity: &Identity,
         peers: &BTreeMap<NodeId, String>,
         settings: LinkSettings,
+    ) -> Result<Peers, tonic::transport::Error> {
+        Peers::connect_with(identity, peers, settings, &Endpoint::connect_lazy)
+    }
+
+    /// Links to `peers` as [`Peers::connect`] makes them, each channel made by `channel` from
+    /// the endpoint with the links' settings (e.g. over a simulated network:
+    /// `Endpoint::connect_with_connector_lazy`). `channel` must not connect eagerly.
+    ///
+    /// # Errors
+    /// An address that is not a valid URI authority.
+    pub fn connect_with(
+        identity: &Identity,
+        peers: &BTreeMap<NodeId, String>,
+        settings: LinkSettings,
+        channel: &dyn Fn(&Endpoint) -> Channel,
     ) -> Result<Peers, tonic::transport::Error> {
         let request_ids = Arc::new(AtomicU64::new(1));
         let mut links = BTreeMap::new();
@@ -108,7 +123,7 @@ impl Peers {
                 .http2_keep_alive_interval(settings.keepalive_interval)
                 .keep_alive_timeout(settings.keepalive_timeout)
                 .keep_alive_while_idle(true);
-            let channel = endpoint.connect_lazy();
+            let channel = channel(&endpoint);
             let (queue, waiting) = mpsc::channel(PEER_QUEUE_MAX);
             tokio::spawn(run_link(
                 *peer,

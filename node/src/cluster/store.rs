@@ -1,11 +1,16 @@
 //! A replica's durable records (spec/replication.md#durability) and its local view of them.
 //!
-//! One thread owns the database. Batches of requests from any number of coordinators (this
+//! One committer owns the database. Batches of requests from any number of coordinators (this
 //! node's and its peers') queue up for it; it takes every batch waiting, applies their requests
 //! in order in one write transaction (each checked against the state that includes the requests
 //! before it, spec/replication.md §13), commits once, and only then answers any of them: group
 //! commit, with fsync before every ack and before every read answer. A failed commit answers
 //! every batch of the group with the error, so nothing unsynced is ever acknowledged.
+//!
+//! The committer is an OS thread in production ([`ReplicaStore::open`]), so a commit's fsync
+//! never stalls the runtime. [`ReplicaStore::open_backend`] puts the store on any redb backend
+//! and runs the same committer as a task of the caller's runtime, for a runtime that is the
+//! whole machine (the simulation, where a thread would run outside simulated time and disk).
 //!
 //! The local view indexes the live records this replica holds by queue, so a coordinator can
 //! pick receive candidates without a network round; it is rebuilt from the records at open.
@@ -16,7 +21,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
+};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
@@ -80,7 +87,10 @@ pub enum StoreError {
         #[source]
         source: CodecError,
     },
-    /// The committer thread is gone (the store was closed or panicked).
+    /// redb refused the backend's contents (`ReplicaStore::open_backend`).
+    #[error("cannot open the replica database on its backend: {0}")]
+    Backend(#[source] redb::DatabaseError),
+    /// The committer is gone (the store was closed or panicked).
     #[error("the replica store is closed")]
     Closed,
 }
@@ -217,24 +227,76 @@ impl ReplicaStore {
             path: path.clone(),
             source,
         })?;
-        let disk_id = identify(&db, node, new_disk_id)?;
-        let view = Arc::new(Mutex::new(rebuild_view(&db)?));
-        let db = Arc::new(db);
-        let (jobs, queue) = mpsc::channel(BATCHES_QUEUED_MAX);
-        let committer_view = Arc::clone(&view);
-        let committer_db = Arc::clone(&db);
+        let (store, queue) = ReplicaStore::on_database(db, node, new_disk_id)?;
+        let view = Arc::clone(&store.view);
+        let db = Arc::clone(&store.db);
         let committer = std::thread::Builder::new()
             .name(format!("replica-store-{}", node.0))
-            .spawn(move || commit_loop(committer_db, queue, &committer_view))
+            .spawn(move || {
+                let mut queue = queue;
+                while let Some(first) = queue.blocking_recv() {
+                    let group = take_group(first, &mut queue);
+                    commit_group(&db, group, &view);
+                }
+                // The queue closes only when every store clone (each holds a sender and a
+                // reference to the database) is gone, so this is the last reference: the file
+                // closes here.
+                drop(db);
+            })
             .expect("the replica committer thread starts");
+        Ok((store, StoreClosed { committer }))
+    }
+
+    /// Opens (or creates) the replica database on `backend` (e.g. a simulated disk) for `node`,
+    /// as [`ReplicaStore::open`] does, with a page cache of `cache_bytes`. The committer runs as
+    /// a task on the current tokio runtime and commits synchronously on it: every commit, with
+    /// its fsync, holds that runtime's thread. The task ends (and the database closes) when
+    /// every clone of the store is gone.
+    ///
+    /// # Errors
+    /// `Backend` when redb refuses the backend's contents; otherwise as [`ReplicaStore::open`].
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn open_backend(
+        backend: impl StorageBackend,
+        cache_bytes: usize,
+        node: NodeId,
+        new_disk_id: u64,
+    ) -> Result<(ReplicaStore, tokio::task::JoinHandle<()>), StoreError> {
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create_with_backend(backend)
+            .map_err(StoreError::Backend)?;
+        let (store, mut queue) = ReplicaStore::on_database(db, node, new_disk_id)?;
+        let view = Arc::clone(&store.view);
+        let db = Arc::clone(&store.db);
+        let committer = tokio::spawn(async move {
+            while let Some(first) = queue.recv().await {
+                let group = take_group(first, &mut queue);
+                commit_group(&db, group, &view);
+            }
+        });
+        Ok((store, committer))
+    }
+
+    /// The store on an open database, and the queue its committer takes jobs from.
+    fn on_database(
+        db: Database,
+        node: NodeId,
+        new_disk_id: u64,
+    ) -> Result<(ReplicaStore, mpsc::Receiver<Job>), StoreError> {
+        let disk_id = identify(&db, node, new_disk_id)?;
+        let view = Arc::new(Mutex::new(rebuild_view(&db)?));
+        let (jobs, queue) = mpsc::channel(BATCHES_QUEUED_MAX);
         Ok((
             ReplicaStore {
                 jobs,
                 view,
                 disk_id,
-                db,
+                db: Arc::new(db),
             },
-            StoreClosed { committer },
+            queue,
         ))
     }
 
@@ -348,44 +410,46 @@ fn rebuild_view(db: &Database) -> Result<LocalView, StoreError> {
     Ok(view)
 }
 
-fn commit_loop(db: Arc<Database>, mut queue: mpsc::Receiver<Job>, view: &Mutex<LocalView>) {
-    while let Some(first) = queue.blocking_recv() {
-        let mut group = vec![first];
-        let mut requests = group[0].entries.len();
-        while requests < GROUP_REQUESTS_MAX {
-            match queue.try_recv() {
-                Ok(job) => {
-                    requests += job.entries.len();
-                    group.push(job);
+/// `first` and every job waiting behind it, up to `GROUP_REQUESTS_MAX` requests: one group.
+fn take_group(first: Job, queue: &mut mpsc::Receiver<Job>) -> Vec<Job> {
+    let mut requests = first.entries.len();
+    let mut group = vec![first];
+    while requests < GROUP_REQUESTS_MAX {
+        match queue.try_recv() {
+            Ok(job) => {
+                requests += job.entries.len();
+                group.push(job);
+            }
+            Err(_) => break,
+        }
+    }
+    group
+}
+
+/// Applies and commits `group`, then answers each of its jobs: after the fsync, or with the
+/// error when the commit failed.
+fn commit_group(db: &Database, group: Vec<Job>, view: &Mutex<LocalView>) {
+    match apply_group(db, &group) {
+        Ok((replies, changed)) => {
+            {
+                let mut view = view.lock().expect("the view lock is never poisoned");
+                for (key, record) in &changed {
+                    view.update(key, record.as_ref());
                 }
-                Err(_) => break,
+            }
+            for (job, replies) in group.into_iter().zip(replies) {
+                // A caller that gave up no longer listens; its writes are durable anyway.
+                let _ = job.answer.send(Ok(replies));
             }
         }
-        match apply_group(&db, &group) {
-            Ok((replies, changed)) => {
-                {
-                    let mut view = view.lock().expect("the view lock is never poisoned");
-                    for (key, record) in &changed {
-                        view.update(key, record.as_ref());
-                    }
-                }
-                for (job, replies) in group.into_iter().zip(replies) {
-                    // A caller that gave up no longer listens; its writes are durable anyway.
-                    let _ = job.answer.send(Ok(replies));
-                }
-            }
-            Err(error) => {
-                tracing::error!(%error, "replica group commit failed; nothing of it is acknowledged");
-                let error = Arc::new(error);
-                for job in group {
-                    let _ = job.answer.send(Err(Arc::clone(&error)));
-                }
+        Err(error) => {
+            tracing::error!(%error, "replica group commit failed; nothing of it is acknowledged");
+            let error = Arc::new(error);
+            for job in group {
+                let _ = job.answer.send(Err(Arc::clone(&error)));
             }
         }
     }
-    // The queue closes only when every store clone (each holds a sender and a reference to the
-    // database) is gone, so this is the last reference: the file closes here.
-    drop(db);
 }
 
 type Changed = Vec<(RecordKey, Option<Record>)>;
@@ -446,4 +510,62 @@ fn apply_group(db: &Database, group: &[Job]) -> Result<(Vec<Vec<Reply>>, Changed
         txn.commit()?;
     }
     Ok((all_replies, changed))
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::backends::InMemoryBackend;
+    use trireme_core::{Incarnation, MessageId, Millis, QueueName};
+    use trireme_replication::record::Birth;
+    use trireme_replication::replica::Write;
+
+    use super::*;
+
+    fn key() -> RecordKey {
+        RecordKey {
+            queue: QueueName::try_from("q".to_owned()).expect("a valid queue name"),
+            incarnation: Incarnation(1),
+            message: MessageId(7),
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_store_on_a_backend_commits_on_its_runtime_and_answers_after_the_commit() {
+        let (store, committer) =
+            ReplicaStore::open_backend(InMemoryBackend::new(), 1024 * 1024, NodeId(1), 42)
+                .expect("the store opens on memory");
+        assert_eq!(store.disk_id(), 42);
+        let record = Record::sent(Birth {
+            payload: b"body".to_vec(),
+            sent_at: Millis(5),
+            visible_from: Millis(0),
+            source_queue: None,
+            dedup_id: None,
+        });
+        let write = Entry {
+            key: key(),
+            request: Request::Write {
+                write: Box::new(Write::Merge(record.clone())),
+                ack: true,
+            },
+        };
+        let read = Entry {
+            key: key(),
+            request: Request::Read,
+        };
+        let replies = store
+            .apply(vec![write, read])
+            .await
+            .expect("the group commits");
+        assert_eq!(replies, vec![Reply::Ack, Reply::Record(Some(record))]);
+        assert_eq!(store.records().expect("the records read").len(), 1);
+        assert_eq!(
+            store.view(|view| view.candidates(&key().queue, Incarnation(1), Millis(10), 5)),
+            vec![MessageId(7)]
+        );
+        drop(store);
+        committer
+            .await
+            .expect("the committer task ends when the store is gone");
+    }
 }
