@@ -157,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
                         id: engine.new_message_id(),
                         body: body.clone(),
                         attributes: BTreeMap::new(),
+                        system: Default::default(),
                         delay_s: None,
                         dedup: None,
                     })
