@@ -53,6 +53,17 @@ pub enum Action {
         /// New visibility timeout from now.
         timeout: Tick,
     },
+    /// `DeadLetterNow(queue, handle)`: the holder of the current handle moves the message to
+    /// the queue's dead-letter queue at once. `by` names the worker presenting a handle it
+    /// holds (the ghost check of I2 needs it); `None` for a forged handle nobody was issued.
+    DeadLetterNow {
+        /// The worker presenting a held handle, if any.
+        by: Option<WorkerId>,
+        /// The queue the request names.
+        queue: QueueId,
+        /// The handle presented.
+        handle: ReceiptHandle,
+    },
     /// Advance time by one tick.
     Tick,
     /// `Redrive(from, to, max)`: move ready messages out of a dead-letter queue.
@@ -110,6 +121,11 @@ pub enum Refusal {
         /// The message it names.
         message_id: MessageId,
     },
+    /// Dead-letter now at a queue without a redrive policy: there is nowhere to move to.
+    NoRedrivePolicy {
+        /// The queue the request named.
+        queue: QueueId,
+    },
 }
 
 /// One delivered message, as the caller of a receive gets it.
@@ -164,6 +180,11 @@ pub enum Outcome {
     },
     /// A visibility change that succeeded.
     VisibilityChanged,
+    /// A dead-letter-now that moved the message.
+    DeadLettered {
+        /// Where it went.
+        dead_letter_queue: QueueId,
+    },
     /// A redrive.
     Redriven {
         /// Messages moved.

@@ -59,6 +59,47 @@ fn every_property_of_the_page_holds() {
                 }
         },
     );
+    // The witnesses read only the queues' attributes, which every configuration shares.
+    let dead_letter_now_refusals: [RefusalWitness; 5] = [
+        (
+            properties::STALE_DEAD_LETTER_NOW,
+            |s| properties::stale_dead_letter_now(&QueueCore::default(), s),
+            |refusal| matches!(refusal, Refusal::StaleReceiptHandle { .. }),
+        ),
+        (
+            properties::UNISSUED_DEAD_LETTER_NOW,
+            |s| properties::unissued_dead_letter_now(&QueueCore::default(), s),
+            |refusal| {
+                *refusal
+                    == Refusal::ReceiptHandleInvalid {
+                        reason: InvalidReason::NeverIssued,
+                    }
+            },
+        ),
+        (
+            properties::WRONG_QUEUE_DEAD_LETTER_NOW,
+            |s| properties::wrong_queue_dead_letter_now(&QueueCore::default(), s),
+            |refusal| {
+                *refusal
+                    == Refusal::ReceiptHandleInvalid {
+                        reason: InvalidReason::WrongQueue,
+                    }
+            },
+        ),
+        (
+            properties::DEAD_LETTER_NOW_WITHOUT_POLICY,
+            |s| properties::dead_letter_now_without_policy(&QueueCore::default(), s),
+            |refusal| matches!(refusal, Refusal::NoRedrivePolicy { .. }),
+        ),
+        (
+            properties::DEAD_LETTER_NOW_OF_MOVED,
+            |s| properties::dead_letter_now_of_moved(&QueueCore::default(), s),
+            |refusal| matches!(refusal, Refusal::MessageNotInFlight { .. }),
+        ),
+    ];
+    for (name, action_in, expected) in dead_letter_now_refusals {
+        assert_refused(&checker, name, action_in, expected);
+    }
     assert_refused(
         &checker,
         properties::HANDLE_FOR_OTHER_QUEUE_HELD,
@@ -71,6 +112,13 @@ fn every_property_of_the_page_holds() {
         },
     );
 }
+
+/// A refusal witness: its name, the refused action in its last state, and the refusal expected.
+type RefusalWitness = (
+    &'static str,
+    fn(&State) -> Option<Action>,
+    fn(&Refusal) -> bool,
+);
 
 /// Applies the refused action the witness `name` names in its last state, and checks it is
 /// enabled, refused as `expected` says, and changes nothing.
@@ -178,6 +226,22 @@ const PLANTED: &[(Bug, &[&str])] = &[
     (
         Bug::HandleSeqResetByRedrive,
         &[properties::HANDLE_FRESH, properties::STALE_NEVER_DELETES],
+    ),
+    (
+        Bug::DeadLetterNowAcceptsStale,
+        &[properties::STALE_NEVER_DELETES],
+    ),
+    (
+        Bug::DeadLetterNowAcceptsUnissued,
+        &[properties::DEAD_LETTER_ONLY_PAST_MAX],
+    ),
+    (
+        Bug::DeadLetterNowResetsReceiveCount,
+        &[properties::RECEIVE_COUNT],
+    ),
+    (
+        Bug::DeadLetterNowDoesNotServe,
+        &[properties::NO_IDLE_WAITER],
     ),
 ];
 
@@ -288,6 +352,45 @@ fn resetting_the_handle_sequence_at_redrive_revives_a_superseded_handle() {
     assert_bug_found(
         Bug::HandleSeqResetByRedrive,
         planted(Bug::HandleSeqResetByRedrive),
+    );
+}
+
+#[test]
+fn dead_letter_now_with_a_superseded_handle_takes_the_message_from_its_new_holder() {
+    assert_bug_found(
+        Bug::DeadLetterNowAcceptsStale,
+        planted(Bug::DeadLetterNowAcceptsStale),
+    );
+}
+
+/// The counterexample moves a message nobody received: in the dead-letter queue with a receive
+/// count of 0.
+#[test]
+fn dead_letter_now_with_a_forged_handle_moves_a_message_nobody_received() {
+    let last = assert_bug_found(
+        Bug::DeadLetterNowAcceptsUnissued,
+        planted(Bug::DeadLetterNowAcceptsUnissued),
+    );
+    assert!(
+        last[0]
+            .stored()
+            .any(|(_, _, life)| life.source.is_some() && life.receive_count == 0)
+    );
+}
+
+#[test]
+fn dead_letter_now_that_resets_the_receive_count_is_caught() {
+    assert_bug_found(
+        Bug::DeadLetterNowResetsReceiveCount,
+        planted(Bug::DeadLetterNowResetsReceiveCount),
+    );
+}
+
+#[test]
+fn dead_letter_now_that_does_not_serve_leaves_a_dead_letter_waiter_idle() {
+    assert_bug_found(
+        Bug::DeadLetterNowDoesNotServe,
+        planted(Bug::DeadLetterNowDoesNotServe),
     );
 }
 

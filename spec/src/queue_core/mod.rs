@@ -26,6 +26,14 @@
 //!   free phase, summed over the messages still stored and all their lives. Enough for two
 //!   receives in `Q`, the dead-letter move and one receive in `D` or after a redrive; not for a
 //!   second trip through `D`, nor for both messages received twice while both are stored.
+//! - **Dead-letter-now** (`within_boundary`, `State::ghost_dead_letter_nows`): at most one
+//!   succeeds per path, and it counts as one receive toward the receive bound for the rest of the
+//!   path: enough for a receive, the move, and one receive in `D` (a waiter served by the move,
+//!   or a consumer), or a redrive. The holder drops its handle once the move succeeded (its
+//!   request is done); other workers keep theirs, so a retry with a handle of the old queue is
+//!   still offered. At a queue without a redrive policy it is offered with that queue's own
+//!   handles only (the policy is checked before the handle is read), and forged handles are
+//!   offered with `seq` past the newest only.
 //! - **Long polls** ([`QueueCore::long_polls`]): a waiter takes a full batch with visibility 2;
 //!   long polls with `max = 1` or visibility 0 (chains of waiters served with visibility 0) are
 //!   checked only by the step tests and the random walks.
@@ -175,6 +183,16 @@ pub enum Bug {
     /// the redrive (red: I1 and I2). The model's default does not reset it; see
     /// `spec-questions.md`.
     HandleSeqResetByRedrive,
+    /// Dead-letter-now skips the staleness check, so the holder of a superseded handle moves the
+    /// message away from the worker that received it since (red: I2).
+    DeadLetterNowAcceptsStale,
+    /// Dead-letter-now takes a handle that was never issued as the current one, so a forged
+    /// handle moves a message nobody received (red: I7).
+    DeadLetterNowAcceptsUnissued,
+    /// Dead-letter-now resets the receive count, as the harness's copy did (red: I5).
+    DeadLetterNowResetsReceiveCount,
+    /// Dead-letter-now does not serve the dead-letter queue's waiters (red: I3).
+    DeadLetterNowDoesNotServe,
 }
 
 /// The model: its configuration. The state lives in [`State`].
@@ -322,6 +340,16 @@ impl QueueCore {
                         queue,
                         handle,
                     });
+                    // At a queue without a redrive policy the handle is never read (the policy
+                    // is checked first), so that refusal is offered with the queue's own
+                    // handles only.
+                    if queue == handle.queue || self.attributes(queue).redrive.is_some() {
+                        actions.push(Action::DeadLetterNow {
+                            by: Some(worker),
+                            queue,
+                            handle,
+                        });
+                    }
                 }
                 for timeout in VISIBILITIES {
                     actions.push(Action::ChangeVisibility {
@@ -335,16 +363,26 @@ impl QueueCore {
         }
         for (message, queue, life) in state.stored() {
             for seq in [0, life.receive_seq + 1] {
+                let handle = ReceiptHandle {
+                    queue,
+                    incarnation: self.attributes(queue).incarnation,
+                    message,
+                    seq,
+                };
                 actions.push(Action::Delete {
                     by: None,
                     queue,
-                    handle: ReceiptHandle {
-                        queue,
-                        incarnation: self.attributes(queue).incarnation,
-                        message,
-                        seq,
-                    },
+                    handle,
                 });
+                // `seq = 0` and `seq` past the newest are one check of dead-letter-now's guard,
+                // which a forged delete already walks both ways; one forged handle suffices.
+                if seq > 0 && self.attributes(queue).redrive.is_some() {
+                    actions.push(Action::DeadLetterNow {
+                        by: None,
+                        queue,
+                        handle,
+                    });
+                }
             }
         }
         for message in MessageId::all() {
@@ -439,12 +477,15 @@ impl QueueCore {
     ///   handles, the deduplication entries and the event witnesses are inert and dropped.
     ///
     /// - Timestamps no transition reads again are set to 0 (see `canonical_times`).
+    /// - The ghost flag of a dead-letter-now is dropped where I7 no longer reads it (see
+    ///   `canonical_dead_lettered_now`).
     ///
     /// A state merged into an equivalent one is not itself checked; for the second point that
     /// means a settle-phase state differing only in the free workers' handles is checked once.
     pub fn representative(state: &State) -> State {
         let mut canonical = state.clone();
         canonical_times(&mut canonical);
+        canonical_dead_lettered_now(&mut canonical);
         if canonical.settled {
             for worker in &mut canonical.workers[..WORKERS] {
                 *worker = Worker::default();
@@ -453,6 +494,7 @@ impl QueueCore {
                 queue.dedup = None;
             }
             canonical.ghost_events = Events::default();
+            canonical.ghost_dead_letter_nows = 0;
         }
         let mut swapped = canonical.clone();
         swapped.workers.swap(0, 1);
@@ -464,6 +506,20 @@ impl QueueCore {
             }
         }
         canonical.min(swapped)
+    }
+}
+
+/// Clears the ghost flag of a message that dead-letter-now moved once its receive count reached
+/// `maxReceiveCount`: I7 reads the flag only below it, the count never goes down within a life,
+/// and a redrive, which starts a new life, clears the flag anyway.
+fn canonical_dead_lettered_now(state: &mut State) {
+    for slot in &mut state.messages {
+        let Slot::Sent(message) = slot else { continue };
+        if let Some(life) = &mut message.life
+            && life.receive_count >= MAX_RECEIVE_COUNT
+        {
+            life.ghost_dead_lettered_now = false;
+        }
     }
 }
 
@@ -572,8 +628,12 @@ impl Model for QueueCore {
 
     /// Bounds the free phase only: a settle-phase state outside a boundary would look terminal
     /// to the checker and fail L3 for the bound's sake, and the settle phase is finite anyway.
+    /// A dead-letter-now counts as a receive, and only one may succeed (see the module's
+    /// reductions).
     fn within_boundary(&self, state: &State) -> bool {
         let receives: u8 = state.stored().map(|(_, _, life)| life.receive_seq).sum();
-        state.settled || receives <= self.receives_max
+        state.settled
+            || (receives + state.ghost_dead_letter_nows <= self.receives_max
+                && state.ghost_dead_letter_nows <= 1)
     }
 }

@@ -81,6 +81,22 @@ pub const STALE_HANDLE_HELD: &str = "stale delete attempted";
 pub const UNISSUED_HANDLE_PRESENTABLE: &str = "forged-handle delete attempted";
 /// Witness: a worker holds a handle of a stored message, and may present it at the other queue.
 pub const HANDLE_FOR_OTHER_QUEUE_HELD: &str = "wrong-queue delete attempted";
+/// Witness: a worker holds a superseded handle of a message still in that handle's queue, which
+/// has a redrive policy, so the dead-letter-now it may attempt classifies as stale.
+pub const STALE_DEAD_LETTER_NOW: &str = "stale dead-letter-now attempted";
+/// Witness: a received message is stored in a queue with a redrive policy, so a forged
+/// dead-letter-now (`seq` never issued) may be presented for it.
+pub const UNISSUED_DEAD_LETTER_NOW: &str = "forged-handle dead-letter-now attempted";
+/// Witness: a worker holds a handle of a stored message issued by a queue other than one with a
+/// redrive policy, and may present it there.
+pub const WRONG_QUEUE_DEAD_LETTER_NOW: &str = "wrong-queue dead-letter-now attempted";
+/// Witness: a worker holds a handle a queue without a redrive policy issued, of a message still
+/// stored, and may present it there.
+pub const DEAD_LETTER_NOW_WITHOUT_POLICY: &str =
+    "dead-letter-now without a redrive policy attempted";
+/// Witness: a worker holds a handle of a queue with a redrive policy whose message has left that
+/// queue (moved to its dead-letter queue) but is still stored.
+pub const DEAD_LETTER_NOW_OF_MOVED: &str = "dead-letter-now of a message moved already attempted";
 
 /// Every invariant name, in page order.
 pub const INVARIANTS: [&str; 12] = [
@@ -149,6 +165,48 @@ pub fn all() -> Vec<Property<QueueCore>> {
             "deleted after visibility expired, before a new receive",
             |_, s: &State| s.ghost_events.contains(Events::DELETED_AFTER_TIMEOUT),
         ),
+        Property::sometimes(STALE_DEAD_LETTER_NOW, |m, s: &State| {
+            stale_dead_letter_now(m, s).is_some()
+        }),
+        Property::sometimes(UNISSUED_DEAD_LETTER_NOW, |m, s: &State| {
+            unissued_dead_letter_now(m, s).is_some()
+        }),
+        Property::sometimes(WRONG_QUEUE_DEAD_LETTER_NOW, |m, s: &State| {
+            wrong_queue_dead_letter_now(m, s).is_some()
+        }),
+        Property::sometimes(DEAD_LETTER_NOW_WITHOUT_POLICY, |m, s: &State| {
+            dead_letter_now_without_policy(m, s).is_some()
+        }),
+        Property::sometimes(DEAD_LETTER_NOW_OF_MOVED, |m, s: &State| {
+            dead_letter_now_of_moved(m, s).is_some()
+        }),
+        Property::sometimes("dead-lettered now", |_, s: &State| {
+            s.stored().any(|(_, _, life)| life.ghost_dead_lettered_now)
+        }),
+        Property::sometimes(
+            "dead-lettered now after visibility expired, before a new receive",
+            |_, s: &State| {
+                s.ghost_events
+                    .contains(Events::DEAD_LETTERED_NOW_AFTER_TIMEOUT)
+            },
+        ),
+        Property::sometimes(
+            "dead-letter queue waiter served by dead-letter-now",
+            |_, s: &State| {
+                s.ghost_events
+                    .contains(Events::WAITER_SERVED_BY_DEAD_LETTER_NOW)
+            },
+        ),
+        Property::sometimes(
+            "in the dead-letter queue below maxReceiveCount",
+            |m: &QueueCore, s: &State| {
+                s.stored().any(|(_, _, life)| {
+                    life.source
+                        .and_then(|source| m.attributes(source).redrive)
+                        .is_some_and(|policy| life.receive_count < policy.max_receive_count)
+                })
+            },
+        ),
         Property::sometimes("settle starts with a message in flight", |_, s: &State| {
             s.settled
                 && s.stored()
@@ -208,6 +266,104 @@ pub fn handle_for_other_queue(s: &State) -> Option<Action> {
                 handle: h.handle,
             })
         })
+    })
+}
+
+/// A dead-letter-now a worker may attempt with a superseded handle of a message still in that
+/// handle's queue, which has a redrive policy (classifies as stale), if the state has one.
+pub fn stale_dead_letter_now(model: &QueueCore, s: &State) -> Option<Action> {
+    let (worker, held) = held_handle(s, |h| {
+        let has_policy = model.attributes(h.handle.queue).redrive.is_some();
+        let life = s.stored_in(h.handle.message, h.handle.queue);
+        has_policy
+            && h.ghost_superseded
+            && life.is_some_and(|life| life.handle.is_some_and(|n| h.handle.seq < n))
+    })?;
+    Some(Action::DeadLetterNow {
+        by: Some(worker),
+        queue: held.handle.queue,
+        handle: held.handle,
+    })
+}
+
+/// A forged dead-letter-now (`seq` one past the newest issued) of a received message stored in
+/// a queue with a redrive policy, if the state has one.
+pub fn unissued_dead_letter_now(model: &QueueCore, s: &State) -> Option<Action> {
+    if s.settled {
+        return None;
+    }
+    s.stored().find_map(|(message, queue, life)| {
+        let has_policy = model.attributes(queue).redrive.is_some();
+        (has_policy && life.handle.is_some()).then_some(Action::DeadLetterNow {
+            by: None,
+            queue,
+            handle: ReceiptHandle {
+                queue,
+                incarnation: model.attributes(queue).incarnation,
+                message,
+                seq: life.receive_seq + 1,
+            },
+        })
+    })
+}
+
+/// A dead-letter-now with a held handle of a stored message, presented at a queue that has a
+/// redrive policy and did not issue the handle, if the state has one.
+pub fn wrong_queue_dead_letter_now(model: &QueueCore, s: &State) -> Option<Action> {
+    let (worker, held) = held_handle(s, |h| {
+        let other = h.handle.queue.other();
+        model.attributes(other).redrive.is_some()
+            && s.message(h.handle.message)
+                .is_some_and(|m| m.queue.is_some())
+    })?;
+    Some(Action::DeadLetterNow {
+        by: Some(worker),
+        queue: held.handle.queue.other(),
+        handle: held.handle,
+    })
+}
+
+/// A dead-letter-now with a held handle of a stored message, presented at the queue without a
+/// redrive policy that issued it, if the state has one.
+pub fn dead_letter_now_without_policy(model: &QueueCore, s: &State) -> Option<Action> {
+    let queue = super::QueueId::ALL
+        .into_iter()
+        .find(|&q| model.attributes(q).redrive.is_none())?;
+    let (worker, held) = held_handle(s, |h| {
+        h.handle.queue == queue
+            && s.message(h.handle.message)
+                .is_some_and(|m| m.queue.is_some())
+    })?;
+    Some(Action::DeadLetterNow {
+        by: Some(worker),
+        queue,
+        handle: held.handle,
+    })
+}
+
+/// A dead-letter-now with a held handle of a queue with a redrive policy whose message is
+/// stored in another queue (it was moved), if the state has one.
+pub fn dead_letter_now_of_moved(model: &QueueCore, s: &State) -> Option<Action> {
+    let (worker, held) = held_handle(s, |h| {
+        model.attributes(h.handle.queue).redrive.is_some()
+            && s.message(h.handle.message)
+                .and_then(|m| m.queue)
+                .is_some_and(|queue| queue != h.handle.queue)
+    })?;
+    Some(Action::DeadLetterNow {
+        by: Some(worker),
+        queue: held.handle.queue,
+        handle: held.handle,
+    })
+}
+
+/// The first handle a free-phase worker that may act holds and `wanted` accepts.
+fn held_handle(s: &State, wanted: impl Fn(&HeldHandle) -> bool) -> Option<(WorkerId, HeldHandle)> {
+    free_workers(s).find_map(|(worker, held)| {
+        held.iter()
+            .flatten()
+            .find(|h| wanted(h))
+            .map(|h| (worker, *h))
     })
 }
 
@@ -274,13 +430,16 @@ pub fn conservation(s: &State) -> bool {
         .all(|m| m.queue.is_some() != m.gone.is_some() && m.queue.is_some() == m.life.is_some())
 }
 
-/// I7: a message moved into a dead-letter queue sits in its source's dead-letter queue and
-/// reached the source's `maxReceiveCount`.
+/// I7: a message moved into a dead-letter queue sits in its source's dead-letter queue, and
+/// either reached the source's `maxReceiveCount` or was moved by the holder of its current
+/// handle (so it was received at least once).
 pub fn dead_letter_only_past_max(model: &QueueCore, s: &State) -> bool {
     s.stored().all(|(_, queue, life)| match life.source {
         None => true,
         Some(source) => model.attributes(source).redrive.is_some_and(|policy| {
-            policy.dead_letter_queue == queue && life.receive_count >= policy.max_receive_count
+            let past_max = life.receive_count >= policy.max_receive_count;
+            let asked = life.ghost_dead_lettered_now && life.receive_count >= 1;
+            policy.dead_letter_queue == queue && (past_max || asked)
         }),
     })
 }

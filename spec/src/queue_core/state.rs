@@ -142,6 +142,9 @@ pub struct Life {
     pub source: Option<QueueId>,
     /// Ghost: deliveries since the start of this life (I5 compares `receive_count` with it).
     pub ghost_deliveries: u8,
+    /// Ghost: *DeadLetterNow* moved it into its current queue (I7 allows it there below
+    /// `maxReceiveCount`). Cleared by a redrive, which starts a new life.
+    pub ghost_dead_lettered_now: bool,
 }
 
 /// A message that was sent and stored (not a deduplicated duplicate).
@@ -254,6 +257,12 @@ impl Events {
     /// A delete with the newest handle succeeded after the visibility timeout expired and before
     /// anyone received the message again.
     pub const DELETED_AFTER_TIMEOUT: Events = Events(1 << 3);
+    /// A dead-letter-now moved a message whose visibility timeout had expired and which nobody
+    /// had received again. (A dead-letter-now in general needs no event: the moved message's
+    /// ghost flag shows it.)
+    pub const DEAD_LETTERED_NOW_AFTER_TIMEOUT: Events = Events(1 << 4);
+    /// A waiter of the dead-letter queue was served the message a dead-letter-now moved.
+    pub const WAITER_SERVED_BY_DEAD_LETTER_NOW: Events = Events(1 << 5);
 
     /// Whether every event of `other` is in `self`.
     pub fn contains(self, other: Events) -> bool {
@@ -285,6 +294,8 @@ pub struct State {
     pub ghost_served_in_flight: bool,
     /// Ghost: notable events of the latest step.
     pub ghost_events: Events,
+    /// Ghost: successful dead-letter-nows on this path (the model's bound reads it).
+    pub ghost_dead_letter_nows: u8,
 }
 
 impl State {
@@ -299,6 +310,7 @@ impl State {
             ghost_deleted_with_stale: false,
             ghost_served_in_flight: false,
             ghost_events: Events::default(),
+            ghost_dead_letter_nows: 0,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The effects of the actions of `spec/queue-core.md#actions`, as one pure transition function.
-//! It owns time advance, receive, serve, delete, visibility change, dead-letter move, redrive and
-//! purge, and the ghost bookkeeping the invariants read. It must never check an invariant: that
-//! is `properties`' job, and a transition that checked its own result could hide a planted bug.
+//! It owns time advance, receive, serve, delete, visibility change, dead-letter move,
+//! dead-letter-now, redrive and purge, and the ghost bookkeeping the invariants read. It must
+//! never check an invariant: that is `properties`' job, and a transition that checked its own
+//! result could hide a planted bug.
 
 use super::action::{Action, Delivery, InvalidReason, Outcome, Refusal, Reply, WaiterAnswer};
 use super::state::{
@@ -68,6 +69,8 @@ struct Transition<'m> {
     restored: [bool; MESSAGES],
     /// The message this step's send made ready (for the `sometimes` witness).
     sent: Option<MessageId>,
+    /// The message this step's dead-letter-now moved (for the `sometimes` witness).
+    dead_lettered_now: Option<MessageId>,
 }
 
 /// How a handle classifies against a queue (`spec/queue-core.md#deletequeue-handle`).
@@ -86,6 +89,7 @@ impl<'m> Transition<'m> {
             answered: Vec::new(),
             restored: [false; MESSAGES],
             sent: None,
+            dead_lettered_now: None,
         }
     }
 
@@ -234,6 +238,7 @@ impl<'m> Transition<'m> {
                 handle,
                 timeout,
             } => self.change_visibility(by, queue, handle, timeout),
+            Action::DeadLetterNow { by, queue, handle } => self.dead_letter_now(by, queue, handle),
             Action::Redrive { from, to, max } => self.redrive(from, to, max),
             Action::Purge { queue } => self.purge(queue),
             Action::CancelWaiter { worker } => {
@@ -281,6 +286,7 @@ impl<'m> Transition<'m> {
                 handle: None,
                 source: None,
                 ghost_deliveries: 0,
+                ghost_dead_lettered_now: false,
             }),
             ghost_sent_to: queue,
             ghost_dedup: dedup,
@@ -378,7 +384,7 @@ impl<'m> Transition<'m> {
                     .expect("candidate is stored")
                     .receive_count;
                 if receive_count >= threshold {
-                    self.dead_letter_move(id, queue, policy.dead_letter_queue);
+                    self.dead_letter_move(id, queue, policy.dead_letter_queue, false);
                     continue;
                 }
             }
@@ -484,6 +490,11 @@ impl<'m> Transition<'m> {
                         .ghost_events
                         .insert(Events::WAITER_SERVED_BY_SEND);
                 }
+                if self.dead_lettered_now == Some(delivery.message) {
+                    self.state
+                        .ghost_events
+                        .insert(Events::WAITER_SERVED_BY_DEAD_LETTER_NOW);
+                }
             }
             self.answered.push(WaiterAnswer {
                 worker: waiter.worker,
@@ -494,8 +505,9 @@ impl<'m> Transition<'m> {
     }
 
     /// *DeadLetterMove*: atomic, keeps the receive count, drops the handle, then serves the
-    /// dead-letter queue.
-    fn dead_letter_move(&mut self, id: MessageId, from: QueueId, to: QueueId) {
+    /// dead-letter queue. Also the effect of *DeadLetterNow* (`asked`: the holder of the current
+    /// handle asked, which the ghost flag of I7 records).
+    fn dead_letter_move(&mut self, id: MessageId, from: QueueId, to: QueueId, asked: bool) {
         let now = self.now();
         if self.model.has(Bug::DeadLetterMoveLoses) {
             let message = self.message_mut(id);
@@ -509,6 +521,13 @@ impl<'m> Transition<'m> {
         life.source = Some(from);
         life.state = MessageState::Ready { since: now };
         life.handle = None;
+        life.ghost_dead_lettered_now = asked;
+        if asked {
+            self.dead_lettered_now = Some(id);
+            if self.model.has(Bug::DeadLetterNowDoesNotServe) {
+                return;
+            }
+        }
         self.serve(to);
     }
 
@@ -629,6 +648,61 @@ impl<'m> Transition<'m> {
         Outcome::VisibilityChanged
     }
 
+    /// *DeadLetterNow*: the redrive policy first, then the handle as a visibility change
+    /// classifies it; a current handle moves the message as *DeadLetterMove* does.
+    fn dead_letter_now(
+        &mut self,
+        by: Option<WorkerId>,
+        queue: QueueId,
+        handle: ReceiptHandle,
+    ) -> Outcome {
+        // The model's queues always exist, so `DeadLetterQueueMissing` of the page cannot arise.
+        let Some(policy) = self.model.attributes(queue).redrive else {
+            return Outcome::Refused(Refusal::NoRedrivePolicy { queue });
+        };
+        let not_in_flight = Refusal::MessageNotInFlight {
+            message_id: handle.message,
+        };
+        let id = match self.classify(queue, handle, Some(not_in_flight)) {
+            Ok(Classified::Current(id)) => id,
+            Ok(Classified::NotInQueue) => unreachable!("dead-letter-now refuses it"),
+            Err(Refusal::StaleReceiptHandle { message_id })
+                if self.model.has(Bug::DeadLetterNowAcceptsStale) =>
+            {
+                message_id
+            }
+            Err(Refusal::ReceiptHandleInvalid {
+                reason: InvalidReason::NeverIssued,
+            }) if self.model.has(Bug::DeadLetterNowAcceptsUnissued) => handle.message,
+            Err(refusal) => return Outcome::Refused(refusal),
+        };
+        if self.presents_superseded(by, handle) {
+            self.state.ghost_deleted_with_stale = true;
+        }
+        let ready = matches!(
+            self.state.stored_in(id, queue).expect("current").state,
+            MessageState::Ready { .. }
+        );
+        if ready {
+            self.state
+                .ghost_events
+                .insert(Events::DEAD_LETTERED_NOW_AFTER_TIMEOUT);
+        }
+        if self.model.has(Bug::DeadLetterNowResetsReceiveCount) {
+            self.life_mut(id).receive_count = 0;
+        }
+        self.dead_letter_move(id, queue, policy.dead_letter_queue, true);
+        self.state.ghost_dead_letter_nows = self.state.ghost_dead_letter_nows.saturating_add(1);
+        // The holder is done with the message. (Other workers keep their superseded handles, as
+        // after an automatic move, so a retry with a handle of the old queue is still offered.)
+        if let Some(worker) = by {
+            self.state.workers[worker.index()].held[id.index()] = None;
+        }
+        Outcome::DeadLettered {
+            dead_letter_queue: policy.dead_letter_queue,
+        }
+    }
+
     /// *Redrive*: moves up to `max` ready messages of `from`, oldest first, to `to` or to their
     /// source, as new lives (receive count reset, `sent_at` kept), then serves the targets.
     fn redrive(&mut self, from: QueueId, to: Option<QueueId>, max: u8) -> Outcome {
@@ -666,6 +740,7 @@ impl<'m> Transition<'m> {
                 handle: None,
                 source: None,
                 ghost_deliveries: 0,
+                ghost_dead_lettered_now: false,
             };
             moved += 1;
             targets[target.index()] = true;
@@ -1042,6 +1117,105 @@ mod tests {
         );
         assert_eq!(state.message(M0).unwrap().gone, Some(Gone::Expired));
         assert_eq!(replies[6].outcome, Outcome::Deleted { already_gone: true });
+    }
+
+    fn dead_letter_now(by: WorkerId, queue: QueueId, handle: ReceiptHandle) -> Action {
+        Action::DeadLetterNow {
+            by: Some(by),
+            queue,
+            handle,
+        }
+    }
+
+    #[test]
+    fn dead_letter_now_moves_the_message_with_its_receive_count_and_serves_a_waiter() {
+        let model = QueueCore::default();
+        let long_poll = Action::Receive {
+            queue: QueueId::D,
+            worker: W1,
+            max: 2,
+            visibility: 2,
+            wait: 2,
+        };
+        let (state, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                long_poll,
+                receive(W0, 2),
+                dead_letter_now(W0, QueueId::Q, handle(QueueId::Q, M0, 1)),
+            ],
+        );
+        assert_eq!(
+            replies[3].outcome,
+            Outcome::DeadLettered {
+                dead_letter_queue: QueueId::D
+            }
+        );
+        let served = &replies[3].answered;
+        assert_eq!((served[0].worker, served[0].queue), (W1, QueueId::D));
+        let delivery = served[0].delivered[0];
+        assert_eq!(
+            (
+                delivery.message,
+                delivery.receive_count,
+                delivery.handle.seq,
+                delivery.source
+            ),
+            (M0, 2, 2, Some(QueueId::Q))
+        );
+        let life = state.message(M0).unwrap().life.unwrap();
+        assert_eq!(life.first_receive_at, Some(0));
+        assert!(life.ghost_dead_lettered_now);
+        assert_eq!(state.workers[W0.index()].held[M0.index()], None);
+    }
+
+    #[test]
+    fn dead_letter_now_refuses_stale_moved_and_policy_less_handles() {
+        let model = QueueCore::default();
+        let first = handle(QueueId::Q, M0, 1);
+        let (state, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 0),
+                receive(W1, 2),
+                dead_letter_now(W0, QueueId::Q, first),
+                dead_letter_now(W1, QueueId::Q, handle(QueueId::Q, M0, 2)),
+                Action::Receive {
+                    queue: QueueId::D,
+                    worker: W1,
+                    max: 1,
+                    visibility: 2,
+                    wait: 0,
+                },
+                dead_letter_now(W1, QueueId::D, handle(QueueId::D, M0, 3)),
+                change_visibility_to_zero(W0, first),
+            ],
+        );
+        assert_eq!(
+            replies[3].outcome,
+            Outcome::Refused(Refusal::StaleReceiptHandle { message_id: M0 })
+        );
+        assert_eq!(
+            replies[6].outcome,
+            Outcome::Refused(Refusal::NoRedrivePolicy { queue: QueueId::D })
+        );
+        assert_eq!(
+            replies[7].outcome,
+            Outcome::Refused(Refusal::MessageNotInFlight { message_id: M0 })
+        );
+        assert!(!state.ghost_deleted_with_stale);
+        assert_eq!(state.message(M0).unwrap().queue, Some(QueueId::D));
+    }
+
+    fn change_visibility_to_zero(by: WorkerId, handle: ReceiptHandle) -> Action {
+        Action::ChangeVisibility {
+            by,
+            queue: handle.queue,
+            handle,
+            timeout: 0,
+        }
     }
 
     #[test]
