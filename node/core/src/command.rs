@@ -68,6 +68,13 @@ pub enum Command {
         handle: ReceiptHandle,
         timeout_s: u32,
     },
+    /// Move a received message to its queue's dead-letter queue at once, by its current
+    /// receipt handle (spec/queue-core.md#deadletternowq-handle): it keeps its id, receive
+    /// count, first receive and send time, and its source becomes `queue`.
+    DeadLetterNow {
+        queue: QueueName,
+        handle: ReceiptHandle,
+    },
     /// Move up to `max` ready messages out of the dead-letter queue `from`, to `to` or to each
     /// message's source.
     Redrive {
@@ -120,6 +127,9 @@ pub enum Outcome {
     Deleted { already_gone: bool },
     /// The visibility deadline was changed.
     VisibilityChanged,
+    /// The message moved to `dead_letter_queue` (or, already past that queue's retention, is
+    /// gone `Expired` on arrival, as for every move).
+    DeadLettered { dead_letter_queue: QueueName },
     /// Messages moved out of the dead-letter queue, and those whose target was missing.
     Redriven { moved: u32, failed: u32 },
 }

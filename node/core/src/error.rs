@@ -59,9 +59,19 @@ pub enum Reject {
     /// A later receive superseded this receipt handle.
     #[error("receipt handle of message {message} was superseded by a later receive")]
     StaleReceiptHandle { message: MessageId },
-    /// A visibility change named a message that is no longer in the queue.
-    #[error("message {message} does not exist or is not available for a visibility change")]
+    /// A visibility change or a dead-letter-now named a message that is no longer in the queue.
+    #[error("message {message} is no longer in the queue (deleted, expired, purged or moved)")]
     MessageNotInFlight { message: MessageId },
+    /// A dead-letter-now named a queue without a redrive policy: there is nowhere to move to.
+    #[error("queue {name} has no redrive policy, so no dead-letter queue")]
+    NoRedrivePolicy { name: QueueName },
+    /// A dead-letter-now named a queue whose redrive policy names a queue that does not exist
+    /// (the policy is inert until it exists again).
+    #[error("the dead-letter queue {dead_letter_queue} of queue {name} does not exist")]
+    DeadLetterQueueMissing {
+        name: QueueName,
+        dead_letter_queue: QueueName,
+    },
     /// The new visibility deadline would lie more than 12 h after the receive.
     #[error(
         "visibility of message {message} would end {requested_until_ms} ms, after the 12 h cap at {cap_ms} ms"

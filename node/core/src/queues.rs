@@ -484,6 +484,7 @@ impl Queues {
                 handle,
                 timeout_s,
             } => self.change_visibility(at, &queue, &handle, timeout_s),
+            Command::DeadLetterNow { queue, handle } => self.dead_letter_now(at, &queue, &handle),
             Command::Redrive { from, to, max } => self.redrive(at, &from, to.as_ref(), max),
         }
     }
@@ -968,7 +969,7 @@ impl Queues {
 
     /// *DeadLetterMove*: `id` leaves `from` for `to`, ready, with no handle (handles are per
     /// queue) and `source = from`; receive count, first receive, `sent_at`, body and attributes
-    /// are kept. Not a receive. Then *Serve(to)*, before the receive on `from` goes on. The
+    /// are kept. Not a receive. Also the effect of *DeadLetterNow*. Then *Serve(to)*, before the receive on `from` goes on. The
     /// recursion is as deep as the chain of redrive policies, which `check_redrive_target`
     /// keeps acyclic and at most `redrive_chain_queues_max` long.
     fn dead_letter_move(&mut self, at: Millis, id: MessageId, from: &QueueName, to: &QueueName) {
@@ -979,9 +980,31 @@ impl Queues {
             .expect("a moved message is stored");
         assert!(&message.queue == from);
         assert!(matches!(message.state, MessageState::Ready { .. }));
+        let kept = (
+            message.receive_count,
+            message.last_seq,
+            message.first_receive_at,
+            message.received_at,
+            message.sent_at,
+        );
         message.source = Some(from.clone());
         message.handle = None;
         if self.relocate(at, id, to) {
+            // The move keeps what the page says it keeps.
+            let moved = &self.messages[&id];
+            assert!(&moved.queue == to);
+            assert!(moved.source.as_ref() == Some(from));
+            assert!(moved.handle.is_none());
+            assert_eq!(
+                (
+                    moved.receive_count,
+                    moved.last_seq,
+                    moved.first_receive_at,
+                    moved.received_at,
+                    moved.sent_at,
+                ),
+                kept
+            );
             self.serve(at, to);
         }
     }
@@ -1165,6 +1188,44 @@ impl Queues {
             self.set_state(id, MessageState::InFlight { until });
         }
         Ok(Outcome::VisibilityChanged)
+    }
+
+    /// *DeadLetterNow* (spec/queue-core.md#deadletternowq-handle): the redrive policy first,
+    /// then the handle as a visibility change classifies it; a current handle moves the message
+    /// as *DeadLetterMove* does, which serves the dead-letter queue's waiters.
+    fn dead_letter_now(
+        &mut self,
+        at: Millis,
+        name: &QueueName,
+        handle: &ReceiptHandle,
+    ) -> Result<Outcome, Reject> {
+        let queue = self.queue_ref(name)?;
+        let Some(policy) = &queue.attributes.redrive else {
+            return Err(Reject::NoRedrivePolicy { name: name.clone() });
+        };
+        let dead_letter_queue = policy.dead_letter_queue.clone();
+        if !self.queues.contains_key(&dead_letter_queue) {
+            return Err(Reject::DeadLetterQueueMissing {
+                name: name.clone(),
+                dead_letter_queue,
+            });
+        }
+        let Some(id) = self.classify_handle(name, handle)? else {
+            return Err(Reject::MessageNotInFlight {
+                message: handle.message,
+            });
+        };
+        let message = &self.messages[&id];
+        // Only a receive issues a handle, and it counts itself; a delay ends before a receive.
+        assert!(message.receive_count >= 1);
+        assert!(message.first_receive_at.is_some());
+        assert!(!matches!(message.state, MessageState::Delayed { .. }));
+        if let MessageState::InFlight { .. } = message.state {
+            // Out of flight first: a move takes a ready message (its `since` is replaced).
+            self.set_state(id, MessageState::Ready { since: at });
+        }
+        self.dead_letter_move(at, id, name, &dead_letter_queue);
+        Ok(Outcome::DeadLettered { dead_letter_queue })
     }
 
     fn redrive(

@@ -77,6 +77,7 @@ fn weight(action: &Action) -> u32 {
         Action::Receive { .. } => 8,
         Action::Delete { .. } => 6,
         Action::ChangeVisibility { .. } => 4,
+        Action::DeadLetterNow { .. } => 4,
         Action::Tick => 7,
         Action::Redrive { .. } => 4,
         Action::Purge { .. } => 1,
@@ -96,6 +97,7 @@ fn kind(action: &Action) -> usize {
         Action::Purge { .. } => 6,
         Action::CancelWaiter { .. } => 7,
         Action::Settle => 8,
+        Action::DeadLetterNow { .. } => 9,
     }
 }
 
@@ -124,6 +126,8 @@ struct Tally {
     sequences: u64,
     steps: u64,
     dead_letter_moves: u64,
+    dead_lettered_now: u64,
+    dead_letter_now_waiter_served: u64,
     redriven: u64,
     redrive_failed: u64,
     waiters_served: u64,
@@ -142,6 +146,7 @@ struct Tally {
     never_issued_refused: u64,
     not_in_flight_refused: u64,
     cap_refused: u64,
+    no_redrive_policy_refused: u64,
     drained: u64,
     excluded: BTreeMap<Excluded, u64>,
 }
@@ -173,6 +178,12 @@ impl Tally {
         }
         if after.ghost_events.contains(Events::DELETED_AFTER_TIMEOUT) {
             self.deleted_after_timeout += 1;
+        }
+        if after
+            .ghost_events
+            .contains(Events::WAITER_SERVED_BY_DEAD_LETTER_NOW)
+        {
+            self.dead_letter_now_waiter_served += 1;
         }
         for m in ModelMessageId::all() {
             let was = before.message(m).and_then(|message| message.gone);
@@ -211,6 +222,7 @@ impl Tally {
                 self.redrive_failed += u64::from(*failed);
             }
             Outcome::Deleted { already_gone: true } => self.already_gone += 1,
+            Outcome::DeadLettered { .. } => self.dead_lettered_now += 1,
             Outcome::Refused(refusal) => match refusal {
                 Refusal::StaleReceiptHandle { .. } => self.stale_refused += 1,
                 Refusal::ReceiptHandleInvalid {
@@ -221,6 +233,7 @@ impl Tally {
                 } => self.never_issued_refused += 1,
                 Refusal::MessageNotInFlight { .. } => self.not_in_flight_refused += 1,
                 Refusal::VisibilityCapExceeded { .. } => self.cap_refused += 1,
+                Refusal::NoRedrivePolicy { .. } => self.no_redrive_policy_refused += 1,
             },
             _ => {}
         }
@@ -346,6 +359,15 @@ fn core_conforms_to_the_model_at_one_second_ticks() {
         &tally,
         &[
             ("a dead-letter move", tally.dead_letter_moves),
+            ("a dead-letter-now", tally.dead_lettered_now),
+            (
+                "a dead-letter queue waiter served by a dead-letter-now",
+                tally.dead_letter_now_waiter_served,
+            ),
+            (
+                "a dead-letter-now without a redrive policy",
+                tally.no_redrive_policy_refused,
+            ),
             ("a redrive", tally.redriven),
             (
                 "a redrive of a message without a source",
@@ -433,6 +455,10 @@ fn every_bug_planted_in_the_model_shows_as_a_disagreement() {
         (Bug::NoVisibilityCap, VISIBILITY_CAP),
         (Bug::RestoreNeverFires, SECONDS),
         (Bug::HandleSeqResetByRedrive, SECONDS),
+        (Bug::DeadLetterNowAcceptsStale, SECONDS),
+        (Bug::DeadLetterNowAcceptsUnissued, SECONDS),
+        (Bug::DeadLetterNowResetsReceiveCount, SECONDS),
+        (Bug::DeadLetterNowDoesNotServe, SECONDS),
     ];
     for (bug, scale) in bugs {
         let model = QueueCore::unbounded_options().with_bug(bug);
@@ -946,4 +972,58 @@ fn retention_ends_an_in_flight_message_and_its_delete_then_finds_it_gone() {
         ],
     );
     assert_eq!(replies[6].outcome, Outcome::Deleted { already_gone: true });
+}
+
+fn dead_letter_now(by: WorkerId, handle: ModelHandle) -> Action {
+    Action::DeadLetterNow {
+        by: Some(by),
+        queue: handle.queue,
+        handle,
+    }
+}
+
+/// The holder of the current handle moves the message to the dead-letter queue, whose waiter
+/// is served in the same step with the receive count going on; the superseded holder was
+/// refused before and nothing changed.
+#[test]
+fn dead_letter_now_keeps_the_message_and_serves_the_dead_letter_queue() {
+    let first = issued(QueueId::Q, M0, 1);
+    let second = issued(QueueId::Q, M0, 2);
+    let (pair, replies) = trace(
+        SECONDS,
+        &[
+            send(M0),
+            receive(W0, QueueId::Q, 0),
+            receive(W1, QueueId::Q, 2),
+            dead_letter_now(W0, first),
+            long_poll_on(W0, QueueId::D),
+            dead_letter_now(W1, second),
+        ],
+    );
+    assert_eq!(
+        refused(&replies[3]),
+        Some(Refusal::StaleReceiptHandle { message_id: M0 })
+    );
+    assert_eq!(
+        replies[5].outcome,
+        Outcome::DeadLettered {
+            dead_letter_queue: QueueId::D
+        }
+    );
+    let served = &replies[5].answered;
+    assert_eq!((served[0].worker, served[0].queue), (W0, QueueId::D));
+    let delivery = served[0].delivered[0];
+    assert_eq!(
+        (
+            delivery.message,
+            delivery.receive_count,
+            delivery.handle.seq,
+            delivery.source
+        ),
+        (M0, 3, 3, Some(QueueId::Q))
+    );
+    let Whereabouts::Stored(stored) = &pair_message(&pair, M0) else {
+        panic!("m0 is stored");
+    };
+    assert_eq!((stored.receive_count, stored.last_seq), (3, 3));
 }

@@ -1,9 +1,14 @@
-//! Dead-letter moves inside receive and redrive out of a dead-letter queue
-//! (spec/queue-core.md#deadlettermovem-q--d-internal-part-of-receive, #redrived-to-max).
+//! Dead-letter moves inside receive, dead-letter-now by the holder of the current handle, and
+//! redrive out of a dead-letter queue
+//! (spec/queue-core.md#deadlettermovem-q--d-internal-part-of-receive, #deadletternowq-handle,
+//! #redrived-to-max).
 
-use trireme_core::{Command, MessageState, Outcome, QueueAttributes, Reject};
+use trireme_core::{
+    Command, GoneReason, HandleProblem, MessageState, Outcome, QueueAttributes, ReceiptHandle,
+    Reject, Wakeup,
+};
 
-use crate::support::{Node, START, secs};
+use crate::support::{Node, START, name, secs};
 
 #[test]
 fn dead_letter_move_keeps_the_count_and_sets_the_source() {
@@ -265,4 +270,194 @@ fn dead_letter_sources_lists_the_queues_naming_it() {
     let a = node.create_with_dlq("a", &dlq, 3);
     node.create("unrelated");
     assert_eq!(node.queues.dead_letter_sources(&dlq), vec![a, b]);
+}
+
+#[test]
+fn dead_letter_now_moves_the_message_with_its_id_count_and_source() {
+    let mut node = Node::new();
+    let dlq = node.create("dlq");
+    let q = node.create_with_dlq("jobs", &dlq, 5);
+    let id = node.send(&q, "poison");
+    node.at(secs(1));
+    let delivery = node.receive_one(&q);
+    node.at(secs(2));
+    let step = node.dead_letter_now(&q, &delivery.handle);
+    assert_eq!(
+        step.result,
+        Ok(Outcome::DeadLettered {
+            dead_letter_queue: dlq.clone()
+        })
+    );
+    assert_eq!(node.view(&q, id), None);
+    let moved = node.view(&dlq, id).unwrap();
+    assert_eq!(moved.receive_count, 1, "dead-letter-now is not a receive");
+    assert_eq!(moved.last_seq, 1);
+    assert_eq!(moved.source, Some(q.clone()));
+    assert_eq!(moved.handle, None, "handles are per queue");
+    assert_eq!(moved.first_receive_at, Some(START.plus_ms(secs(1))));
+    assert_eq!(moved.sent_at, START);
+    assert_eq!(
+        moved.state,
+        MessageState::Ready {
+            since: START.plus_ms(secs(2))
+        }
+    );
+    // The first receive in the dead-letter queue issues the next handle and counts on.
+    let in_dlq = node.receive_one(&dlq);
+    assert_eq!(
+        (in_dlq.message, in_dlq.receive_count, in_dlq.handle.seq),
+        (id, 2, 2)
+    );
+    assert_eq!(in_dlq.source, Some(q.clone()));
+    // A retry after a lost reply finds the message gone from the source.
+    assert_eq!(
+        node.dead_letter_now(&q, &delivery.handle).result,
+        Err(Reject::MessageNotInFlight { message: id })
+    );
+}
+
+#[test]
+fn dead_letter_now_serves_a_waiter_of_the_dead_letter_queue_in_the_same_step() {
+    let mut node = Node::new();
+    let dlq = node.create("dlq");
+    let q = node.create_with_dlq("jobs", &dlq, 5);
+    let id = node.send(&q, "poison");
+    let waiter = node.long_poll(&dlq, 1, Some(30), 20);
+    let delivery = node.receive_one(&q);
+    let step = node.dead_letter_now(&q, &delivery.handle);
+    assert!(step.result.is_ok());
+    let [
+        Wakeup::Served {
+            waiter: served,
+            deliveries,
+        },
+    ] = &step.wakeups[..]
+    else {
+        panic!("expected one served waiter: {:?}", step.wakeups);
+    };
+    assert_eq!(*served, waiter);
+    assert_eq!(
+        (deliveries[0].message, deliveries[0].receive_count),
+        (id, 2)
+    );
+    assert_eq!(deliveries[0].source, Some(q));
+}
+
+#[test]
+fn dead_letter_now_with_the_current_handle_works_after_the_visibility_timeout() {
+    let mut node = Node::new();
+    let dlq = node.create("dlq");
+    let q = node.create_with_dlq("jobs", &dlq, 5);
+    let id = node.send(&q, "slow");
+    let delivery = node.receive_with(&q, 1, Some(10)).pop().unwrap();
+    node.at(secs(11));
+    assert!(node.advance().is_empty());
+    assert!(matches!(node.state(&q, id), MessageState::Ready { .. }));
+    assert!(node.dead_letter_now(&q, &delivery.handle).result.is_ok());
+    assert_eq!(node.view(&dlq, id).unwrap().receive_count, 1);
+}
+
+#[test]
+fn dead_letter_now_refuses_what_a_visibility_change_refuses() {
+    let mut node = Node::new();
+    let dlq = node.create("dlq");
+    let q = node.create_with_dlq("jobs", &dlq, 5);
+    let other = node.create_with_dlq("other", &dlq, 5);
+    let id = node.send(&q, "m");
+    let first = node.receive_with(&q, 1, Some(0)).pop().unwrap();
+    let second = node.receive_one(&q);
+    assert_eq!(
+        node.dead_letter_now(&q, &first.handle).result,
+        Err(Reject::StaleReceiptHandle { message: id })
+    );
+    assert_eq!(
+        node.dead_letter_now(&other, &second.handle).result,
+        Err(Reject::ReceiptHandleInvalid {
+            reason: HandleProblem::WrongQueue
+        })
+    );
+    let never = ReceiptHandle {
+        seq: 3,
+        ..second.handle.clone()
+    };
+    assert_eq!(
+        node.dead_letter_now(&q, &never).result,
+        Err(Reject::ReceiptHandleInvalid {
+            reason: HandleProblem::NeverIssued
+        })
+    );
+    assert_eq!(
+        node.dead_letter_now(&name("missing"), &second.handle)
+            .result,
+        Err(Reject::QueueNotFound {
+            name: name("missing")
+        })
+    );
+    // Every refusal changed nothing: the newest handle still moves it.
+    assert_eq!(node.view(&q, id).unwrap().handle, Some(2));
+    assert!(node.dead_letter_now(&q, &second.handle).result.is_ok());
+}
+
+#[test]
+fn dead_letter_now_needs_a_redrive_policy_naming_an_existing_queue() {
+    let mut node = Node::new();
+    let plain = node.create("plain");
+    let id = node.send(&plain, "m");
+    let delivery = node.receive_one(&plain);
+    assert_eq!(
+        node.dead_letter_now(&plain, &delivery.handle).result,
+        Err(Reject::NoRedrivePolicy {
+            name: plain.clone()
+        })
+    );
+    let dlq = node.create("dlq");
+    let q = node.create_with_dlq("jobs", &dlq, 5);
+    node.run(Command::DeleteQueue { name: dlq.clone() })
+        .unwrap();
+    node.send(&q, "n");
+    let held = node.receive_one(&q);
+    assert_eq!(
+        node.dead_letter_now(&q, &held.handle).result,
+        Err(Reject::DeadLetterQueueMissing {
+            name: q.clone(),
+            dead_letter_queue: dlq,
+        })
+    );
+    // Nothing moved: both messages are still in flight where they were received.
+    assert!(matches!(
+        node.state(&plain, id),
+        MessageState::InFlight { .. }
+    ));
+    assert!(matches!(
+        node.state(&q, held.message),
+        MessageState::InFlight { .. }
+    ));
+}
+
+#[test]
+fn dead_letter_now_into_a_queue_whose_retention_it_already_passed_is_gone() {
+    let mut node = Node::new();
+    let dlq = node.create_with(
+        "dlq",
+        QueueAttributes {
+            retention_s: 60,
+            ..QueueAttributes::default()
+        },
+    );
+    let q = node.create_with_dlq("jobs", &dlq, 5);
+    let id = node.send(&q, "old");
+    node.at(secs(90));
+    let delivery = node.receive_one(&q);
+    let step = node.dead_letter_now(&q, &delivery.handle);
+    assert_eq!(
+        step.result,
+        Ok(Outcome::DeadLettered {
+            dead_letter_queue: dlq.clone()
+        })
+    );
+    assert_eq!(
+        node.queues.gone_in_last_step(),
+        &[(id, GoneReason::Expired)]
+    );
+    assert_eq!(node.view(&dlq, id), None);
 }

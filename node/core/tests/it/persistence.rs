@@ -143,6 +143,27 @@ fn take_changes_reports_a_moved_message_under_both_keys() {
 }
 
 #[test]
+fn take_changes_reports_a_dead_lettered_now_message_under_both_keys() {
+    let mut node = Node::new();
+    let dlq = node.create("dlq");
+    let q = node.create_with_dlq("jobs", &dlq, 5);
+    let id = node.send(&q, "m");
+    let delivery = node.receive_one(&q);
+    let mut store = BTreeMap::new();
+    apply_changes(&mut store, node.queues.take_changes());
+    assert!(node.dead_letter_now(&q, &delivery.handle).result.is_ok());
+    let changes = node.queues.take_changes();
+    assert!(changes.contains(&Change::Remove(RecordKey::Message(q.clone(), id))));
+    assert!(changes.iter().any(|change| matches!(
+        change,
+        Change::Put(Record::Message(record))
+            if record.id == id && record.queue == dlq && record.receive_count == 1
+    )));
+    apply_changes(&mut store, changes);
+    assert_eq!(store, snapshot(&node.queues));
+}
+
+#[test]
 fn records_survive_serialization() {
     let mut node = Node::new();
     for (at, command) in busy_trace(&mut node) {

@@ -232,6 +232,13 @@ impl Node {
         })
     }
 
+    pub fn dead_letter_now(&mut self, queue: &QueueName, handle: &ReceiptHandle) -> Step {
+        self.apply(Command::DeadLetterNow {
+            queue: queue.clone(),
+            handle: handle.clone(),
+        })
+    }
+
     pub fn redrive(
         &mut self,
         from: &QueueName,

@@ -118,6 +118,9 @@ pub enum Answer {
         already_gone: bool,
     },
     VisibilityChanged,
+    DeadLettered {
+        dead_letter_queue: QueueName,
+    },
     Redriven {
         moved: u32,
         failed: u32,
@@ -145,6 +148,9 @@ pub enum Refused {
     },
     VisibilityCapExceeded {
         message: MessageId,
+    },
+    NoRedrivePolicy {
+        queue: QueueName,
     },
     /// Any other refusal (never expected: the model has no other).
     Other(String),
@@ -383,6 +389,10 @@ impl Pair {
                 queue: self.name(queue),
                 handle: self.handle(handle),
                 timeout_s: scale.seconds(timeout),
+            },
+            Action::DeadLetterNow { queue, handle, .. } => Command::DeadLetterNow {
+                queue: self.name(queue),
+                handle: self.handle(handle),
             },
             Action::Redrive { from, to, max } => Command::Redrive {
                 from: self.name(from),
@@ -697,6 +707,16 @@ impl Pair {
             }
             (Outcome::Deleted { already_gone }, _) => Answer::Deleted { already_gone },
             (Outcome::VisibilityChanged, _) => Answer::VisibilityChanged,
+            (
+                Outcome::DeadLettered { dead_letter_queue },
+                Action::DeadLetterNow { by, handle, .. },
+            ) => {
+                // The model's holder drops its handle once the move succeeded.
+                if let Some(worker) = by {
+                    self.held[worker.index()][handle.message.index()] = None;
+                }
+                Answer::DeadLettered { dead_letter_queue }
+            }
             (Outcome::Redriven { moved, failed }, _) => Answer::Redriven { moved, failed },
             (Outcome::Done, Action::Purge { .. }) => Answer::Purged {
                 count: gone_now
@@ -754,6 +774,9 @@ impl Pair {
                 already_gone: *already_gone,
             },
             model::Outcome::VisibilityChanged => Answer::VisibilityChanged,
+            model::Outcome::DeadLettered { dead_letter_queue } => Answer::DeadLettered {
+                dead_letter_queue: self.name(*dead_letter_queue),
+            },
             model::Outcome::Redriven { moved, failed } => Answer::Redriven {
                 moved: u32::from(*moved),
                 failed: u32::from(*failed),
@@ -781,6 +804,9 @@ impl Pair {
                         message: message_id(m),
                     }
                 }
+                Refusal::NoRedrivePolicy { queue } => Refused::NoRedrivePolicy {
+                    queue: self.name(queue),
+                },
             }),
         };
         let wakeups: Vec<Answered> = reply
@@ -1016,6 +1042,7 @@ fn refused(reject: Reject) -> Refused {
         Reject::StaleReceiptHandle { message } => Refused::StaleReceiptHandle { message },
         Reject::MessageNotInFlight { message } => Refused::MessageNotInFlight { message },
         Reject::VisibilityCapExceeded { message, .. } => Refused::VisibilityCapExceeded { message },
+        Reject::NoRedrivePolicy { name } => Refused::NoRedrivePolicy { queue: name },
         other => Refused::Other(format!("{other:?}")),
     }
 }

@@ -179,6 +179,7 @@ impl Scale {
                 Ok(())
             }
             Action::Delete { .. }
+            | Action::DeadLetterNow { .. }
             | Action::Redrive { .. }
             | Action::CancelWaiter { .. }
             | Action::Settle => Ok(()),
