@@ -77,6 +77,15 @@ pub enum Error {
         /// The node's explanation.
         message: String,
     },
+    /// A dead-letter-now cannot move the message: the queue has no redrive policy, or its
+    /// dead-letter queue does not exist. The message stays where it is.
+    #[error("no dead-letter queue: {message}")]
+    NoDeadLetterQueue {
+        /// The queue the call named.
+        queue: Option<QueueName>,
+        /// The node's explanation.
+        message: String,
+    },
     /// A visibility change named a message that is no longer in the queue.
     #[error("message is not in flight: {message}")]
     MessageNotInFlight {
@@ -195,6 +204,7 @@ impl Error {
             Error::ReceiptHandleInvalid { .. } => "ReceiptHandleInvalid",
             Error::StaleReceiptHandle { .. } => "StaleReceiptHandle",
             Error::RedriveRefused { .. } => "RedriveRefused",
+            Error::NoDeadLetterQueue { .. } => "NoDeadLetterQueue",
             Error::MessageNotInFlight { .. } => "MessageNotInFlight",
             Error::VisibilityCapExceeded { .. } => "VisibilityCapExceeded",
             Error::PurgeInProgress { .. } => "PurgeInProgress",
@@ -246,6 +256,9 @@ impl Error {
             | "NotADeadLetterQueue"
             | "RedriveAlreadyRunning"
             | "RedriveNotRunning" => Self::RedriveRefused { queue, message },
+            "NoRedrivePolicy" | "DeadLetterQueueMissing" => {
+                Self::NoDeadLetterQueue { queue, message }
+            }
             "RedriveTaskNotFound" => Self::RedriveTaskNotFound {
                 task_handle: subject.task_handle.clone(),
                 message,
@@ -521,7 +534,7 @@ mod tests {
     }
 
     /// Every reason a node sends, the code it comes with, and the variant it becomes.
-    const REASONS: [(&str, Code, &str); 28] = [
+    const REASONS: [(&str, Code, &str); 30] = [
         ("QueueNotFound", Code::NotFound, "QueueNotFound"),
         ("QueueNameExists", Code::AlreadyExists, "QueueExists"),
         (
@@ -573,6 +586,16 @@ mod tests {
             "RedriveNotAllowed",
             Code::FailedPrecondition,
             "RedriveRefused",
+        ),
+        (
+            "NoRedrivePolicy",
+            Code::FailedPrecondition,
+            "NoDeadLetterQueue",
+        ),
+        (
+            "DeadLetterQueueMissing",
+            Code::FailedPrecondition,
+            "NoDeadLetterQueue",
         ),
         (
             "NotADeadLetterQueue",

@@ -67,6 +67,11 @@ pub enum Reason {
     MessageNotInFlight,
     /// FAILED_PRECONDITION: the dead-letter queue's redrive-allow policy does not admit the source.
     RedriveNotAllowed,
+    /// FAILED_PRECONDITION: a dead-letter-now named a queue without a redrive policy.
+    NoRedrivePolicy,
+    /// FAILED_PRECONDITION: a dead-letter-now named a queue whose dead-letter queue does not
+    /// exist.
+    DeadLetterQueueMissing,
     /// FAILED_PRECONDITION: a redrive names a queue that is no queue's dead-letter queue, and no
     /// destination.
     NotADeadLetterQueue,
@@ -115,6 +120,8 @@ impl Reason {
             Reason::StaleReceiptHandle => "StaleReceiptHandle",
             Reason::MessageNotInFlight => "MessageNotInFlight",
             Reason::RedriveNotAllowed => "RedriveNotAllowed",
+            Reason::NoRedrivePolicy => "NoRedrivePolicy",
+            Reason::DeadLetterQueueMissing => "DeadLetterQueueMissing",
             Reason::NotADeadLetterQueue => "NotADeadLetterQueue",
             Reason::RedriveAlreadyRunning => "RedriveAlreadyRunning",
             Reason::RedriveNotRunning => "RedriveNotRunning",
@@ -149,6 +156,8 @@ impl Reason {
             | Reason::StaleReceiptHandle
             | Reason::MessageNotInFlight
             | Reason::RedriveNotAllowed
+            | Reason::NoRedrivePolicy
+            | Reason::DeadLetterQueueMissing
             | Reason::NotADeadLetterQueue
             | Reason::RedriveAlreadyRunning
             | Reason::RedriveNotRunning => Code::FailedPrecondition,
@@ -242,6 +251,8 @@ fn reject_reason(reject: &Reject) -> (Reason, Option<&'static str>) {
         Reject::VisibilityCapExceeded { .. } => (Reason::VisibilityCapExceeded, None),
         Reject::PurgeInProgress { .. } => (Reason::PurgeInProgress, None),
         Reject::RedriveNotAllowed { .. } => (Reason::RedriveNotAllowed, None),
+        Reject::NoRedrivePolicy { .. } => (Reason::NoRedrivePolicy, None),
+        Reject::DeadLetterQueueMissing { .. } => (Reason::DeadLetterQueueMissing, None),
         Reject::InflightLimit { .. } => (Reason::InflightLimit, None),
         Reject::WaiterLimit { .. } => (Reason::WaiterLimit, None),
         Reject::WaiterExists { .. } => (Reason::WaiterExists, None),
@@ -359,7 +370,7 @@ mod tests {
     use trireme_core::{MessageId, QueueName, WaiterId};
 
     /// Every reason, for the checks that each is produced, named once and documented.
-    const ALL: [Reason; 28] = [
+    const ALL: [Reason; 30] = [
         Reason::QueueNotFound,
         Reason::QueueNameExists,
         Reason::QueueDeletedRecently,
@@ -376,6 +387,8 @@ mod tests {
         Reason::StaleReceiptHandle,
         Reason::MessageNotInFlight,
         Reason::RedriveNotAllowed,
+        Reason::NoRedrivePolicy,
+        Reason::DeadLetterQueueMissing,
         Reason::NotADeadLetterQueue,
         Reason::RedriveAlreadyRunning,
         Reason::RedriveNotRunning,
@@ -444,6 +457,11 @@ mod tests {
                 source_queue: name("jobs"),
                 dead_letter_queue: name("dlq"),
             },
+            Reject::NoRedrivePolicy { name: name("jobs") },
+            Reject::DeadLetterQueueMissing {
+                name: name("jobs"),
+                dead_letter_queue: name("dlq"),
+            },
             Reject::InflightLimit {
                 name: name("jobs"),
                 max: 120_000,
@@ -488,6 +506,10 @@ mod tests {
             }
             Reject::PurgeInProgress { .. } => (Code::ResourceExhausted, "PurgeInProgress"),
             Reject::RedriveNotAllowed { .. } => (Code::FailedPrecondition, "RedriveNotAllowed"),
+            Reject::NoRedrivePolicy { .. } => (Code::FailedPrecondition, "NoRedrivePolicy"),
+            Reject::DeadLetterQueueMissing { .. } => {
+                (Code::FailedPrecondition, "DeadLetterQueueMissing")
+            }
             Reject::InflightLimit { .. } => (Code::ResourceExhausted, "InflightLimit"),
             Reject::WaiterLimit { .. } => (Code::ResourceExhausted, "WaiterLimit"),
             Reject::WaiterExists { .. } => (Code::Internal, "WaiterExists"),

@@ -639,6 +639,23 @@ impl SqsError {
                     ),
                 })
             }
+            // Dead-letter-now is Trireme's own action (gRPC only): no SQS request produces these
+            // refusals; were one to, the parameter at fault is the receipt handle's queue.
+            Reject::NoRedrivePolicy { name } => {
+                SqsError::InvalidParameterValue(Invalid::Unquoted {
+                    parameter: "QueueUrl",
+                    reason: format!("Queue {name} has no RedrivePolicy, so no dead-letter queue."),
+                })
+            }
+            Reject::DeadLetterQueueMissing {
+                name,
+                dead_letter_queue,
+            } => SqsError::InvalidParameterValue(Invalid::Unquoted {
+                parameter: "QueueUrl",
+                reason: format!(
+                    "The dead-letter queue {dead_letter_queue} of queue {name} does not exist."
+                ),
+            }),
             Reject::InflightLimit { name, max } => SqsError::OverLimit(Limit::InFlight {
                 name: name.to_string(),
                 max,
