@@ -411,6 +411,11 @@ mod lifecycle {
     }
 
     #[test]
+    fn sweep_expiring_early_loses_a_message_inside_its_retention() {
+        finds(with(Bug::SweepExpiresEarly, retention_sent()), LOST);
+    }
+
+    #[test]
     fn retention_counted_from_entry_keeps_a_redriven_message_too_long() {
         finds(
             with(Bug::RetentionCountsFromEntry, retention_redrive()),

@@ -203,6 +203,9 @@ pub enum Bug {
     SweepDropsExpired,
     /// The receive trusts the replicas' sweeps and does not check retention itself.
     ReceiveSkipsExpiryCheck,
+    /// A replica's sweep expires a record one tick before its clock says so: further ahead than
+    /// any clock within `SKEW_MAX` can be.
+    SweepExpiresEarly,
     /// Retention counts from `entered_at` (restarting at a redrive) instead of `sent_at`.
     RetentionCountsFromEntry,
     /// Anti-entropy exchanges message records but not the watermark.
@@ -956,11 +959,12 @@ impl State {
     /// `None` if nothing changes.
     pub fn sweep_result(&self, config: &Config, r: usize, message: usize) -> Option<Sweep> {
         let record = self.replicas[r].store[message]?;
-        let expired = record.expired_at(
-            config.retention,
-            self.clock(r),
-            config.retention_from_entry(),
-        );
+        let clock = if config.has(Bug::SweepExpiresEarly) {
+            self.clock(r) + 1
+        } else {
+            self.clock(r)
+        };
+        let expired = record.expired_at(config.retention, clock, config.retention_from_entry());
         if config.has(Bug::SweepDropsExpired) && expired {
             return Some(Sweep::Drop);
         }
