@@ -664,6 +664,40 @@ impl Client {
         Ok(())
     }
 
+    /// Moves the message received with `receipt_handle` to the queue's dead-letter queue at
+    /// once, keeping its message id, receive count and send time; its dead-letter source becomes
+    /// `queue`. Returns the dead-letter queue's name. Retried on transport errors: a retry cannot
+    /// move anything else, and one whose first attempt moved the message answers
+    /// [`Error::MessageNotInFlight`].
+    ///
+    /// # Errors
+    /// [`Error::NoDeadLetterQueue`] when the queue has no redrive policy or its dead-letter
+    /// queue does not exist (the message stays where it is), [`Error::StaleReceiptHandle`] when
+    /// a later receive superseded the handle, [`Error::MessageNotInFlight`] when the message is
+    /// no longer in the queue, [`Error::ReceiptHandleInvalid`], [`Error::QueueNotFound`], and
+    /// the transport errors.
+    pub async fn dead_letter_message(
+        &self,
+        queue: &QueueName,
+        receipt_handle: &ReceiptHandle,
+    ) -> Result<QueueName, Error> {
+        let request = pb::DeadLetterMessageRequest {
+            queue: queue.as_str().to_owned(),
+            receipt_handle: receipt_handle.as_str().to_owned(),
+        };
+        let reply = self
+            .call_queue(
+                idempotent("dead_letter_message"),
+                queue,
+                request,
+                |mut c, r| async move { c.dead_letter_message(r).await },
+            )
+            .await?;
+        QueueName::new(&reply.dead_letter_queue).map_err(|error| Error::Protocol {
+            message: format!("dead_letter_queue in the reply: {error}"),
+        })
+    }
+
     /// Deletes up to 10 messages; the outcome lists the entry ids deleted and those refused.
     ///
     /// # Errors

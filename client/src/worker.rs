@@ -4,13 +4,13 @@
 //! limit, keeps each message invisible while its handler runs (visibility heartbeats, within the
 //! 12 h cap), and settles the outcome: success deletes, a retryable error makes the message
 //! visible again after a capped, fully jittered backoff, a terminal error moves it to the queue's
-//! dead-letter queue at once. On shutdown it stops receiving, lets running handlers finish within
+//! dead-letter queue at once (the node's dead-letter-now: the same message, its id and receive
+//! count kept). On shutdown it stops receiving, lets running handlers finish within
 //! a grace period, and releases (makes visible at once) whatever is still running after it.
 //!
-//! The worker never deletes a message whose handler did not succeed and never acknowledges the
-//! original of a dead-lettered message before the dead-letter copy is acknowledged, so a crash at
-//! any point leaves each message either handled or still in a queue (spec/queue-core.md I6: at
-//! least once, never lost). Handlers must therefore be idempotent; [`Job::idempotency_key`] helps.
+//! The worker never deletes a message whose handler did not succeed, and a dead-lettered message
+//! moves in one step on the node, so a crash at any point leaves each message either handled or
+//! still in a queue (spec/queue-core.md I6: at least once, never lost). Handlers must therefore be idempotent; [`Job::idempotency_key`] helps.
 //!
 //! # An idempotent handler
 //!
@@ -66,12 +66,11 @@ use crate::client::Client;
 use crate::error::Error;
 use crate::limits;
 use crate::types::{
-    AttributeValue, Message, MessageAttribute, QueueName, ReceiveOptions, SendMessage,
-    VisibilityChange,
+    AttributeValue, Message, MessageAttribute, QueueName, ReceiveOptions, VisibilityChange,
 };
 
-/// The message attribute that carries a job's idempotency key when the producer (or a worker's
-/// dead-letter move) set one; without it the key is the message id.
+/// The message attribute that carries a job's idempotency key when the producer set one; without
+/// it the key is the message id (which a dead-letter move keeps).
 pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "trireme-idempotency-key";
 
 /// Why a handler did not succeed, and what should happen to the message.
@@ -84,10 +83,10 @@ pub enum HandlerError {
         /// What went wrong.
         reason: String,
     },
-    /// Never succeeds: the message goes to the queue's dead-letter queue at once. The worker
-    /// sends a copy there (body and attributes, plus the idempotency key; a new message id, and
-    /// retention counts from the copy) and deletes the original once the copy is acknowledged.
-    /// A queue without a redrive policy has nowhere to put it: the message is retried instead.
+    /// Never succeeds: the message goes to the queue's dead-letter queue at once, moved by the
+    /// node (`Client::dead_letter_message`): the same message id, receive count and send time,
+    /// with this queue as its dead-letter source. A queue without a dead-letter queue has nowhere
+    /// to put it: the message is retried instead.
     #[error("terminal: {reason}")]
     Terminal {
         /// What went wrong.
@@ -121,8 +120,8 @@ pub struct Job {
 }
 
 impl Job {
-    /// A key that is the same for every delivery of this message, and for its copy in the
-    /// dead-letter queue when a worker moved it there: the `trireme-idempotency-key` attribute
+    /// A key that is the same for every delivery of this message, also after a move to the
+    /// dead-letter queue (a move keeps the message id): the `trireme-idempotency-key` attribute
     /// when set (producers may set their own), else the message id. Record it with the job's
     /// effect to make the handler idempotent.
     pub fn idempotency_key(&self) -> &str {
@@ -328,8 +327,6 @@ struct Shared<H> {
     config: WorkerConfig,
     handler: Arc<H>,
     metrics: Arc<dyn WorkerMetrics>,
-    /// Where terminal failures go: the queue's redrive policy's dead-letter queue, read at start.
-    dead_letter_queue: Option<QueueName>,
 }
 
 /// Aborts the task when dropped, so a worker that is itself dropped (crashes) leaves no handler
@@ -383,7 +380,8 @@ where
     /// could be lost on the way, hiding its messages for a visibility timeout), so shutdown may
     /// take up to `wait_seconds` longer; the messages it brings are released at once.
     ///
-    /// The dead-letter queue is read from the queue's redrive policy once, at start.
+    /// Terminal failures go to the dead-letter queue the node's redrive policy names when they
+    /// happen; the worker only warns at start if the queue has none.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for settings out of range, the errors of
@@ -392,11 +390,7 @@ where
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
         self.config.check()?;
         let queue_info = self.client.get_queue(&self.queue).await?;
-        let dead_letter_queue = queue_info
-            .settings
-            .redrive_policy
-            .map(|p| p.dead_letter_queue);
-        if dead_letter_queue.is_none() {
+        if queue_info.settings.redrive_policy.is_none() {
             warn!(queue = %self.queue, "queue has no redrive policy: terminal failures will be retried");
         }
         let shared = Arc::new(Shared {
@@ -405,7 +399,6 @@ where
             config: self.config,
             handler: self.handler,
             metrics: self.metrics,
-            dead_letter_queue,
         });
         info!(queue = %shared.queue, concurrency = shared.config.concurrency, "worker started");
         let slots = Arc::new(Semaphore::new(shared.config.concurrency));
@@ -626,13 +619,9 @@ async fn supervise<H, Fut>(
         Err(HandlerError::Retryable { reason }) => {
             settle_retry(&shared, &message, received_at, &reason).await
         }
-        Err(HandlerError::Terminal { reason }) => match &shared.dead_letter_queue {
-            Some(dlq) => settle_dead_letter(&shared, &message, received_at, dlq, &reason).await,
-            None => {
-                warn!(message_id = %message.message_id, reason, "terminal failure without a dead-letter queue; retrying");
-                settle_retry(&shared, &message, received_at, &reason).await;
-            }
-        },
+        Err(HandlerError::Terminal { reason }) => {
+            settle_dead_letter(&shared, &message, received_at, &reason).await
+        }
     }
 }
 
@@ -714,48 +703,37 @@ async fn settle_retry<H>(
     }
 }
 
+/// Moves the message to the dead-letter queue with the node's dead-letter-now
+/// (spec/queue-core.md, DeadLetterNow): the same message, with its id, receive count and send
+/// time, arrives there with this queue as its source, in one step on the node. Without a
+/// dead-letter queue (the policy was removed, or names a deleted queue) the message is retried.
 async fn settle_dead_letter<H>(
     shared: &Shared<H>,
     message: &Message,
     received_at: Instant,
-    dead_letter_queue: &QueueName,
     reason: &str,
 ) {
-    let job = Job {
-        queue: shared.queue.clone(),
-        message: message.clone(),
-    };
-    let mut copy = SendMessage::new(message.body.clone());
-    copy.attributes = message.attributes.clone();
-    // The copy gets a new message id; the key keeps the job recognizable, if there is room.
-    if copy.attributes.len() < limits::MESSAGE_ATTRIBUTES_MAX {
-        copy.attributes
-            .entry(IDEMPOTENCY_KEY_ATTRIBUTE.to_owned())
-            .or_insert_with(|| MessageAttribute::string(job.idempotency_key()));
-    }
-    // A worker that crashes between the copy and the delete copies again on redelivery; the
-    // deduplication id makes that second copy a no-op within the window, and makes the send safe
-    // to retry.
-    copy.deduplication_id = Some(format!("trireme-dlq-{}", message.message_id));
-    match shared.client.send_message(dead_letter_queue, &copy).await {
-        Ok(_) => {}
-        Err(error) => {
-            warn!(message_id = %message.message_id, error = %error, "copy to the dead-letter queue failed; retrying later");
-            settle_retry(shared, message, received_at, reason).await;
-            return;
-        }
-    }
     match shared
         .client
-        .delete_message(&shared.queue, &message.receipt_handle)
+        .dead_letter_message(&shared.queue, &message.receipt_handle)
         .await
     {
-        Ok(()) => {
-            debug!(message_id = %message.message_id, reason, "dead-lettered");
+        Ok(dead_letter_queue) => {
+            debug!(message_id = %message.message_id, %dead_letter_queue, reason, "dead-lettered");
             shared.metrics.dead_lettered(message);
         }
+        Err(error @ Error::NoDeadLetterQueue { .. }) => {
+            warn!(message_id = %message.message_id, error = %error, reason, "terminal failure without a dead-letter queue; retrying");
+            settle_retry(shared, message, received_at, reason).await;
+        }
+        Err(error) if lost(&error) => {
+            // Superseded, or no longer in the queue (also when a retried call's first attempt
+            // moved it): nothing is left to settle here.
+            warn!(message_id = %message.message_id, error = %error, "message no longer held when dead-lettering it");
+        }
         Err(error) => {
-            warn!(message_id = %message.message_id, error = %error, "delete after the dead-letter copy failed: the message will be redelivered");
+            warn!(message_id = %message.message_id, error = %error, "dead-letter now failed; retrying later");
+            settle_retry(shared, message, received_at, reason).await;
         }
     }
 }

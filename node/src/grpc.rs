@@ -999,6 +999,30 @@ impl QueueService for GrpcService {
         .await
     }
 
+    async fn dead_letter_message(
+        &self,
+        request: Request<pb::DeadLetterMessageRequest>,
+    ) -> GrpcResult<pb::DeadLetterMessageResponse> {
+        let request = request.into_inner();
+        let span = request_span("DeadLetterMessage", &request.queue);
+        async move {
+            let queue = queue_name("queue", &request.queue).map_err(|e| field_status(&e))?;
+            let handle = self.receipt_handle(&request.receipt_handle)?;
+            let outcome = self
+                .command(Command::DeadLetterNow { queue, handle })
+                .await?;
+            let Outcome::DeadLettered { dead_letter_queue } = outcome else {
+                unreachable!("DeadLetterNow answers DeadLettered, got {outcome:?}");
+            };
+            debug!(%dead_letter_queue, "dead-lettered now");
+            Ok(Response::new(pb::DeadLetterMessageResponse {
+                dead_letter_queue: dead_letter_queue.to_string(),
+            }))
+        }
+        .instrument(span)
+        .await
+    }
+
     async fn delete_message_batch(
         &self,
         request: Request<pb::DeleteMessageBatchRequest>,

@@ -512,3 +512,70 @@ async fn a_node_that_is_down_is_skipped_for_every_call() {
     let got = client.receive_messages(&name, &wait(5, 1)).await.unwrap();
     assert_eq!(got[0].body, "through");
 }
+
+#[tokio::test]
+async fn dead_letter_message_moves_the_same_message_and_refuses_what_it_cannot_move() {
+    let node = TestNode::start().await;
+    let client = node.client();
+    let dlq = queue_name("now-dlq");
+    let queue = queue_name("now");
+    create_with_dead_letter_queue(&client, &queue, &dlq, 5).await;
+    let sent = send(&client, &queue, "poison").await;
+    let first = client
+        .receive_messages(&queue, &wait(5, 1))
+        .await
+        .unwrap()
+        .remove(0);
+    client
+        .change_visibility(&queue, &first.receipt_handle, 0)
+        .await
+        .unwrap();
+    let second = client
+        .receive_messages(&queue, &wait(5, 1))
+        .await
+        .unwrap()
+        .remove(0);
+    let err = client
+        .dead_letter_message(&queue, &first.receipt_handle)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::StaleReceiptHandle { .. }), "{err:?}");
+
+    let moved_to = client
+        .dead_letter_message(&queue, &second.receipt_handle)
+        .await
+        .unwrap();
+    assert_eq!(moved_to, dlq);
+    // A repeat finds the message gone from the source.
+    let err = client
+        .dead_letter_message(&queue, &second.receipt_handle)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::MessageNotInFlight { .. }), "{err:?}");
+    let moved = client
+        .receive_messages(&dlq, &wait(5, 1))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(moved.message_id, sent.message_id);
+    assert_eq!(moved.receive_count, 3);
+    assert_eq!(moved.sent_at_ms, second.sent_at_ms);
+    assert_eq!(moved.dead_letter_source.as_ref(), Some(&queue));
+
+    let plain = queue_name("now-plain");
+    create_queue(&client, &plain).await;
+    send(&client, &plain, "x").await;
+    let held = client
+        .receive_messages(&plain, &wait(5, 1))
+        .await
+        .unwrap()
+        .remove(0);
+    let err = client
+        .dead_letter_message(&plain, &held.receipt_handle)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::NoDeadLetterQueue { queue: Some(ref q), .. } if *q == plain),
+        "{err:?}"
+    );
+}

@@ -226,6 +226,13 @@ impl QueueService for Fake {
         self.enter().await?;
         unused()
     }
+    async fn dead_letter_message(
+        &self,
+        _: Request<pb::DeadLetterMessageRequest>,
+    ) -> Result<Response<pb::DeadLetterMessageResponse>, Status> {
+        self.enter().await?;
+        unused()
+    }
     async fn start_redrive(
         &self,
         _: Request<pb::StartRedriveRequest>,

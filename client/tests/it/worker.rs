@@ -11,8 +11,8 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use trireme_client::worker::IDEMPOTENCY_KEY_ATTRIBUTE;
 use trireme_client::{
-    AttributeValue, Backoff, Client, HandlerError, HandlerOutcome, Job, Message, MessageId,
-    QueueName, ReceiveOptions, SendMessage, Worker, WorkerConfig, WorkerCounters, WorkerMetrics,
+    Backoff, Client, HandlerError, HandlerOutcome, Job, Message, MessageId, QueueName,
+    ReceiveOptions, SendMessage, Worker, WorkerConfig, WorkerCounters, WorkerMetrics,
 };
 
 use crate::node::{TestNode, create_queue, create_with_dead_letter_queue, queue_name, send};
@@ -342,14 +342,15 @@ async fn a_terminal_failure_moves_the_message_to_the_dead_letter_queue_at_once()
 
     let stats = client.queue_stats(&queue).await.unwrap();
     assert_eq!((stats.ready, stats.in_flight, stats.delayed), (0, 0, 0));
-    let copy = receive_until(&client, &dlq, 1, 2).await.remove(0);
-    assert_eq!(copy.body, "not a number");
-    assert_eq!(copy.attributes["origin"], message.attributes["origin"]);
-    // The copy is recognizable as the same job.
-    assert_eq!(
-        copy.attributes[IDEMPOTENCY_KEY_ATTRIBUTE].value,
-        AttributeValue::String(sent.message_id.to_string())
-    );
+    // The node moved the message itself: the same id, its receive count (one delivery in the
+    // source, this one in the dead-letter queue), its send time, and the source recorded.
+    let moved = receive_until(&client, &dlq, 1, 2).await.remove(0);
+    assert_eq!(moved.message_id, sent.message_id);
+    assert_eq!(moved.receive_count, 2);
+    assert_eq!(moved.dead_letter_source.as_ref(), Some(&queue));
+    assert_eq!(moved.body, "not a number");
+    assert_eq!(moved.attributes, message.attributes);
+    assert!(!moved.attributes.contains_key(IDEMPOTENCY_KEY_ATTRIBUTE));
     assert_eq!(metrics.counters.snapshot().dead_lettered, 1);
 }
 
