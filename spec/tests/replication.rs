@@ -576,6 +576,20 @@ mod replication {
         checker.assert_no_discovery(CONVERGED);
     }
 
+    /// spec/replication.md §13: preferring the messages whose ring position starts at the
+    /// coordinator needs a fallback, or a message whose home coordinator is away is never
+    /// received (the heal's consumer is `c0`, the message's home `c1`).
+    #[test]
+    fn preference_without_fallback_never_drains() {
+        let config = Config {
+            start: Start::Sent,
+            claims_max: 1,
+            heal: true,
+            ..Config::quiet("preference without fallback")
+        };
+        finds(with(Bug::PreferHomeWithoutFallback, config), DRAINED);
+    }
+
     #[test]
     fn redrive_of_unclaimed_copies_only_never_drains_the_dead_letter_queue() {
         let config = Config {

@@ -18,6 +18,9 @@ pub const WRITE_QUORUM: usize = 2;
 pub const READ_QUORUM: usize = 2;
 /// Bitmask with one bit per replica.
 pub const ALL_REPLICAS: u8 = 0b111;
+/// The coordinator whose ring position the model's one message starts at (the planted bug
+/// `PreferHomeWithoutFallback` only).
+pub const HOME_COORDINATOR: usize = 1;
 /// Steps the heal schedule may take before it is declared stuck (a liveness failure).
 pub const HEAL_STEPS_MAX: u32 = 2_000;
 
@@ -73,6 +76,10 @@ pub enum Bug {
     /// A claimed copy never becomes visible again: receives skip it as if its visibility
     /// timeout had not expired, so a message whose consumer died is never received again.
     ClaimNeverExpires,
+    /// Coordinators prefer the messages whose ring position starts at them (section 13) and
+    /// have no fallback: only the message's home coordinator (`c1` in the model) ever claims
+    /// it, so with its home away nobody receives it.
+    PreferHomeWithoutFallback,
     /// Redrive takes only a dead-letter copy that was never received (part 1's first rule), so
     /// a copy received in the dead-letter queue whose claim expired is never redriven.
     RedriveOnlyUnclaimed,
@@ -1337,6 +1344,12 @@ impl State {
                 // Time is abstract (spec#time): any claim may have expired by the coordinator's
                 // clock, so the message may be claimed again.
                 if claim.is_some() && config.has(Bug::ClaimNeverExpires) {
+                    self.finish(c);
+                    return;
+                }
+                // spec#13: a preference for the messages that start at this coordinator must
+                // fall back to taking any visible message; the planted bug has no fallback.
+                if config.has(Bug::PreferHomeWithoutFallback) && c != HOME_COORDINATOR {
                     self.finish(c);
                     return;
                 }
