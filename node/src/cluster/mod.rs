@@ -7,9 +7,14 @@
 //! - `store`: the replica's durable records (group commit, fsync before every ack) and the
 //!   local view that receive candidates come from;
 //! - `service`: the internal service `trireme.replica.v1` as served to peers;
+//! - `anti_entropy`: every pair's periodic comparison of partition digests and exchange of the
+//!   records that differ;
+//! - `collection`: the background collection of tombstones after the horizon;
 //! - `peers`: batched, lazily connected links to the peers;
 //! - `wire`: the internal service's messages as protocol values.
 
+pub mod anti_entropy;
+pub mod collection;
 pub mod peers;
 pub mod service;
 pub mod store;
@@ -103,6 +108,11 @@ struct Inner {
     peers: Peers,
     ring: Ring,
     operation_timeout: Duration,
+    /// The tombstone horizon (spec/replication.md, *Horizon rule*): collection waits it.
+    horizon_ms: u64,
+    /// Collection's state across rounds: its walk and the tombstones waiting out the horizon.
+    /// One round at a time holds it.
+    collector: tokio::sync::Mutex<collection::Collector>,
     /// Claim nonces.
     nonces: Mutex<ChaCha20Rng>,
 }
@@ -160,6 +170,7 @@ impl Cluster {
             members,
             me: me.clone(),
             horizon_ms: settings.horizon_ms,
+            ring: ring.clone(),
         };
         let cluster = Cluster {
             inner: Arc::new(Inner {
@@ -168,6 +179,8 @@ impl Cluster {
                 peers,
                 ring,
                 operation_timeout: settings.operation_timeout,
+                horizon_ms: settings.horizon_ms,
+                collector: tokio::sync::Mutex::new(collection::Collector::default()),
                 nonces: Mutex::new(nonces),
             }),
         };

@@ -65,6 +65,9 @@ struct Pending {
 #[derive(Clone)]
 pub struct Peers {
     links: Arc<BTreeMap<NodeId, mpsc::Sender<Pending>>>,
+    /// Clients for the calls that are not batched (anti-entropy's digests and pages); they
+    /// share the links' connections.
+    clients: Arc<BTreeMap<NodeId, ReplicaClient<Channel>>>,
 }
 
 /// This node as a sender.
@@ -79,7 +82,8 @@ pub struct Identity {
 }
 
 impl Identity {
-    fn now(&self) -> Sender {
+    /// This node as the sender of a message sent now.
+    pub(super) fn now(&self) -> Sender {
         Sender {
             node: self.node,
             disk_id: self.disk_id,
@@ -115,6 +119,7 @@ impl Peers {
     ) -> Result<Peers, tonic::transport::Error> {
         let request_ids = Arc::new(AtomicU64::new(1));
         let mut links = BTreeMap::new();
+        let mut clients = BTreeMap::new();
         for (peer, address) in peers {
             let endpoint = Endpoint::from_shared(format!("http://{address}"))?
                 .connect_timeout(settings.connect_timeout)
@@ -124,6 +129,7 @@ impl Peers {
                 .keep_alive_timeout(settings.keepalive_timeout)
                 .keep_alive_while_idle(true);
             let channel = channel(&endpoint);
+            clients.insert(*peer, ReplicaClient::new(channel.clone()));
             let (queue, waiting) = mpsc::channel(PEER_QUEUE_MAX);
             tokio::spawn(run_link(
                 *peer,
@@ -136,7 +142,15 @@ impl Peers {
         }
         Ok(Peers {
             links: Arc::new(links),
+            clients: Arc::new(clients),
         })
+    }
+
+    /// A client of `peer`'s internal service for a call that is not batched (`None`: not a
+    /// member). Its calls carry the link's connect and call timeouts.
+    #[must_use]
+    pub fn client(&self, peer: NodeId) -> Option<ReplicaClient<Channel>> {
+        self.clients.get(&peer).cloned()
     }
 
     /// Sends one request to `peer`; the answer arrives on the returned channel.

@@ -18,6 +18,7 @@
 //! does.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +28,7 @@ use redb::{
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
+use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
 use trireme_replication::record::Record;
 use trireme_replication::replica::{Verdict, accept};
@@ -179,6 +181,15 @@ impl LocalView {
             .get(&(queue.clone(), incarnation))
             .map_or(0, |queue| queue.seen.len())
     }
+}
+
+/// One step of a bounded walk over the records.
+#[derive(Debug)]
+pub struct Walk {
+    /// The records of the step that were selected, in key order.
+    pub selected: Vec<(RecordKey, Record)>,
+    /// The last stored key read (`None`: the walk reached the end).
+    pub last: Option<Vec<u8>>,
 }
 
 /// The end of a replica store's life: the committer thread, which holds the database until
@@ -346,6 +357,123 @@ impl ReplicaStore {
         Ok(records)
     }
 
+    /// The anti-entropy digest of every non-empty partition from `first` to `last` (inclusive),
+    /// over the records whose key passes `shared` (spec/replication.md#read-repair-and-anti-entropy:
+    /// only what both replicas of a pair hold). Reads only what was committed, so only what
+    /// was fsynced. Blocking: call it off the async runtime.
+    ///
+    /// # Errors
+    /// The redb variants when the scan fails; `Corrupt` for a row that does not decode.
+    pub fn digests(
+        &self,
+        first: u16,
+        last: u16,
+        shared: impl Fn(&RecordKey) -> bool,
+    ) -> Result<BTreeMap<u16, Digest>, StoreError> {
+        assert!(first <= last, "a partition range runs forwards");
+        let start = first.to_be_bytes();
+        let end = last.checked_add(1).map(u16::to_be_bytes);
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(RECORDS)?;
+        let upper = match &end {
+            Some(end) => Bound::Excluded(end.as_slice()),
+            None => Bound::Unbounded,
+        };
+        let mut digests: BTreeMap<u16, Digest> = BTreeMap::new();
+        for row in table.range::<&[u8]>((Bound::Included(start.as_slice()), upper))? {
+            let (key, value) = row?;
+            let (key, record) = decode_row(key.value(), value.value())?;
+            if shared(&key) {
+                digests
+                    .entry(key.partition())
+                    .or_default()
+                    .add(&key, &record);
+            }
+        }
+        Ok(digests)
+    }
+
+    /// One page of `partition`'s records whose key passes `shared`, in key order: those after
+    /// the stored key `after` (`None`: from the start) and up to `through` (inclusive; `None`:
+    /// to the partition's end), at most `limit` of them and about `bytes_max` of stored bytes
+    /// (always at least one). The second value says whether the range holds more. Blocking:
+    /// call it off the async runtime.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::digests`].
+    pub fn partition_page(
+        &self,
+        partition: u16,
+        after: Option<&[u8]>,
+        through: Option<&[u8]>,
+        limit: usize,
+        bytes_max: usize,
+        shared: impl Fn(&RecordKey) -> bool,
+    ) -> Result<(Vec<(RecordKey, Record)>, bool), StoreError> {
+        assert!(limit > 0, "a page holds at least one record");
+        let start = partition.to_be_bytes();
+        let end = partition.checked_add(1).map(u16::to_be_bytes);
+        let lower = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(start.as_slice()),
+        };
+        let upper = match (through, &end) {
+            (Some(through), _) => Bound::Included(through),
+            (None, Some(end)) => Bound::Excluded(end.as_slice()),
+            (None, None) => Bound::Unbounded,
+        };
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(RECORDS)?;
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        for row in table.range::<&[u8]>((lower, upper))? {
+            let (key, value) = row?;
+            if page.len() == limit || (bytes >= bytes_max && !page.is_empty()) {
+                return Ok((page, true));
+            }
+            let (key, record) = decode_row(key.value(), value.value())?;
+            if shared(&key) {
+                bytes += value.value().len();
+                page.push((key, record));
+            }
+        }
+        Ok((page, false))
+    }
+
+    /// Up to `rows_max` rows after the stored key `after` (`None`: from the first), and of
+    /// them the records `select` keeps. The collector's bounded walk over the records. Blocking:
+    /// call it off the async runtime.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::digests`].
+    pub fn scan(
+        &self,
+        after: Option<&[u8]>,
+        rows_max: usize,
+        mut select: impl FnMut(&RecordKey, &Record) -> bool,
+    ) -> Result<Walk, StoreError> {
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(RECORDS)?;
+        let mut selected = Vec::new();
+        let mut last = None;
+        for (rows, row) in table.range::<&[u8]>((lower, Bound::Unbounded))?.enumerate() {
+            if rows == rows_max {
+                return Ok(Walk { selected, last });
+            }
+            let (key, value) = row?;
+            last = Some(key.value().to_vec());
+            let (key, record) = decode_row(key.value(), value.value())?;
+            if select(&key, &record) {
+                selected.push((key, record));
+            }
+        }
+        Ok(Walk {
+            selected,
+            last: None,
+        })
+    }
+
     /// Runs `f` on the local view.
     pub fn view<T>(&self, f: impl FnOnce(&LocalView) -> T) -> T {
         f(&self
@@ -353,6 +481,20 @@ impl ReplicaStore {
             .lock()
             .expect("the view lock is never poisoned: updates do not panic"))
     }
+}
+
+fn decode_row(key: &[u8], value: &[u8]) -> Result<(RecordKey, Record), StoreError> {
+    let record_key = RecordKey::decode(key).ok_or_else(|| StoreError::Corrupt {
+        key: format!("{key:?}"),
+        source: CodecError::Malformed {
+            reason: "not a record key".to_owned(),
+        },
+    })?;
+    let record = codec::decode_framed(value).map_err(|source| StoreError::Corrupt {
+        key: format!("{record_key:?}"),
+        source,
+    })?;
+    Ok((record_key, record))
 }
 
 fn identify(db: &Database, node: NodeId, new_disk_id: u64) -> Result<u64, StoreError> {

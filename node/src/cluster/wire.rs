@@ -5,7 +5,9 @@ use trireme_core::Millis;
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::NodeId;
 use trireme_replication::RecordKey;
+use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::record::Record;
 
 use crate::codec::{self, CodecError};
 
@@ -49,6 +51,9 @@ pub enum WireError {
         #[source]
         source: CodecError,
     },
+    /// A partition number out of range.
+    #[error("partition {0} is out of range")]
+    Partition(u32),
     /// A reply with another number of answers than the batch had requests.
     #[error("the reply has {got} answers for {sent} requests")]
     Count { sent: usize, got: usize },
@@ -116,6 +121,67 @@ pub fn replies(replies: &[Vec<u8>], sent: usize) -> Result<Vec<Reply>, WireError
         .enumerate()
         .map(|(index, bytes)| {
             codec::decode_framed(bytes).map_err(|source| WireError::Body { index, source })
+        })
+        .collect()
+}
+
+/// One partition's anti-entropy digest, encoded.
+#[must_use]
+pub fn digest(partition: u16, digest: Digest) -> pb::PartitionDigest {
+    pb::PartitionDigest {
+        partition: u32::from(partition),
+        records: digest.records,
+        sum_high: (digest.sum >> 64) as u64,
+        sum_low: digest.sum as u64,
+    }
+}
+
+/// A peer's partition digests, decoded.
+///
+/// # Errors
+/// `Partition` for a partition number out of range.
+pub fn digests(
+    digests: &[pb::PartitionDigest],
+) -> Result<std::collections::BTreeMap<u16, Digest>, WireError> {
+    digests
+        .iter()
+        .map(|digest| {
+            let partition = u16::try_from(digest.partition)
+                .map_err(|_| WireError::Partition(digest.partition))?;
+            let sum = (u128::from(digest.sum_high) << 64) | u128::from(digest.sum_low);
+            Ok((
+                partition,
+                Digest {
+                    records: digest.records,
+                    sum,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// One stored record, encoded for an anti-entropy page.
+#[must_use]
+pub fn stored_record(key: &RecordKey, record: &Record) -> pb::StoredRecord {
+    pb::StoredRecord {
+        key: key.encode(),
+        record: codec::encode_framed(record),
+    }
+}
+
+/// A peer's anti-entropy page, decoded.
+///
+/// # Errors
+/// `Key` or `Body` for the first malformed record.
+pub fn stored_records(records: &[pb::StoredRecord]) -> Result<Vec<(RecordKey, Record)>, WireError> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(index, stored)| {
+            let key = RecordKey::decode(&stored.key).ok_or(WireError::Key { index })?;
+            let record = codec::decode_framed(&stored.record)
+                .map_err(|source| WireError::Body { index, source })?;
+            Ok((key, record))
         })
         .collect()
 }

@@ -3,6 +3,7 @@
 
 mod client_crate;
 mod cluster;
+mod cluster_anti_entropy;
 mod crash;
 mod harness;
 mod long_poll;

@@ -1,0 +1,370 @@
+//! Anti-entropy's driver (spec/replication.md#read-repair-and-anti-entropy): every
+//! `ANTI_ENTROPY_PERIOD` this node compares, with each peer, the per-partition digests of the
+//! records both of them replicate (tombstones included), fetches the records of the partitions
+//! that differ, and both keep the merge: what the peer lacks goes back as ordinary
+//! `Write::Merge` requests through `Exchange`, what this node lacks is merged into its own store.
+//! A replica that was away catches up through this and read repair alone.
+//!
+//! Every node runs a round with every peer, so each pair is compared twice per period (once from
+//! each end); either end alone converges the pair. A round's work is bounded: it stops after
+//! `partitions_per_round_max` differing partitions or `records_per_round_max` records compared,
+//! and the next round starts over (what the last one repaired no longer differs). What to
+//! compare and what to send is `trireme_replication::anti_entropy`; this module only scans,
+//! calls and applies.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+use trireme_proto::replica::v1 as pb;
+use trireme_replication::anti_entropy::{differing, reconcile, shared};
+use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::record::Record;
+use trireme_replication::replica::Write;
+use trireme_replication::{NodeId, RecordKey};
+
+use super::Cluster;
+use super::store::Entry;
+use super::wire;
+
+/// Partitions in the key space (a partition is the first 16 bits of a ring position).
+const PARTITIONS: u32 = 1 << 16;
+
+/// How often and how much anti-entropy works.
+#[derive(Clone, Copy, Debug)]
+pub struct AntiEntropySettings {
+    /// Between the starts of two rounds with every peer (`ANTI_ENTROPY_PERIOD`).
+    pub period: Duration,
+    /// Partitions one digest call covers (a full comparison is `65536 / this` calls).
+    pub partitions_per_call: u16,
+    /// Differing partitions one round exchanges at most.
+    pub partitions_per_round_max: usize,
+    /// Records (both sides' together) one round compares at most.
+    pub records_per_round_max: usize,
+    /// Records one page of a partition holds at most.
+    pub records_per_page: u32,
+}
+
+impl Default for AntiEntropySettings {
+    /// The page's period, 10 minutes; 16 digest calls per comparison; at most 1,024 partitions
+    /// and 16,384 records per round and peer.
+    fn default() -> AntiEntropySettings {
+        AntiEntropySettings {
+            period: Duration::from_secs(600),
+            partitions_per_call: 4_096,
+            partitions_per_round_max: 1_024,
+            records_per_round_max: 16_384,
+            records_per_page: 256,
+        }
+    }
+}
+
+/// What one round with one peer did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Non-empty partitions compared (either side's).
+    pub partitions_compared: usize,
+    /// Partitions whose digests differed and whose records were exchanged.
+    pub partitions_exchanged: usize,
+    /// Records of those partitions compared, both sides together.
+    pub records_compared: usize,
+    /// Records the peer lacked something of, pushed and acknowledged.
+    pub pushed: usize,
+    /// Pushed records the peer refused or did not acknowledge.
+    pub push_failures: usize,
+    /// Records this node lacked something of, merged here.
+    pub pulled: usize,
+    /// Keys whose two records diverge (a writer's bug): shown, never spread.
+    pub diverged: usize,
+    /// Whether the round compared every partition (it stops early at its caps).
+    pub complete: bool,
+}
+
+/// Why a round with a peer ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum AntiEntropyError {
+    /// The peer is not a member.
+    #[error("{0} is not a member")]
+    NotAMember(NodeId),
+    /// A call to the peer failed or timed out.
+    #[error("{peer} did not answer: {status}")]
+    Call {
+        peer: NodeId,
+        #[source]
+        status: tonic::Status,
+    },
+    /// The peer's answer is malformed.
+    #[error("{peer} answered with a malformed message: {source}")]
+    Wire {
+        peer: NodeId,
+        #[source]
+        source: wire::WireError,
+    },
+    /// This node's store failed.
+    #[error("replica store: {0}")]
+    Store(#[from] std::sync::Arc<super::store::StoreError>),
+}
+
+/// The background anti-entropy of one node. Dropping it stops the task.
+pub struct AntiEntropyTask {
+    passes: watch::Receiver<u64>,
+    task: JoinHandle<()>,
+}
+
+impl AntiEntropyTask {
+    /// Waits until `passes` passes (a round with every peer) have ended since the task started,
+    /// and returns how many have.
+    pub async fn passes_at_least(&mut self, passes: u64) -> u64 {
+        let seen = self
+            .passes
+            .wait_for(|done| *done >= passes)
+            .await
+            .expect("the task lives as long as its handle");
+        *seen
+    }
+
+    /// Passes ended so far.
+    #[must_use]
+    pub fn passes(&self) -> u64 {
+        *self.passes.borrow()
+    }
+}
+
+impl Drop for AntiEntropyTask {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Cluster {
+    /// Starts anti-entropy in the background: a pass (one round with every peer, one after the
+    /// other) at once and then every `settings.period`. A failed round is logged and the pass
+    /// goes on with the next peer.
+    #[must_use]
+    pub fn spawn_anti_entropy(&self, settings: AntiEntropySettings) -> AntiEntropyTask {
+        let (passed, passes) = watch::channel(0);
+        let cluster = self.clone();
+        let task = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(settings.period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                for peer in cluster.peer_ids() {
+                    match cluster.anti_entropy_round(peer, &settings).await {
+                        Ok(report) => debug!(%peer, ?report, "anti-entropy round"),
+                        Err(error) => warn!(%peer, %error, "anti-entropy round failed"),
+                    }
+                }
+                passed.send_modify(|done| *done += 1);
+            }
+        });
+        AntiEntropyTask { passes, task }
+    }
+
+    /// The other members, in id order.
+    fn peer_ids(&self) -> Vec<NodeId> {
+        self.inner
+            .ring
+            .members()
+            .into_iter()
+            .filter(|member| *member != self.inner.me.node)
+            .collect()
+    }
+
+    /// One anti-entropy round with `peer`: compares every partition's digest (in calls of
+    /// `partitions_per_call`), and exchanges the records of those that differ until a cap of
+    /// `settings` is reached.
+    ///
+    /// # Errors
+    /// The first failed call or store operation; what was exchanged before it stays exchanged.
+    pub async fn anti_entropy_round(
+        &self,
+        peer: NodeId,
+        settings: &AntiEntropySettings,
+    ) -> Result<RoundReport, AntiEntropyError> {
+        assert!(
+            settings.partitions_per_call > 0,
+            "a digest call covers a partition"
+        );
+        let mut client = self
+            .inner
+            .peers
+            .client(peer)
+            .ok_or(AntiEntropyError::NotAMember(peer))?;
+        let mut report = RoundReport::default();
+        let step = u32::from(settings.partitions_per_call);
+        for first in (0..PARTITIONS).step_by(step as usize) {
+            let last = (first + step - 1).min(PARTITIONS - 1);
+            let (first, last) = (
+                u16::try_from(first).expect("below 65536"),
+                u16::try_from(last).expect("below 65536"),
+            );
+            let theirs = client
+                .digests(pb::DigestsRequest {
+                    sender: Some(self.inner.me.now().into()),
+                    first_partition: u32::from(first),
+                    last_partition: u32::from(last),
+                })
+                .await
+                .map_err(|status| AntiEntropyError::Call { peer, status })?
+                .into_inner();
+            let theirs = wire::digests(&theirs.digests)
+                .map_err(|source| AntiEntropyError::Wire { peer, source })?;
+            let mine = self
+                .blocking(move |cluster| {
+                    let (ring, me) = (&cluster.inner.ring, cluster.inner.me.node);
+                    cluster
+                        .inner
+                        .store
+                        .digests(first, last, |key| shared(ring, me, peer, key))
+                })
+                .await
+                .map_err(std::sync::Arc::new)?;
+            report.partitions_compared += mine
+                .keys()
+                .chain(theirs.keys())
+                .collect::<BTreeSet<_>>()
+                .len();
+            for partition in differing(&mine, &theirs) {
+                if report.partitions_exchanged == settings.partitions_per_round_max
+                    || report.records_compared >= settings.records_per_round_max
+                {
+                    return Ok(report);
+                }
+                report.partitions_exchanged += 1;
+                self.exchange_partition(&mut client, peer, partition, settings, &mut report)
+                    .await?;
+            }
+        }
+        report.complete = true;
+        Ok(report)
+    }
+
+    /// Exchanges one partition with `peer`, page by page: the peer's page, this node's records
+    /// of the same key range, and both sides' merges.
+    async fn exchange_partition(
+        &self,
+        client: &mut pb::replica_client::ReplicaClient<tonic::transport::Channel>,
+        peer: NodeId,
+        partition: u16,
+        settings: &AntiEntropySettings,
+        report: &mut RoundReport,
+    ) -> Result<(), AntiEntropyError> {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = client
+                .records(pb::RecordsRequest {
+                    sender: Some(self.inner.me.now().into()),
+                    partition: u32::from(partition),
+                    after_key: after.clone().unwrap_or_default(),
+                    limit: settings.records_per_page,
+                })
+                .await
+                .map_err(|status| AntiEntropyError::Call { peer, status })?
+                .into_inner();
+            let more = page.more;
+            let theirs: BTreeMap<RecordKey, Record> = wire::stored_records(&page.records)
+                .map_err(|source| AntiEntropyError::Wire { peer, source })?
+                .into_iter()
+                .collect();
+            // The peer's page ends at its last key when it has more; this node reads the same
+            // range, so a key missing on one side is seen as missing, not as on the next page.
+            let through = if more {
+                page.records.last().map(|stored| stored.key.clone())
+            } else {
+                None
+            };
+            let range = (after.clone(), through.clone());
+            let mine: BTreeMap<RecordKey, Record> = self
+                .blocking(move |cluster| {
+                    let (ring, me) = (&cluster.inner.ring, cluster.inner.me.node);
+                    cluster
+                        .inner
+                        .store
+                        .partition_page(
+                            partition,
+                            range.0.as_deref(),
+                            range.1.as_deref(),
+                            usize::MAX,
+                            usize::MAX,
+                            |key| shared(ring, me, peer, key),
+                        )
+                        .map(|(records, _)| records)
+                })
+                .await
+                .map_err(std::sync::Arc::new)?
+                .into_iter()
+                .collect();
+            report.records_compared += mine.len() + theirs.len();
+            let reconciled = reconcile(&mine, &theirs);
+            for key in &reconciled.diverged {
+                tracing::error!(%peer, ?key, "anti-entropy found two records of one generation with different once-fields");
+            }
+            report.diverged += reconciled.diverged.len();
+            report.pulled += self.merge_here(reconciled.to_me).await?;
+            let (pushed, failed) = self.push(peer, reconciled.to_peer).await;
+            report.pushed += pushed;
+            report.push_failures += failed;
+            match (more, through) {
+                (true, Some(last)) => after = Some(last),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Merges `records` into this node's store; returns how many it accepted.
+    async fn merge_here(
+        &self,
+        records: Vec<(RecordKey, Record)>,
+    ) -> Result<usize, AntiEntropyError> {
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let entries = records
+            .into_iter()
+            .map(|(key, record)| Entry {
+                key,
+                request: merge(record),
+            })
+            .collect();
+        let replies = self.inner.store.apply(entries).await?;
+        Ok(replies.iter().filter(|reply| **reply == Reply::Ack).count())
+    }
+
+    /// Pushes `records` to `peer` as ordinary merges and waits for their acks (each bounded by
+    /// the link's call timeout); returns `(acknowledged, not acknowledged)`.
+    async fn push(&self, peer: NodeId, records: Vec<(RecordKey, Record)>) -> (usize, usize) {
+        let answers: Vec<_> = records
+            .into_iter()
+            .map(|(key, record)| self.inner.peers.send(peer, key, merge(record)))
+            .collect();
+        let mut acked = 0;
+        let total = answers.len();
+        for answer in answers {
+            if matches!(answer.await, Ok(Ok(Reply::Ack))) {
+                acked += 1;
+            }
+        }
+        (acked, total - acked)
+    }
+
+    /// Runs a blocking store scan off the async runtime.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        scan: impl FnOnce(&Cluster) -> T + Send + 'static,
+    ) -> T {
+        let cluster = self.clone();
+        tokio::task::spawn_blocking(move || scan(&cluster))
+            .await
+            .expect("a store scan does not panic")
+    }
+}
+
+fn merge(record: Record) -> Request {
+    Request::Write {
+        write: Box::new(Write::Merge(record)),
+        ack: true,
+    }
+}

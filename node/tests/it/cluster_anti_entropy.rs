@@ -1,0 +1,619 @@
+//! Anti-entropy and tombstone collection on loopback (spec/replication.md#read-repair-and-anti-entropy,
+//! #tombstones-and-their-collection): three members in one process, each on its own tokio
+//! runtime with its own data directory, as in `cluster.rs`. Rounds are triggered and awaited
+//! where a test can; the one background test awaits the task's own pass counter. Collection
+//! tests share one manual clock between the members, so the horizon passes when the test says.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tempfile::TempDir;
+use trireme_core::{Incarnation, MessageId, Millis, QueueName};
+use trireme_node::clock::{Clock, ManualClock, SystemClock};
+use trireme_node::cluster::anti_entropy::{AntiEntropySettings, AntiEntropyTask, RoundReport};
+use trireme_node::cluster::collection::{CollectionReport, CollectionSettings};
+use trireme_node::cluster::peers::LinkSettings;
+use trireme_node::cluster::store::{ReplicaStore, StoreClosed};
+use trireme_node::cluster::{Cluster, ClusterSettings, Delivered};
+use trireme_node::tcp_incoming;
+use trireme_proto::replica::v1::replica_server::ReplicaServer;
+use trireme_replication::NodeId;
+use trireme_replication::coordinator::{DeleteAnswer, SendAnswer};
+use trireme_replication::record::Birth;
+
+const INCARNATION: Incarnation = Incarnation(1);
+/// The collection tests' horizon, by their manual clock.
+const HORIZON_MS: u64 = 1_000;
+/// Every wait for a background effect is bounded by this.
+const WAIT_MAX: Duration = Duration::from_secs(60);
+
+fn queue(name: &str) -> QueueName {
+    QueueName::try_from(name.to_owned()).expect("a valid queue name")
+}
+
+/// Anti-entropy as a test runs it: small pages and calls so that paging is exercised.
+fn anti_entropy(period: Duration) -> AntiEntropySettings {
+    AntiEntropySettings {
+        period,
+        partitions_per_call: 8_192,
+        partitions_per_round_max: 1_024,
+        records_per_round_max: 16_384,
+        records_per_page: 4,
+    }
+}
+
+fn collection() -> CollectionSettings {
+    CollectionSettings {
+        period: Duration::from_secs(3_600),
+        rows_per_round_max: 1_000,
+        reads_in_flight_max: 16,
+        waiting_max: 1_000,
+    }
+}
+
+#[derive(Clone)]
+struct Setup {
+    addresses: BTreeMap<u16, SocketAddr>,
+    clock: Arc<dyn Clock>,
+    horizon_ms: u64,
+    /// Background anti-entropy on every member, with this period.
+    background: Option<Duration>,
+}
+
+impl Setup {
+    fn settings(&self, node: u16) -> ClusterSettings {
+        ClusterSettings {
+            node: NodeId(node),
+            peers: self
+                .addresses
+                .iter()
+                .filter(|(id, _)| **id != node)
+                .map(|(id, address)| (NodeId(*id), address.to_string()))
+                .collect(),
+            // Collection reads all three: with one member down each read waits this long.
+            operation_timeout: Duration::from_millis(1_000),
+            link: LinkSettings {
+                connect_timeout: Duration::from_millis(500),
+                call_timeout: Duration::from_secs(2),
+                keepalive_interval: Duration::from_secs(5),
+                keepalive_timeout: Duration::from_secs(5),
+            },
+            horizon_ms: self.horizon_ms,
+        }
+    }
+}
+
+type Records = BTreeMap<Vec<u8>, String>;
+
+struct Running {
+    runtime: tokio::runtime::Runtime,
+    cluster: Cluster,
+    closed: StoreClosed,
+    anti_entropy: Option<AntiEntropyTask>,
+}
+
+struct Member {
+    node: u16,
+    dir: PathBuf,
+    running: Option<Running>,
+}
+
+impl Member {
+    /// Starts (again) on its directory; returns the records it holds as it opens, before any
+    /// peer has talked to it.
+    fn restart(&mut self, setup: &Setup) -> Records {
+        assert!(self.running.is_none(), "a running member is not restarted");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (store, closed) = ReplicaStore::open(
+            &self.dir,
+            NodeId(self.node),
+            u64::from(self.node) * 1_000 + 7,
+        )
+        .expect("the replica store opens");
+        let opened = as_records(&store);
+        let _entered = runtime.enter();
+        let (cluster, service) = Cluster::start(
+            &setup.settings(self.node),
+            store,
+            Arc::clone(&setup.clock),
+            Some(u64::from(self.node)),
+        )
+        .expect("the cluster starts");
+        let address = setup.addresses[&self.node];
+        runtime.block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+            socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+            socket
+                .bind(address)
+                .expect("the member's peer port is free again");
+            let listener = socket.listen(128).expect("listen");
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(ReplicaServer::new(service))
+                    .serve_with_incoming(tcp_incoming(listener)),
+            );
+        });
+        let anti_entropy = setup
+            .background
+            .map(|period| cluster.spawn_anti_entropy(anti_entropy(period)));
+        self.running = Some(Running {
+            runtime,
+            cluster,
+            closed,
+            anti_entropy,
+        });
+        opened
+    }
+
+    fn running(&self) -> &Running {
+        self.running.as_ref().expect("the member runs")
+    }
+
+    /// Runs `call` on this member's runtime, as a client of this node would be served.
+    async fn call<F, T>(&self, call: impl FnOnce(Cluster) -> F) -> T
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let running = self.running();
+        running
+            .runtime
+            .spawn(call(running.cluster.clone()))
+            .await
+            .expect("the call does not panic")
+    }
+
+    /// A crash of the process: every task and connection ends now; fsynced records remain.
+    fn kill(&mut self) {
+        let running = self.running.take().expect("the member runs");
+        drop(running.anti_entropy);
+        drop(running.cluster);
+        running.runtime.shutdown_timeout(Duration::from_secs(10));
+        running.closed.wait();
+    }
+
+    fn records(&self) -> Records {
+        as_records(self.running().cluster.store())
+    }
+
+    /// Waits (bounded) until this member's background anti-entropy has ended `passes` more
+    /// passes than it had.
+    async fn anti_entropy_passes(&mut self, passes: u64) {
+        let running = self.running.as_mut().expect("the member runs");
+        let task = running
+            .anti_entropy
+            .as_mut()
+            .expect("the member runs anti-entropy");
+        let target = task.passes() + passes;
+        let waited = tokio::time::timeout(WAIT_MAX, task.passes_at_least(target)).await;
+        assert!(
+            waited.is_ok(),
+            "node {} ran {passes} passes in time",
+            self.node
+        );
+    }
+
+    async fn round(&self, peer: u16) -> RoundReport {
+        self.call(move |cluster| async move {
+            cluster
+                .anti_entropy_round(NodeId(peer), &anti_entropy(Duration::from_secs(3_600)))
+                .await
+                .expect("the round runs")
+        })
+        .await
+    }
+
+    async fn collect(&self) -> CollectionReport {
+        self.call(|cluster| async move {
+            cluster
+                .collection_round(&collection())
+                .await
+                .expect("the round runs")
+        })
+        .await
+    }
+}
+
+fn as_records(store: &ReplicaStore) -> Records {
+    store
+        .records()
+        .expect("the records read")
+        .into_iter()
+        .map(|(key, record)| (key.encode(), format!("{record:?}")))
+        .collect()
+}
+
+struct Three {
+    members: Vec<Member>,
+    setup: Setup,
+    _dirs: Vec<TempDir>,
+}
+
+impl Three {
+    fn start(clock: Arc<dyn Clock>, horizon_ms: u64, background: Option<Duration>) -> Three {
+        let addresses: BTreeMap<u16, SocketAddr> = (1..=3)
+            .map(|node| {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+                (node, listener.local_addr().expect("an address"))
+            })
+            .collect();
+        let setup = Setup {
+            addresses,
+            clock,
+            horizon_ms,
+            background,
+        };
+        let dirs: Vec<TempDir> = (1..=3)
+            .map(|_| TempDir::new().expect("a temp dir"))
+            .collect();
+        let members = (1..=3u16)
+            .zip(&dirs)
+            .map(|(node, dir)| {
+                let mut member = Member {
+                    node,
+                    dir: dir.path().to_path_buf(),
+                    running: None,
+                };
+                member.restart(&setup);
+                member
+            })
+            .collect();
+        Three {
+            members,
+            setup,
+            _dirs: dirs,
+        }
+    }
+
+    fn restart(&mut self, index: usize) -> Records {
+        let setup = self.setup.clone();
+        self.members[index].restart(&setup)
+    }
+
+    /// One round for every pair, one after the other (1–2, 1–3, 2–3): with nothing else
+    /// writing, every member holds the merge of all three afterwards.
+    async fn anti_entropy_pass(&self) -> Vec<RoundReport> {
+        let mut reports = Vec::new();
+        for (from, to) in [(0usize, 2u16), (0, 3), (1, 3)] {
+            let report = self.members[from].round(to).await;
+            assert!(
+                report.complete,
+                "a round within its caps compares everything"
+            );
+            reports.push(report);
+        }
+        reports
+    }
+
+    fn assert_identical(&self) {
+        let first = self.members[0].records();
+        for member in &self.members[1..] {
+            let records = member.records();
+            let keys: BTreeSet<&Vec<u8>> = first.keys().chain(records.keys()).collect();
+            for key in keys {
+                assert_eq!(
+                    first.get(key),
+                    records.get(key),
+                    "node 1 and node {} hold the same record",
+                    member.node
+                );
+            }
+        }
+    }
+}
+
+async fn send(member: &Member, name: &str, id: u128) -> SendAnswer {
+    let name = queue(name);
+    member
+        .call(move |cluster| async move {
+            let birth = Birth {
+                payload: format!("m{id}").into_bytes(),
+                sent_at: Millis(1_000),
+                visible_from: Millis(0),
+                source_queue: None,
+                dedup_id: None,
+            };
+            cluster.send(&name, INCARNATION, MessageId(id), birth).await
+        })
+        .await
+}
+
+async fn receive(member: &Member, name: &str, max: usize, visibility_ms: u64) -> Vec<Delivered> {
+    let name = queue(name);
+    member
+        .call(move |cluster| async move {
+            cluster
+                .receive(&name, INCARNATION, max, visibility_ms, None)
+                .await
+        })
+        .await
+}
+
+async fn delete(member: &Member, delivered: &Delivered) -> DeleteAnswer {
+    let (key, handle) = (delivered.key.clone(), delivered.handle);
+    member
+        .call(move |cluster| async move { cluster.delete(&key, handle).await })
+        .await
+}
+
+/// Receives through the members in turn until `expected` messages were delivered or the
+/// attempts run out.
+async fn drain(members: &[&Member], name: &str, expected: usize) -> Vec<Delivered> {
+    let mut delivered = Vec::new();
+    for attempt in 0..200 {
+        if delivered.len() >= expected {
+            break;
+        }
+        delivered.extend(receive(members[attempt % members.len()], name, 10, 60_000).await);
+    }
+    delivered
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+fn system_clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock)
+}
+
+#[test]
+fn a_node_stopped_longer_than_the_period_catches_up_when_it_returns() {
+    let period = Duration::from_millis(200);
+    let mut three = Three::start(system_clock(), 24 * 3_600_000, Some(period));
+    let rt = runtime();
+    rt.block_on(async {
+        for id in 0..20u128 {
+            let member = &three.members[id as usize % 3];
+            assert_eq!(send(member, "jobs", id).await, SendAnswer::Sent);
+        }
+    });
+    three.members[2].kill();
+    rt.block_on(async {
+        let m = &three.members;
+        for id in 20..40u128 {
+            assert_eq!(
+                send(&m[id as usize % 2], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        let delivered = drain(&[&m[0], &m[1]], "jobs", 25).await;
+        for (i, message) in delivered.iter().take(25).enumerate() {
+            assert_eq!(delete(&m[i % 2], message).await, DeleteAnswer::Deleted);
+        }
+        // The scenario, not a wait for an effect: the node stays away for several periods.
+        tokio::time::sleep(period * 4).await;
+    });
+    let survivors = three.members[0].records();
+    let returned = three.restart(2);
+    assert_ne!(returned, survivors, "the returning node missed writes");
+    assert!(returned.len() < survivors.len());
+    rt.block_on(async {
+        three.members[2].anti_entropy_passes(1).await;
+        // A full pass of each survivor that started after the returning node's own pass.
+        three.members[0].anti_entropy_passes(2).await;
+        three.members[1].anti_entropy_passes(2).await;
+    });
+    assert_eq!(three.members[2].records(), survivors);
+    three.assert_identical();
+}
+
+#[test]
+fn after_a_quiet_period_three_nodes_hold_identical_records() {
+    let mut three = Three::start(system_clock(), 24 * 3_600_000, None);
+    let rt = runtime();
+    let deleted: BTreeSet<u128> = rt.block_on(async {
+        let m = &three.members;
+        for id in 0..30u128 {
+            assert_eq!(
+                send(&m[id as usize % 3], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        let delivered = drain(&[&m[2], &m[0], &m[1]], "jobs", 10).await;
+        let mut deleted = BTreeSet::new();
+        for (i, message) in delivered.iter().take(10).enumerate() {
+            assert_eq!(delete(&m[i % 3], message).await, DeleteAnswer::Deleted);
+            deleted.insert(message.key.message.0);
+        }
+        deleted
+    });
+    three.members[1].kill();
+    let deleted = rt.block_on(async {
+        let m = &three.members;
+        let mut deleted = deleted;
+        for id in 30..50u128 {
+            let member = if id % 2 == 0 { &m[0] } else { &m[2] };
+            assert_eq!(send(member, "jobs", id).await, SendAnswer::Sent);
+        }
+        let delivered = drain(&[&m[0], &m[2]], "jobs", 15).await;
+        for (i, message) in delivered.iter().take(15).enumerate() {
+            let member = if i % 2 == 0 { &m[2] } else { &m[0] };
+            assert_eq!(delete(member, message).await, DeleteAnswer::Deleted);
+            deleted.insert(message.key.message.0);
+        }
+        deleted
+    });
+    three.restart(1);
+    rt.block_on(async {
+        let m = &three.members;
+        for id in 50..60u128 {
+            assert_eq!(
+                send(&m[id as usize % 3], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        // Received and left in flight: claims spread as well as tombstones.
+        let held = drain(&[&m[1]], "jobs", 5).await;
+        assert!(!held.is_empty());
+        let reports = three.anti_entropy_pass().await;
+        let moved: usize = reports.iter().map(|r| r.pushed + r.pulled).sum();
+        assert!(moved > 0, "the restarted node lacked records: {reports:?}");
+        assert!(
+            reports
+                .iter()
+                .all(|r| r.diverged == 0 && r.push_failures == 0)
+        );
+        // A second pass finds nothing left to exchange.
+        let again = three.anti_entropy_pass().await;
+        assert!(
+            again.iter().all(|r| r.partitions_exchanged == 0),
+            "{again:?}"
+        );
+    });
+    three.assert_identical();
+    assert_eq!(three.members[0].records().len(), 60);
+    assert_eq!(deleted.len(), 25);
+}
+
+#[test]
+fn an_acknowledged_deletes_tombstone_reaches_the_third_replica_and_stays_deleted() {
+    let mut three = Three::start(system_clock(), 24 * 3_600_000, None);
+    let rt = runtime();
+    rt.block_on(async {
+        for id in 0..10u128 {
+            let member = &three.members[id as usize % 3];
+            assert_eq!(send(member, "jobs", id).await, SendAnswer::Sent);
+        }
+        // A send answers at two acks: a pass makes sure the third holds every copy too.
+        three.anti_entropy_pass().await;
+    });
+    // Every replica holds every live copy before the third goes away.
+    let before = three.members[2].records();
+    assert_eq!(before.len(), 10);
+    three.members[2].kill();
+    rt.block_on(async {
+        let m = &three.members;
+        let delivered = drain(&[&m[0], &m[1]], "jobs", 10).await;
+        assert_eq!(delivered.len(), 10);
+        for (i, message) in delivered.iter().enumerate() {
+            assert_eq!(delete(&m[i % 2], message).await, DeleteAnswer::Deleted);
+        }
+    });
+    let returned = three.restart(2);
+    assert_eq!(
+        returned, before,
+        "the third replica returns with its live copies"
+    );
+    let tombstones = |records: &Records| {
+        records
+            .values()
+            .filter(|record| record.contains("Tombstone"))
+            .count()
+    };
+    rt.block_on(async {
+        let m = &three.members;
+        // Before any read could repair it: anti-entropy alone brings the tombstones.
+        let report = m[0].round(3).await;
+        assert_eq!(
+            report.pushed, 10,
+            "the ten tombstones go to the third replica"
+        );
+        assert_eq!(report.pulled, 0, "the third replica knows nothing newer");
+        assert_eq!(tombstones(&m[2].records()), 10);
+        for member in m {
+            for _ in 0..3 {
+                let again = receive(member, "jobs", 10, 60_000).await;
+                assert!(again.is_empty(), "a deleted message came back: {again:?}");
+            }
+        }
+    });
+    three.assert_identical();
+}
+
+#[test]
+fn collection_drops_a_tombstone_only_once_all_three_hold_it_and_the_horizon_passed() {
+    let clock = ManualClock::new(SystemClock.now());
+    let mut three = Three::start(Arc::new(clock.clone()), HORIZON_MS, None);
+    let rt = runtime();
+    let delivered = rt.block_on(async {
+        let m = &three.members;
+        for id in 0..12u128 {
+            assert_eq!(
+                send(&m[id as usize % 3], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        let delivered = drain(&[&m[0], &m[1], &m[2]], "jobs", 12).await;
+        assert_eq!(delivered.len(), 12);
+        // Two deleted with every member up, the other ten once the third is away.
+        for message in &delivered[..2] {
+            assert_eq!(delete(&m[0], message).await, DeleteAnswer::Deleted);
+        }
+        delivered
+    });
+    three.members[2].kill();
+    rt.block_on(async {
+        let m = &three.members;
+        for (i, message) in delivered[2..].iter().enumerate() {
+            assert_eq!(delete(&m[i % 2], message).await, DeleteAnswer::Deleted);
+        }
+        let held = |member: &Member| member.records().len();
+        assert_eq!((held(&m[0]), held(&m[1])), (12, 12));
+        // One replica down: nothing is confirmed, however long the wait.
+        for _ in 0..2 {
+            for member in &m[..2] {
+                let report = member.collect().await;
+                assert!(report.read > 0, "{report:?}");
+                assert_eq!(report.confirmed, 0, "{report:?}");
+                assert_eq!(report.dropped, 0, "{report:?}");
+            }
+            clock.advance_ms(2 * HORIZON_MS);
+        }
+        assert_eq!((held(&m[0]), held(&m[1])), (12, 12), "nothing dropped");
+    });
+    three.restart(2);
+    rt.block_on(async {
+        let m = &three.members;
+        // The returning replica learns the tombstones it missed.
+        three.anti_entropy_pass().await;
+        let mut confirmed = 0;
+        for member in m {
+            let report = member.collect().await;
+            assert_eq!(report.dropped, 0, "the horizon has not passed: {report:?}");
+            confirmed += report.confirmed;
+        }
+        assert_eq!(
+            confirmed, 12,
+            "each tombstone confirmed once, by its first replica"
+        );
+        // Until the horizon has passed since the confirmation, later rounds drop nothing.
+        for advance_ms in [0, HORIZON_MS] {
+            clock.advance_ms(advance_ms);
+            for member in m {
+                let report = member.collect().await;
+                assert_eq!(report.dropped, 0, "the horizon has not passed: {report:?}");
+            }
+        }
+        for member in m {
+            assert_eq!(member.records().len(), 12, "still held until the horizon");
+        }
+        clock.advance_ms(1);
+        let mut dropped = 0;
+        let mut answered = 0;
+        for member in m {
+            let report = member.collect().await;
+            dropped += report.dropped;
+            answered += report.drops_answered;
+        }
+        assert_eq!((dropped, answered), (12, 36));
+        for member in m {
+            assert!(
+                member.records().is_empty(),
+                "node {} dropped all",
+                member.node
+            );
+        }
+    });
+}
