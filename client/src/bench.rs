@@ -2,9 +2,12 @@
 //! throughput, latency percentiles and errors by kind.
 //!
 //! Phases, in this order when chosen: `sync` (one send in flight), `pipe` (sends with N in
-//! flight, once per `--in-flight` value), `consume` (consumers that receive up to ten with a long
-//! poll and delete what they got in one batch, until the queue is empty) and `steady` (producers
-//! at a target rate and consumers together, printing the queue's depth each second). Latencies
+//! flight, once per `--in-flight` value), `receive` (receives with a visibility timeout of 0, one
+//! in flight: what a receive costs at the queue's depth, consuming nothing), `consume`
+//! (consumers that receive up to ten with a long poll and delete what they got in one batch,
+//! until the queue is empty), `steady` (producers at a target rate and consumers together,
+//! printing the queue's depth each second) and `idle` (many long polls held open on an empty
+//! queue, to see what waiting consumers cost the node). Latencies
 //! go into HDR histograms (microseconds, three significant digits), one per task, merged at the
 //! end of the phase, so the hot path takes no lock.
 //!
@@ -44,8 +47,8 @@ const BODY_STAMP_BYTES: usize = 16;
 /// The largest body the bench sends: the node's default message size cap (256 KiB).
 const BODY_BYTES_MAX: usize = 262_144;
 
-/// Tasks one phase may run: in-flight sends, consumers or producers.
-const TASKS_MAX: usize = 4_096;
+/// Tasks one phase may run: in-flight sends, consumers, producers or idle long polls.
+const TASKS_MAX: usize = 20_000;
 
 /// Connections opened per endpoint, at most.
 const CONNECTIONS_MAX: usize = 64;
@@ -71,10 +74,14 @@ pub(crate) enum PhaseKind {
     Sync,
     /// Sends with many in flight.
     Pipe,
+    /// Receives that consume nothing (visibility timeout 0), one in flight.
+    Receive,
     /// Receives and batch deletes until the queue is empty.
     Consume,
     /// Producers at a target rate and consumers together.
     Steady,
+    /// Long polls held open on an empty queue.
+    Idle,
 }
 
 /// `trireme bench`'s arguments. The endpoints and `--json` are the CLI's global ones.
@@ -83,7 +90,8 @@ pub(crate) struct BenchArgs {
     /// The queue the bench sends to and drains (created with default attributes if missing).
     #[arg(long, default_value = "trireme-bench")]
     queue: QueueName,
-    /// Phases to run, comma separated, always in the order sync, pipe, consume, steady.
+    /// Phases to run, comma separated, always in the order sync, pipe, receive, consume, steady,
+    /// idle (the default leaves out receive and idle).
     #[arg(
         long,
         value_delimiter = ',',
@@ -99,6 +107,9 @@ pub(crate) struct BenchArgs {
     /// Messages the sync phase sends.
     #[arg(long, default_value_t = 2_000)]
     sync_count: u64,
+    /// Receives the receive phase makes.
+    #[arg(long, default_value_t = 2_000)]
+    receive_count: u64,
     /// Messages each pipe phase sends.
     #[arg(long, default_value_t = 20_000)]
     pipe_count: u64,
@@ -129,6 +140,10 @@ pub(crate) struct BenchArgs {
     /// How long the steady phase's producers send.
     #[arg(long, default_value_t = 10)]
     steady_seconds: u64,
+    /// Long polls the idle phase holds open (each re-opened when it ends), for
+    /// --steady-seconds, on the queue `<queue>-idle`.
+    #[arg(long, default_value_t = 1_000)]
+    idle_polls: usize,
     /// Time cap of every other phase, in seconds: it stops there even short of its count.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
@@ -166,6 +181,7 @@ impl BenchArgs {
         for (flag, tasks) in [
             ("--consumers", self.consumers),
             ("--producers", self.producers),
+            ("--idle-polls", self.idle_polls),
         ]
         .into_iter()
         .chain(self.in_flight.iter().map(|n| ("--in-flight", *n)))
@@ -471,6 +487,21 @@ pub(crate) async fn run(endpoints: Vec<String>, json: bool, args: BenchArgs) -> 
             }
             PhaseKind::Steady => {
                 let phase = steady_phase(&shared, &args, progress).await;
+                print_phase(json, &phase);
+                report.phases.push(phase);
+            }
+            PhaseKind::Receive => {
+                let phase = receive_phase(&shared, &args, cap, progress).await;
+                print_phase(json, &phase);
+                report.phases.push(phase);
+            }
+            PhaseKind::Idle => {
+                let idle = QueueName::new(format!("{}-idle", args.queue))?;
+                admin
+                    .create_queue(&idle, &QueueAttributes::default())
+                    .await
+                    .with_context(|| format!("creating queue {idle}"))?;
+                let phase = idle_phase(&shared, &args, &idle, progress).await;
                 print_phase(json, &phase);
                 report.phases.push(phase);
             }
@@ -902,6 +933,125 @@ async fn steady_phase(shared: &Arc<Shared>, args: &BenchArgs, progress: bool) ->
     phase
 }
 
+/// One task receives `--receive-count` times with a visibility timeout of 0 and no wait: each
+/// receive claims and at once releases what it got, so the depth stays as it was.
+async fn receive_phase(
+    shared: &Arc<Shared>,
+    args: &BenchArgs,
+    cap: Duration,
+    progress: bool,
+) -> PhaseReport {
+    let live = Arc::new(Live::default());
+    let started = Instant::now();
+    let deadline = started + cap;
+    let ticker = progress.then(|| spawn_progress("receive".to_owned(), live.clone(), started));
+    let client = shared.client(0);
+    let options = ReceiveOptions {
+        max_messages: args.receive_max,
+        visibility_timeout_seconds: Some(0),
+        wait_seconds: Some(0),
+    };
+    let mut recorder = Recorder::new();
+    let mut counts = ConsumeCounts::default();
+    let mut done = 0;
+    while done < args.receive_count && Instant::now() < deadline {
+        let begun = Instant::now();
+        match client.receive_messages(&shared.queue, &options).await {
+            Ok(messages) => {
+                recorder.record("receive", begun.elapsed());
+                counts.received += messages.len() as u64;
+                if messages.is_empty() {
+                    counts.empty_receives += 1;
+                }
+                // The progress line counts receives here: nothing is sent or deleted.
+                live.sent.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => {
+                recorder.error("receive", error.kind());
+                live.errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(ERROR_PAUSE).await;
+            }
+        }
+        done += 1;
+    }
+    let elapsed = started.elapsed();
+    stop_progress(ticker).await;
+    let stopped_by = if done >= args.receive_count {
+        Stop::Count
+    } else {
+        Stop::Time
+    };
+    let mut phase = phase_report(
+        PhaseKind::Receive,
+        1,
+        counts.received,
+        elapsed,
+        stopped_by,
+        recorder,
+    );
+    phase.consume = Some(counts);
+    phase
+}
+
+/// `--idle-polls` tasks each hold a long poll (20 s) open on the empty queue `idle` and open
+/// the next when it ends, until `--steady-seconds` have passed; a poll still open then is
+/// dropped, which cancels it on the node. The node's CPU and memory meanwhile are for the
+/// caller to read from outside: the bench cannot see the node's process.
+async fn idle_phase(
+    shared: &Arc<Shared>,
+    args: &BenchArgs,
+    idle: &QueueName,
+    progress: bool,
+) -> PhaseReport {
+    let live = Arc::new(Live::default());
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.steady_seconds);
+    let ticker = progress.then(|| spawn_progress("idle".to_owned(), live.clone(), started));
+    let options = ReceiveOptions {
+        max_messages: 1,
+        visibility_timeout_seconds: Some(RECEIVE_VISIBILITY_S),
+        wait_seconds: Some(trireme_client::limits::WAIT_SECONDS_MAX),
+    };
+    let mut tasks = JoinSet::new();
+    for task in 0..args.idle_polls {
+        let client = shared.client(task);
+        let (live, idle) = (live.clone(), idle.clone());
+        tasks.spawn(async move {
+            let mut recorder = Recorder::new();
+            loop {
+                let begun = Instant::now();
+                let poll = client.receive_messages(&idle, &options);
+                match tokio::time::timeout_at(deadline, poll).await {
+                    Err(_deadline) => break,
+                    Ok(Ok(messages)) => {
+                        recorder.record("receive", begun.elapsed());
+                        live.deleted
+                            .fetch_add(messages.len() as u64, Ordering::Relaxed);
+                    }
+                    Ok(Err(error)) => {
+                        recorder.error("receive", error.kind());
+                        live.errors.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(ERROR_PAUSE).await;
+                    }
+                }
+            }
+            recorder
+        });
+    }
+    let recorder = join_all(tasks).await;
+    let elapsed = started.elapsed();
+    stop_progress(ticker).await;
+    let messages = live.deleted.load(Ordering::Relaxed);
+    phase_report(
+        PhaseKind::Idle,
+        args.idle_polls,
+        messages,
+        elapsed,
+        Stop::Time,
+        recorder,
+    )
+}
+
 /// A task that ends when asked and hands back what it gathered.
 struct Sampler {
     stop: tokio::sync::oneshot::Sender<()>,
@@ -1076,6 +1226,8 @@ fn print_phase(json: bool, phase: &PhaseReport) {
         PhaseKind::Pipe => format!("pipe {} in flight", phase.tasks),
         PhaseKind::Consume => format!("consume, {} consumers", phase.tasks),
         PhaseKind::Steady => format!("steady, {} producers", phase.tasks),
+        PhaseKind::Receive => "receive (visibility 0, nothing consumed)".to_owned(),
+        PhaseKind::Idle => format!("idle, {} long polls", phase.tasks),
     };
     println!(
         "{name}: {} messages in {:.2} s = {:.0} messages/s (stopped by {:?})",

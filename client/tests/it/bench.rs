@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::Command;
 
-use crate::node::{TestNode, queue_name};
+use crate::node::{TestNode, create_queue, queue_name, send_numbered};
 
 /// Runs `trireme bench` with `extra` against `node`, requires success and returns stdout.
 async fn bench(node: &TestNode, extra: &[&str]) -> String {
@@ -195,4 +195,57 @@ async fn the_text_report_names_each_phase_and_its_percentiles() {
         lines[3].starts_with("consume, 4 consumers: 3 messages in "),
         "{stdout}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_receive_probe_consumes_nothing_and_idle_polls_end_at_their_time() {
+    let node = TestNode::start().await;
+    let client = node.client();
+    let queue = queue_name("bench-probe");
+    create_queue(&client, &queue).await;
+    send_numbered(&client, &queue, 3).await;
+    let stdout = bench(
+        &node,
+        &[
+            "--json",
+            "bench",
+            "--queue",
+            queue.as_str(),
+            "--phases",
+            "idle,receive",
+            "--receive-count",
+            "5",
+            "--idle-polls",
+            "20",
+            "--steady-seconds",
+            "1",
+            "--no-progress",
+        ],
+    )
+    .await;
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["depth_before"], 3);
+    let phases = report["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2, "{report}");
+
+    let receive = &phases[0];
+    assert_eq!(receive["phase"], "receive");
+    assert_eq!(receive["calls"], 5);
+    assert_eq!(receive["stopped_by"], "count");
+    assert_eq!(receive["errors"], serde_json::json!({}));
+    // Every receive finds the three messages the previous one released.
+    assert_eq!(receive["consume"]["received"], 15, "{receive}");
+
+    let idle = &phases[1];
+    assert_eq!(idle["phase"], "idle");
+    assert_eq!(idle["tasks"], 20);
+    assert_eq!(idle["messages"], 0);
+    assert_eq!(idle["errors"], serde_json::json!({}));
+    let elapsed = idle["elapsed_s"].as_f64().unwrap();
+    // Its polls wait 20 s each, yet the phase ends at its own time: before any poll could
+    // have ended by itself. Not a speed check: only that the phase cancels its polls.
+    assert!((1.0..19.0).contains(&elapsed), "{idle}");
+
+    let stats = client.queue_stats(&queue).await.unwrap();
+    assert_eq!(stats.ready + stats.in_flight, 3, "nothing was consumed");
 }
