@@ -284,10 +284,11 @@ impl QueueCore {
     }
 
     /// The actions enabled in `state`, in a fixed order. In the free phase: sends of the next
-    /// message, receives and long polls, deletes and visibility changes with every handle a
-    /// worker holds (superseded ones included), the same handles at the wrong queue, forged
-    /// handles (`seq` never issued), `Tick` up to `t_max`, redrives, purges, cancelling a long
-    /// poll, and `Settle`. In the settle phase: the one next step of the fair consumer.
+    /// message, receives and long polls, deletes, visibility changes and dead-letter-nows with
+    /// every handle a worker holds (superseded ones included), the same handles at the wrong
+    /// queue, forged handles (`seq` never issued), `Tick` up to `t_max`, redrives, purges,
+    /// cancelling a long poll, and `Settle` (the module's reductions say which dead-letter-nows
+    /// are left out). In the settle phase: the one next step of the fair consumer.
     pub fn actions(&self, state: &State) -> Vec<Action> {
         if state.settled {
             return self.consumer_action(state).into_iter().collect();
