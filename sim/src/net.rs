@@ -92,12 +92,21 @@ pub fn incoming(listener: TcpListener) -> ReceiverStream<std::io::Result<Accepte
 #[must_use]
 pub fn channel(host: &str, port: u16) -> Channel {
     let address = format!("http://{host}:{port}");
-    Endpoint::from_shared(address)
+    let endpoint = Endpoint::from_shared(address)
         .expect("a host name and a port make a valid URI")
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        .keep_alive_while_idle(true)
+        .keep_alive_while_idle(true);
+    lazy_channel(&endpoint)
+}
+
+/// A lazy channel to `endpoint` (its own timeouts and keepalive kept) over simulated TCP: the
+/// clients' channels and the cluster members' peer links (`Cluster::start_with`).
+#[must_use]
+pub fn lazy_channel(endpoint: &Endpoint) -> Channel {
+    endpoint
+        .clone()
         // h2 remembers locally reset streams (a call whose deadline passed is reset) for a while
         // measured on the real clock (`std::time::Instant`), and whether a late frame for such a
         // stream is ignored depends on it. Remembering none keeps the real clock out of a run.

@@ -20,6 +20,7 @@ use trireme_core::Millis;
 use crate::ids::{Generation, NodeId};
 use crate::key::RecordKey;
 use crate::placement::REPLICAS;
+use crate::planted::{Bug, planted};
 use crate::record::{
     Body, Claim, Divergence, Held, Live, Record, SourceQueue, Tombstone, TombstoneReason,
     merge_held,
@@ -139,6 +140,15 @@ fn reads(target: &Target, round: u32) -> Vec<Outgoing> {
             request: Request::Read,
         })
         .collect()
+}
+
+/// Replies a read waits for: `READ_QUORUM`, unless the simulation planted a smaller one.
+fn read_quorum() -> usize {
+    if planted(Bug::ReadQuorumOfOne) {
+        1
+    } else {
+        READ_QUORUM
+    }
 }
 
 /// Gathers read replies until `needed` distinct replicas answered.
@@ -413,7 +423,7 @@ impl ReceiveOp {
                 target,
                 settings,
                 round: FIRST_ROUND,
-                phase: ReceivePhase::Read(ReadPhase::new(replicas, READ_QUORUM)),
+                phase: ReceivePhase::Read(ReadPhase::new(replicas, read_quorum())),
             },
             Effects::sends(sends),
         )
@@ -441,6 +451,14 @@ impl ReceiveOp {
             }
             ReceivePhase::Claim { write, record } => match write.take(from, reply) {
                 Progress::Quorum => {
+                    let record = (**record).clone();
+                    self.finish(ReceiveAnswer::Delivered(record))
+                }
+                Progress::Waiting
+                    if planted(Bug::ClaimAtFirstAck)
+                        && write.acks.len() == 1
+                        && write.acks.contains(&from) =>
+                {
                     let record = (**record).clone();
                     self.finish(ReceiveAnswer::Delivered(record))
                 }
@@ -647,7 +665,7 @@ impl HandleOp {
                 action,
                 now,
                 round: FIRST_ROUND,
-                phase: HandlePhase::Read(ReadPhase::new(replicas, READ_QUORUM)),
+                phase: HandlePhase::Read(ReadPhase::new(replicas, read_quorum())),
             },
             Effects::sends(sends),
         )

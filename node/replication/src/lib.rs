@@ -16,6 +16,7 @@ pub mod ids;
 pub mod key;
 pub mod name;
 pub mod placement;
+pub mod planted;
 pub mod record;
 pub mod replica;
 

@@ -1,0 +1,46 @@
+//! Known bugs planted in the protocol's state machines, for the simulation to prove that it
+//! catches them (issue 11, *Checks that are checked*). The switch exists only in builds with
+//! the feature `sim-bugs`, which only `trireme-sim` asks for; without it [`planted`] is a
+//! constant `false` and the bugs compile away.
+//!
+//! The switch is per thread: turmoil runs a whole simulation on the test's thread, so a test
+//! that plants a bug changes no other test running beside it. This module must never be read
+//! for anything but a planted bug.
+
+/// A bug the simulation must find.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Bug {
+    /// A receive delivers its claim at the first replica's ack instead of at two
+    /// (spec/replication.md#receive-claim, step 5): two coordinators can both deliver one
+    /// version of a message.
+    ClaimAtFirstAck,
+    /// Receives, deletes and visibility changes read one replica instead of two, so a read
+    /// need not meet the last write's quorum.
+    ReadQuorumOfOne,
+}
+
+#[cfg(feature = "sim-bugs")]
+thread_local! {
+    static PLANTED: std::cell::Cell<Option<Bug>> = const { std::cell::Cell::new(None) };
+}
+
+/// Plants `bug` on this thread (or none). Only in builds with the feature `sim-bugs`.
+#[cfg(feature = "sim-bugs")]
+pub fn plant(bug: Option<Bug>) {
+    PLANTED.set(bug);
+}
+
+/// Whether `bug` is planted on this thread.
+#[cfg(feature = "sim-bugs")]
+#[must_use]
+pub fn planted(bug: Bug) -> bool {
+    PLANTED.get() == Some(bug)
+}
+
+/// Whether `bug` is planted: never, without the feature `sim-bugs`.
+#[cfg(not(feature = "sim-bugs"))]
+#[must_use]
+pub fn planted(bug: Bug) -> bool {
+    let _ = bug;
+    false
+}

@@ -1,0 +1,360 @@
+//! What a client host of the cluster does: sends, receives with visibility timeouts, deletes,
+//! visibility changes, messages abandoned to time out and be delivered again, late deletes
+//! with handles that may have been superseded, and now and then a crash of the client's
+//! process that forgets everything it holds; each call through a member drawn at random. Then,
+//! once the harness has healed everything, a drain that receives and deletes until nothing
+//! comes for a while, and a count of what every member's view still holds.
+//!
+//! Every call goes into the [`History`] before it is sent and again when it returns; a call
+//! without a definite answer is [`Outcome::Unknown`], never guessed. Randomness comes from the
+//! run's seed only. This module must never retry a call under the same history entry.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::faults::MEMBERS;
+use super::front::{self, Answer, Failure, Got, Request, Ticket};
+use crate::clock::sim_now_ms;
+use crate::history::{Call, Delivery, History, OpId, Outcome};
+use crate::workload::body;
+
+/// The visibility timeout of a receive that asks for none.
+pub const QUEUE_VISIBILITY_S: u32 = 5;
+/// Longest visibility a client asks for in the safety phase (receive or change).
+pub const VISIBILITY_S_MAX: u32 = 6;
+/// Longest send delay a client asks for.
+pub const DELAY_S_MAX: u32 = 3;
+/// The drain's visibility: a drained message is deleted long before it could come back.
+const DRAIN_VISIBILITY_S: u32 = 10;
+/// How long a client waits for a connection to a member.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// A call's deadline: the coordinator's operation timeout with room for the network.
+const CALL_DEADLINE: Duration = Duration::from_millis(4_000);
+/// Pause after a failed call, and between empty drain receives.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// Longest pause between two calls of one client.
+const THINK_MS_MAX: u64 = 300;
+/// Attempts at counting one member's view after the drain.
+const COUNT_ATTEMPTS_MAX: u32 = 50;
+
+/// The host name of member `node`.
+#[must_use]
+pub fn member_host(node: u16) -> String {
+    format!("member{node}")
+}
+
+/// The phases of a run, in simulated ms since its start.
+#[derive(Clone, Copy, Debug)]
+pub struct Phases {
+    /// Faults happen before this time; clients run the random mix until then.
+    pub safety_end_ms: u64,
+    /// The drain ends after this long without a delivery; it exceeds every visibility timeout
+    /// and delay a message can still be under when the drain starts.
+    pub drain_quiet_ms: u64,
+}
+
+/// One client host's setup.
+#[derive(Clone, Debug)]
+pub struct ClientSetup {
+    pub client: u32,
+    pub seed: u64,
+    pub phases: Phases,
+    pub history: Rc<RefCell<History>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    ticket: Ticket,
+    receive_count: u32,
+}
+
+struct Client {
+    id: u32,
+    rng: ChaCha8Rng,
+    history: Rc<RefCell<History>>,
+    phases: Phases,
+    next_seq: u64,
+    held: Vec<Held>,
+    /// Handles kept past their timeout for a late delete, with when to use them.
+    stale: Vec<(Held, u64)>,
+}
+
+/// Runs one client: the random mix until the safety phase ends, then the drain.
+///
+/// # Errors
+/// Never: every failure of a call is recorded in the history. The signature is turmoil's.
+pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
+    let mut client = Client {
+        id: setup.client,
+        rng: ChaCha8Rng::seed_from_u64(setup.seed ^ (u64::from(setup.client) << 40) ^ 0x0c1a_57e2),
+        history: setup.history,
+        phases: setup.phases,
+        next_seq: 1,
+        held: Vec::new(),
+        stale: Vec::new(),
+    };
+    while sim_now_ms() < client.phases.safety_end_ms {
+        client.step().await;
+    }
+    client.drain().await;
+    Ok(())
+}
+
+impl Client {
+    fn invoke(&self, call: Call) -> OpId {
+        self.history
+            .borrow_mut()
+            .invoke(self.id, call, sim_now_ms())
+    }
+
+    fn complete(&self, op: OpId, outcome: Outcome) {
+        self.history
+            .borrow_mut()
+            .complete(op, outcome, sim_now_ms());
+    }
+
+    /// Calls a member drawn at random.
+    async fn call(&mut self, request: &Request) -> Result<Answer, Outcome> {
+        let member = member_host(self.rng.random_range(1..=MEMBERS));
+        self.call_member(&member, request).await
+    }
+
+    async fn call_member(&self, host: &str, request: &Request) -> Result<Answer, Outcome> {
+        match front::call(host, request, CONNECT_TIMEOUT, CALL_DEADLINE).await {
+            Ok(Answer::Refused { code }) => Err(Outcome::Refused { code }),
+            Ok(Answer::Unavailable { reason }) => Err(Outcome::Unknown { reason }),
+            Ok(answer) => Ok(answer),
+            // Nothing left this host: the call changed nothing.
+            Err(Failure::NotSent(reason)) => Err(Outcome::Refused {
+                code: format!("not sent: {reason}"),
+            }),
+            Err(Failure::NoAnswer(reason)) => Err(Outcome::Unknown { reason }),
+        }
+    }
+
+    async fn step(&mut self) {
+        let pause = self.rng.random_range(0..=THINK_MS_MAX);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let now = sim_now_ms();
+        if self.rng.random_bool(0.01) {
+            // The client's process crashes and starts again: every handle it held is gone, its
+            // messages come back when their timeouts end.
+            self.held.clear();
+            self.stale.clear();
+            self.history
+                .borrow_mut()
+                .fault(now, format!("client{} restarted", self.id));
+        } else if self.stale.first().is_some_and(|(_, due)| *due <= now) {
+            let (held, _) = self.stale.remove(0);
+            self.delete(held).await;
+        } else if !self.held.is_empty() && self.rng.random_bool(0.5) {
+            let held = self.held.remove(0);
+            self.settle(held).await;
+        } else if self.rng.random_bool(0.45) {
+            self.send().await;
+        } else {
+            let max = self.rng.random_range(1..=10);
+            let visibility_s = if self.rng.random_bool(0.7) {
+                self.rng.random_range(1..=VISIBILITY_S_MAX)
+            } else {
+                QUEUE_VISIBILITY_S
+            };
+            if let Some(got) = self.receive(max, visibility_s).await {
+                self.held.extend(got);
+            }
+        }
+    }
+
+    /// Deletes a held message, changes its visibility, abandons it, or keeps its handle for a
+    /// late delete.
+    async fn settle(&mut self, held: Held) {
+        let roll: f64 = self.rng.random();
+        if roll < 0.55 {
+            self.delete(held).await;
+        } else if roll < 0.70 {
+            let timeout_s = self.rng.random_range(0..=VISIBILITY_S_MAX);
+            if self.change_visibility(held, timeout_s).await && timeout_s > 0 {
+                self.held.push(held);
+            }
+        } else if roll < 0.90 {
+            // Abandoned: the message becomes visible again when its timeout ends.
+        } else {
+            let due_ms = sim_now_ms() + self.rng.random_range(7_000..=12_000);
+            self.stale.push((held, due_ms));
+        }
+    }
+
+    async fn send(&mut self) {
+        let body = body(self.id, self.next_seq);
+        self.next_seq += 1;
+        let delay_s = self
+            .rng
+            .random_bool(0.2)
+            .then(|| self.rng.random_range(1..=DELAY_S_MAX));
+        let op = self.invoke(Call::Send {
+            body: body.clone(),
+            delay_s,
+        });
+        let request = Request::Send {
+            body,
+            delay_s: delay_s.unwrap_or(0),
+        };
+        let outcome = match self.call(&request).await {
+            Ok(Answer::Sent { message_id }) => Outcome::Sent { message_id },
+            Ok(other) => Outcome::Unknown {
+                reason: format!("a send answered {other:?}"),
+            },
+            Err(outcome) => outcome,
+        };
+        self.complete(op, outcome);
+    }
+
+    /// A receive; `None` when it failed.
+    async fn receive(&mut self, max: u32, visibility_s: u32) -> Option<Vec<Held>> {
+        let op = self.invoke(Call::Receive {
+            max,
+            wait_s: 0,
+            visibility_s,
+        });
+        match self.call(&Request::Receive { max, visibility_s }).await {
+            Ok(Answer::Received(got)) => {
+                let deliveries = got
+                    .iter()
+                    .map(|g: &Got| Delivery {
+                        message_id: g.ticket.message_id(),
+                        body: g.body.clone(),
+                        receive_count: g.receive_count,
+                    })
+                    .collect();
+                self.complete(op, Outcome::Received(deliveries));
+                Some(
+                    got.into_iter()
+                        .map(|g| Held {
+                            ticket: g.ticket,
+                            receive_count: g.receive_count,
+                        })
+                        .collect(),
+                )
+            }
+            Ok(other) => {
+                self.complete(
+                    op,
+                    Outcome::Unknown {
+                        reason: format!("a receive answered {other:?}"),
+                    },
+                );
+                None
+            }
+            Err(outcome) => {
+                self.complete(op, outcome);
+                None
+            }
+        }
+    }
+
+    /// Deletes with `held`'s handle; true when a member acknowledged it.
+    async fn delete(&mut self, held: Held) -> bool {
+        let op = self.invoke(Call::Delete {
+            message_id: held.ticket.message_id(),
+            receive_count: held.receive_count,
+        });
+        let result = self
+            .call(&Request::Delete {
+                ticket: held.ticket,
+            })
+            .await;
+        let done = matches!(result, Ok(Answer::Done));
+        self.complete(op, settled(result));
+        done
+    }
+
+    async fn change_visibility(&mut self, held: Held, timeout_s: u32) -> bool {
+        let op = self.invoke(Call::ChangeVisibility {
+            message_id: held.ticket.message_id(),
+            receive_count: held.receive_count,
+            timeout_s,
+        });
+        let result = self
+            .call(&Request::ChangeVisibility {
+                ticket: held.ticket,
+                timeout_s,
+            })
+            .await;
+        let done = matches!(result, Ok(Answer::Done));
+        self.complete(op, settled(result));
+        done
+    }
+
+    /// After the heal: receive and delete until nothing was delivered for `drain_quiet_ms`,
+    /// then count what every member's view still holds (one `Stats` op, the sum).
+    async fn drain(&mut self) {
+        self.held.clear();
+        self.stale.clear();
+        let mut last_delivery_ms = sim_now_ms();
+        loop {
+            match self.receive(10, DRAIN_VISIBILITY_S).await {
+                Some(got) if !got.is_empty() => {
+                    for held in got {
+                        self.delete(held).await;
+                    }
+                    last_delivery_ms = sim_now_ms();
+                }
+                _ => tokio::time::sleep(RETRY_PAUSE).await,
+            }
+            if sim_now_ms() >= last_delivery_ms + self.phases.drain_quiet_ms {
+                break;
+            }
+        }
+        let op = self.invoke(Call::Stats);
+        let (mut ready, mut in_flight) = (0, 0);
+        for node in 1..=MEMBERS {
+            let host = member_host(node);
+            let mut counted = false;
+            for _ in 0..COUNT_ATTEMPTS_MAX {
+                if let Ok(Answer::Counts {
+                    ready: r,
+                    in_flight: f,
+                }) = self.call_member(&host, &Request::Count).await
+                {
+                    ready += r;
+                    in_flight += f;
+                    counted = true;
+                    break;
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            if !counted {
+                self.complete(
+                    op,
+                    Outcome::Unknown {
+                        reason: format!("{host} never counted"),
+                    },
+                );
+                return;
+            }
+        }
+        self.complete(
+            op,
+            Outcome::Stats {
+                ready,
+                in_flight,
+                delayed: 0,
+            },
+        );
+    }
+}
+
+/// The outcome of a delete or a visibility change.
+fn settled(result: Result<Answer, Outcome>) -> Outcome {
+    match result {
+        Ok(Answer::Done) => Outcome::Ok,
+        Ok(other) => Outcome::Unknown {
+            reason: format!("answered {other:?}"),
+        },
+        Err(outcome) => outcome,
+    }
+}

@@ -1,0 +1,279 @@
+//! Cluster simulation tests: a sweep over seeds (three real members under turmoil), a replay
+//! of one seed, determinism, and planted protocol bugs the checker must catch.
+//!
+//! Every run prints its seed on failure with the one-line command that replays it:
+//! `TRIREME_SIM_SEED=<seed> cargo test -p trireme-sim --test cluster -- replay --nocapture`.
+//! `TRIREME_SIM_SEEDS=<n>` widens the sweep; `TRIREME_SIM_SEED_BASE=<n>` moves its start;
+//! `TRIREME_SIM_LOG=<filter>` shows the members' logs during `replay`.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Instant;
+
+use trireme_replication::planted::{Bug, plant};
+use trireme_sim::checker::Violation;
+use trireme_sim::cluster::{Options, Report, run};
+use trireme_sim::history::{Call, Outcome};
+
+/// Seeds the sweep runs when `TRIREME_SIM_SEEDS` is not set.
+const SWEEP_SEEDS_DEFAULT: u64 = 8;
+/// The seed `replay` runs when `TRIREME_SIM_SEED` is not set.
+const REPLAY_SEED_DEFAULT: u64 = 1;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|value| {
+        value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be an unsigned integer, got {value:?}"))
+    })
+}
+
+fn replay_command(seed: u64) -> String {
+    format!(
+        "TRIREME_SIM_SEED={seed} cargo test -p trireme-sim --test cluster -- replay --nocapture"
+    )
+}
+
+/// Runs `options`, turning a panic inside the run into a failure that names the seed.
+fn run_named(options: &Options) -> Result<Report, String> {
+    catch_unwind(AssertUnwindSafe(|| run(options))).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        format!("seed {}: panicked: {message}", options.seed)
+    })
+}
+
+/// (sends acknowledged, messages delivered, deletes acknowledged).
+fn exercise(report: &Report) -> (usize, usize, usize) {
+    let ops = &report.history.ops;
+    let acknowledged = |want: fn(&Call) -> bool| {
+        ops.iter()
+            .filter(|op| want(&op.call) && op.outcome().acknowledged())
+            .count()
+    };
+    let sends = acknowledged(|call| matches!(call, Call::Send { .. }));
+    let deletes = acknowledged(|call| matches!(call, Call::Delete { .. }));
+    let delivered: usize = ops
+        .iter()
+        .map(|op| match op.outcome() {
+            Outcome::Received(got) => got.len(),
+            _ => 0,
+        })
+        .sum();
+    (sends, delivered, deletes)
+}
+
+/// A run that did something: a harness that never reached the cluster would pass every check.
+fn assert_exercised(report: &Report) {
+    let (sends, delivered, deletes) = exercise(report);
+    assert!(
+        sends >= 5 && deletes >= 3 && delivered >= 5,
+        "seed {} barely ran: {sends} sends, {delivered} deliveries, {deletes} deletes acknowledged",
+        report.seed
+    );
+}
+
+/// Finding F1 (open; sim/README.md, *Findings*): a claim that lost its race on two replicas
+/// stays on the third, and the merge of two claims of one `seq` keeps the greater
+/// `(coordinator, nonce)`, so read repair can make the losing claim current. The delivered
+/// handle then deletes as `Stale`, and the message comes back at the losing claim's deadline,
+/// inside the delivered one's visibility timeout (I4). Until the protocol changes, the sweep
+/// reports a seed whose only violations are I4 breaches as this finding instead of failing it,
+/// and `regression_seed_10_a_losing_claim_repaired_over_the_delivered_one` pins it.
+fn only_the_known_finding(report: &Report) -> bool {
+    report.error.is_none()
+        && !report.violations.is_empty()
+        && report
+            .violations
+            .iter()
+            .all(|v| matches!(v, Violation::DeliveredWhileInvisible { .. }))
+}
+
+#[test]
+fn cluster_seed_sweep() {
+    let count = env_u64("TRIREME_SIM_SEEDS").unwrap_or(SWEEP_SEEDS_DEFAULT);
+    let base = env_u64("TRIREME_SIM_SEED_BASE").unwrap_or(0);
+    let started = Instant::now();
+    let mut failures = Vec::new();
+    let mut known = Vec::new();
+    let mut total = (0, 0, 0);
+    for seed in base..base + count {
+        match run_named(&Options::seed(seed)) {
+            Ok(report) => {
+                print!("{}", report.summary());
+                let (sends, delivered, deletes) = exercise(&report);
+                total = (total.0 + sends, total.1 + delivered, total.2 + deletes);
+                if report.passed() {
+                    assert_exercised(&report);
+                } else if only_the_known_finding(&report) {
+                    known.push(seed);
+                    println!("  known finding F1; replay: {}", replay_command(seed));
+                } else {
+                    eprintln!(
+                        "FAILED {}replay: {}",
+                        report.summary(),
+                        replay_command(seed)
+                    );
+                    failures.push(seed);
+                }
+            }
+            Err(failure) => {
+                eprintln!("FAILED {failure}\n  replay: {}", replay_command(seed));
+                failures.push(seed);
+            }
+        }
+    }
+    println!(
+        "{count} cluster seeds in {:.1} s: {} sends, {} deliveries, {} deletes acknowledged; \
+         known finding F1 in seeds {known:?}",
+        started.elapsed().as_secs_f64(),
+        total.0,
+        total.1,
+        total.2
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {count} seeds failed: {failures:?}; replay one with: {}",
+        failures.len(),
+        replay_command(failures.first().copied().unwrap_or_default())
+    );
+}
+
+#[test]
+fn replay() {
+    if let Ok(filter) = std::env::var("TRIREME_SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .without_time()
+            .with_ansi(false)
+            .with_test_writer()
+            .try_init();
+    }
+    let seed = env_u64("TRIREME_SIM_SEED").unwrap_or(REPLAY_SEED_DEFAULT);
+    let report = run_named(&Options::seed(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+    println!("{}", report.summary());
+    for (at, fault) in &report.history.faults {
+        println!("  fault at {at} ms: {fault}");
+    }
+    // `TRIREME_SIM_TRACE=<message id>` prints every op that names the message.
+    if let Ok(id) = std::env::var("TRIREME_SIM_TRACE") {
+        for op in &report.history.ops {
+            if format!("{op:?}").contains(id.as_str()) {
+                println!("  {op:?}");
+            }
+        }
+    }
+    assert!(
+        report.passed() || only_the_known_finding(&report),
+        "{}replay: {}",
+        report.summary(),
+        replay_command(seed)
+    );
+    assert_exercised(&report);
+}
+
+/// Seed 10 found F1 with no crash at all: two receives claim one new message at once; each
+/// coordinator's own replica acks its claim first, one claim wins the other two replicas and
+/// is delivered (count 1, 4 s), the other stays on its coordinator's replica; a later read
+/// merges the two, the greater claim is the undelivered one, and repair spreads it. The
+/// holder's delete at 678 ms is refused as `Stale`, and the message is delivered again at
+/// 2540 ms, 1.8 s before its visibility timeout ends. When the protocol fixes F1 this test
+/// fails: then it asserts the seed passes.
+#[test]
+fn regression_seed_10_a_losing_claim_repaired_over_the_delivered_one() {
+    let report = run_named(&Options::seed(10)).unwrap_or_else(|failure| panic!("{failure}"));
+    print!("{}", report.summary());
+    assert!(
+        only_the_known_finding(&report),
+        "seed 10 shows F1 and nothing else: {}replay: {}",
+        report.summary(),
+        replay_command(10)
+    );
+    let stale_delete_of_the_delivered_handle = report.history.ops.iter().any(|op| {
+        matches!(
+            &op.call,
+            Call::Delete {
+                receive_count: 1,
+                ..
+            }
+        ) && matches!(op.outcome(), Outcome::Refused { code } if code == "Stale")
+            && op.invoked_at_ms < 1_000
+    });
+    assert!(
+        stale_delete_of_the_delivered_handle,
+        "the delivered handle's delete is refused as stale"
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_cluster_trace() {
+    // Seed 1 crashes every member once and isolates two: restarts, recovery from each disk and
+    // the peer links' reconnections are all part of what must replay.
+    let first = run_named(&Options::seed(1)).unwrap_or_else(|failure| panic!("{failure}"));
+    let second = run_named(&Options::seed(1)).unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        first.boots.values().all(|boots| *boots >= 2),
+        "seed 1 crashes and restarts every member: {:?}",
+        first.boots
+    );
+    assert_exercised(&first);
+    let first_difference = first
+        .history
+        .ops
+        .iter()
+        .zip(&second.history.ops)
+        .position(|(a, b)| a != b);
+    if let Some(at) = first_difference {
+        panic!(
+            "seed 1 replayed differently from op {at}:\n  {:?}\n  {:?}\nfaults: {:?}",
+            first.history.ops[at], second.history.ops[at], first.history.faults
+        );
+    }
+    assert_eq!(first.history, second.history, "seed 1 replayed differently");
+    assert_eq!(first.digest, second.digest);
+    let other = run_named(&Options::seed(2)).unwrap_or_else(|failure| panic!("{failure}"));
+    assert_ne!(
+        first.digest, other.digest,
+        "another seed gives another trace"
+    );
+}
+
+/// Runs seeds from 0 with `bug` planted until the checker reports a violation; returns the
+/// seed and what it found. Panics if `seeds` seeds pass.
+fn caught_within(bug: Bug, seeds: u64) -> (u64, Report) {
+    plant(Some(bug));
+    let mut outcome = None;
+    for seed in 0..seeds {
+        let report = run_named(&Options::seed(seed));
+        match report {
+            Ok(report) if !report.violations.is_empty() && !only_the_known_finding(&report) => {
+                outcome = Some((seed, report));
+                break;
+            }
+            Ok(report) => print!("{bug:?} not caught: {}", report.summary()),
+            Err(failure) => println!("{bug:?}: {failure}"),
+        }
+    }
+    plant(None);
+    let (seed, report) =
+        outcome.unwrap_or_else(|| panic!("{bug:?} passed {seeds} seeds: the checker missed it"));
+    print!("{bug:?} caught at seed {seed}: {}", report.summary());
+    (seed, report)
+}
+
+#[test]
+fn a_claim_delivered_at_its_first_ack_is_caught_within_4_seeds() {
+    // Two coordinators claiming one version both deliver it: the same receive count twice, or
+    // a delivery inside another's visibility timeout.
+    let (_, report) = caught_within(Bug::ClaimAtFirstAck, 4);
+    assert!(report.error.is_none(), "the run itself finished");
+}
+
+#[test]
+fn a_read_quorum_of_one_is_caught_within_4_seeds() {
+    let (_, report) = caught_within(Bug::ReadQuorumOfOne, 4);
+    assert!(report.error.is_none(), "the run itself finished");
+}
