@@ -3,13 +3,12 @@
 //!
 //! `TRIREME_MODEL_PATHS=1` prints the actions of each planted bug's counterexample.
 
-mod move_task {
-    use std::collections::BTreeSet;
-    use std::io::Write as _;
-    use std::time::Instant;
+mod common;
 
-    use stateright::{Checker, Expectation, HasDiscoveries, Model};
+mod move_task {
     use trireme_spec::replication::move_task::{Bug, Config, MoveTaskModel, Start};
+
+    use super::common;
 
     const ONE_START: &str = "at most one start acknowledged per task number";
     const ONE_RUNNER: &str = "at most one runner acquires each lease epoch";
@@ -79,49 +78,16 @@ mod move_task {
         }
     }
 
+    /// Runs `config` exhaustively with its printed figures (`common::check`).
     fn check(config: Config, scenarios: &[&'static str]) {
         let name = config.name;
-        let model = MoveTaskModel { config };
-        let properties = model.properties();
-        let started = Instant::now();
-        let checker = model.checker().spawn_bfs().join();
-        // Past the test harness's capture, so every `cargo test` run shows the figures.
-        let _ = writeln!(
-            std::io::stderr(),
-            "replication model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed()
-        );
-        for property in &properties {
-            if property.expectation == Expectation::Always {
-                checker.assert_no_discovery(property.name);
-            }
-        }
-        for scenario in scenarios {
-            checker.assert_any_discovery(scenario);
-        }
+        common::check("move-task", name, MoveTaskModel { config }, scenarios);
     }
 
+    /// Asserts that the checker finds a counterexample for `property` under `config`.
     fn finds(config: Config, property: &'static str) {
         let bug = config.bug;
-        let started = Instant::now();
-        let checker = MoveTaskModel { config }
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-            .spawn_bfs()
-            .join();
-        let path = checker.assert_any_discovery(property);
-        if std::env::var("TRIREME_MODEL_PATHS").is_ok_and(|v| v == "1") {
-            println!("{:#?}", path.clone().into_actions());
-        }
-        println!(
-            "planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
-            path.into_actions().len(),
-            checker.unique_state_count(),
-            started.elapsed()
-        );
+        common::finds("move-task", bug, MoveTaskModel { config }, property);
     }
 
     fn with(bug: Bug, config: Config) -> Config {

@@ -4,13 +4,13 @@
 //! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`; `TRIREME_MODEL_PATHS=1`
 //! prints the actions of each planted bug's counterexample.
 
-mod replication {
-    use std::collections::BTreeSet;
-    use std::io::Write as _;
-    use std::time::Instant;
+mod common;
 
-    use stateright::{Checker, Expectation, HasDiscoveries, Model};
+mod replication {
+    use stateright::{Checker, Model};
     use trireme_spec::replication::{Bug, Config, ReplicationModel, Start};
+
+    use super::common;
 
     const LOST: &str = "acknowledged send is never lost";
     const RESURRECTED: &str = "acknowledged delete is never resurrected";
@@ -199,53 +199,21 @@ mod replication {
         }
     }
 
-    /// Runs `config` exhaustively, prints its size, and asserts that every `always` property
-    /// holds and every named scenario is reached.
+    /// Runs `config` exhaustively with its printed figures (`common::check`).
     fn check(config: Config, scenarios: &[&'static str]) {
         let name = config.name;
-        let model = ReplicationModel::new(config);
-        let properties = model.properties();
-        let started = Instant::now();
-        let checker = model.checker().spawn_bfs().join();
-        // Written to stderr directly, past the test harness's capture, so that every
-        // `cargo test` run shows the state count and depth, passing or not.
-        let _ = writeln!(
-            std::io::stderr(),
-            "replication model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed()
+        common::check(
+            "replication",
+            name,
+            ReplicationModel::new(config),
+            scenarios,
         );
-        for property in &properties {
-            if property.expectation == Expectation::Always {
-                checker.assert_no_discovery(property.name);
-            }
-        }
-        for scenario in scenarios {
-            checker.assert_any_discovery(scenario);
-        }
     }
 
     /// Asserts that the checker finds a counterexample for `property` under `config`.
     fn finds(config: Config, property: &'static str) {
         let bug = config.bug;
-        let started = Instant::now();
-        let checker = ReplicationModel::new(config)
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-            .spawn_bfs()
-            .join();
-        let path = checker.assert_any_discovery(property);
-        if std::env::var("TRIREME_MODEL_PATHS").is_ok_and(|v| v == "1") {
-            println!("{:#?}", path.clone().into_actions());
-        }
-        println!(
-            "planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
-            path.into_actions().len(),
-            checker.unique_state_count(),
-            started.elapsed()
-        );
+        common::finds("replication", bug, ReplicationModel::new(config), property);
     }
 
     #[test]

@@ -2,15 +2,17 @@
 //! bounded configurations, exhaustively, and one test per planted bug asserting the checker
 //! finds a counterexample for the property it breaks.
 //!
-//! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`.
+//! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`; `TRIREME_MODEL_PATHS=1`
+//! prints the actions of each planted bug's counterexample.
+
+mod common;
 
 mod dedup {
-    use std::collections::BTreeSet;
     use std::io::Write as _;
-    use std::time::Instant;
 
-    use stateright::{Checker, Expectation, HasDiscoveries, Model};
     use trireme_spec::replication::dedup::{Bug, Config, DedupModel};
+
+    use super::common;
 
     const LOST: &str = "acknowledged send is never lost";
     const ONE_MESSAGE: &str =
@@ -67,52 +69,16 @@ mod dedup {
         }
     }
 
-    /// Runs `config` exhaustively, prints its size, and asserts that every `always` property
-    /// holds and every named scenario is reached.
+    /// Runs `config` exhaustively with its printed figures (`common::check`).
     fn check(config: Config, scenarios: &[&'static str]) {
         let name = config.name;
-        let model = DedupModel::new(config);
-        let properties = model.properties();
-        let started = Instant::now();
-        let checker = model.checker().spawn_bfs().join();
-        // Written to stderr directly, past the test harness's capture, so that every
-        // `cargo test` run shows the state count and depth, passing or not.
-        let _ = writeln!(
-            std::io::stderr(),
-            "dedup model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed()
-        );
-        for property in &properties {
-            if property.expectation == Expectation::Always {
-                checker.assert_no_discovery(property.name);
-            }
-        }
-        for scenario in scenarios {
-            checker.assert_any_discovery(scenario);
-        }
+        common::check("dedup", name, DedupModel::new(config), scenarios);
     }
 
     /// Asserts that the checker finds a counterexample for `property` under `config`.
     fn finds(config: Config, property: &'static str) {
         let bug = config.bug;
-        let started = Instant::now();
-        let checker = DedupModel::new(config)
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-            .spawn_bfs()
-            .join();
-        let path = checker.assert_any_discovery(property);
-        let actions = path.into_actions();
-        let _ = writeln!(
-            std::io::stderr(),
-            "dedup planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?}): {actions:?}",
-            actions.len(),
-            checker.unique_state_count(),
-            started.elapsed()
-        );
+        common::finds("dedup", bug, DedupModel::new(config), property);
     }
 
     fn with(bug: Bug, config: Config) -> Config {

@@ -4,13 +4,12 @@
 //!
 //! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`.
 
-mod replication_long_poll {
-    use std::collections::BTreeSet;
-    use std::io::Write as _;
-    use std::time::Instant;
+mod common;
 
-    use stateright::{Checker, Expectation, HasDiscoveries, Model};
+mod replication_long_poll {
     use trireme_spec::replication::long_poll::{Bug, Config, LongPollModel};
+
+    use super::common;
 
     const WITHIN_POLL: &str = "after heal, an open waiter is served within one poll period";
     const BY_WAKE_UP: &str =
@@ -54,48 +53,16 @@ mod replication_long_poll {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
     }
 
+    /// Runs `config` exhaustively with its printed figures (`common::check`).
     fn check(config: Config, scenarios: &[&'static str]) {
         let name = config.name;
-        let model = LongPollModel::new(config);
-        let properties = model.properties();
-        let started = Instant::now();
-        let checker = model.checker().spawn_bfs().join();
-        // Written to stderr directly, past the test harness's capture, so that every
-        // `cargo test` run shows the state count and depth, passing or not.
-        let _ = writeln!(
-            std::io::stderr(),
-            "long-poll model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed()
-        );
-        for property in &properties {
-            if property.expectation == Expectation::Always {
-                checker.assert_no_discovery(property.name);
-            }
-        }
-        for scenario in scenarios {
-            checker.assert_any_discovery(scenario);
-        }
+        common::check("long-poll", name, LongPollModel::new(config), scenarios);
     }
 
+    /// Asserts that the checker finds a counterexample for `property` under `config`.
     fn finds(config: Config, property: &'static str) {
         let bug = config.bug;
-        let started = Instant::now();
-        let checker = LongPollModel::new(config)
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-            .spawn_bfs()
-            .join();
-        let path = checker.assert_any_discovery(property);
-        let _ = writeln!(
-            std::io::stderr(),
-            "planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
-            path.into_actions().len(),
-            checker.unique_state_count(),
-            started.elapsed()
-        );
+        common::finds("long-poll", bug, LongPollModel::new(config), property);
     }
 
     fn with(bug: Bug, config: Config) -> Config {

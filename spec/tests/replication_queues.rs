@@ -4,13 +4,14 @@
 //!
 //! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`.
 
-mod replication_queues {
-    use std::collections::BTreeSet;
-    use std::io::Write as _;
-    use std::time::Instant;
+mod common;
 
-    use stateright::{Checker, Expectation, HasDiscoveries, Model};
+mod replication_queues {
+    use std::io::Write as _;
+
     use trireme_spec::replication::queues::{Bug, Config, QueuesModel, Start};
+
+    use super::common;
 
     const ONE_PER_EPOCH: &str = "at most one incarnation of an epoch is acknowledged";
     const ATTRIBUTES: &str = "a create answers success only for the attributes it asked for";
@@ -98,51 +99,16 @@ mod replication_queues {
         .named("delete and recreate, one fault")
     }
 
-    /// Runs `config` exhaustively, prints its size, and asserts that every `always` property
-    /// holds and every named scenario is reached.
+    /// Runs `config` exhaustively with its printed figures (`common::check`).
     fn check(config: Config, scenarios: &[&'static str]) {
         let name = config.name;
-        let model = QueuesModel::new(config);
-        let properties = model.properties();
-        let started = Instant::now();
-        let checker = model.checker().spawn_bfs().join();
-        // Written to stderr directly, past the test harness's capture, so that every
-        // `cargo test` run shows the state count and depth, passing or not.
-        let _ = writeln!(
-            std::io::stderr(),
-            "queues model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed()
-        );
-        for property in &properties {
-            if property.expectation == Expectation::Always {
-                checker.assert_no_discovery(property.name);
-            }
-        }
-        for scenario in scenarios {
-            checker.assert_any_discovery(scenario);
-        }
+        common::check("queues", name, QueuesModel::new(config), scenarios);
     }
 
     /// Asserts that the checker finds a counterexample for `property` under `config`.
     fn finds(config: Config, property: &'static str) {
         let bug = config.bug;
-        let started = Instant::now();
-        let checker = QueuesModel::new(config)
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-            .spawn_bfs()
-            .join();
-        let path = checker.assert_any_discovery(property);
-        let _ = writeln!(
-            std::io::stderr(),
-            "queues planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
-            path.into_actions().len(),
-            checker.unique_state_count(),
-            started.elapsed()
-        );
+        common::finds("queues", bug, QueuesModel::new(config), property);
     }
 
     #[test]

@@ -4,13 +4,12 @@
 //!
 //! `TRIREME_MODEL_LARGE=1` runs the larger bounds of `large_bounds_hold`.
 
-mod replication_visibility {
-    use std::collections::BTreeSet;
-    use std::io::Write as _;
-    use std::time::Instant;
+mod common;
 
-    use stateright::{Checker, Expectation, HasDiscoveries, Model};
+mod replication_visibility {
     use trireme_spec::replication::visibility::{Bug, Config, Start, VisibilityModel};
+
+    use super::common;
 
     const HONOURED: &str = "receive after an acknowledged change waits for its deadline";
     const ORDERED: &str = "acknowledged change is ordered after what was acknowledged before it";
@@ -96,48 +95,16 @@ mod replication_visibility {
         }
     }
 
+    /// Runs `config` exhaustively with its printed figures (`common::check`).
     fn check(config: Config, scenarios: &[&'static str]) {
         let name = config.name;
-        let model = VisibilityModel::new(config);
-        let properties = model.properties();
-        let started = Instant::now();
-        let checker = model.checker().spawn_bfs().join();
-        // Written to stderr directly, past the test harness's capture, so that every
-        // `cargo test` run shows the state count and depth, passing or not.
-        let _ = writeln!(
-            std::io::stderr(),
-            "visibility model `{name}`: {} states generated, {} unique, max depth {}, {:.1?}",
-            checker.state_count(),
-            checker.unique_state_count(),
-            checker.max_depth(),
-            started.elapsed()
-        );
-        for property in &properties {
-            if property.expectation == Expectation::Always {
-                checker.assert_no_discovery(property.name);
-            }
-        }
-        for scenario in scenarios {
-            checker.assert_any_discovery(scenario);
-        }
+        common::check("visibility", name, VisibilityModel::new(config), scenarios);
     }
 
+    /// Asserts that the checker finds a counterexample for `property` under `config`.
     fn finds(config: Config, property: &'static str) {
         let bug = config.bug;
-        let started = Instant::now();
-        let checker = VisibilityModel::new(config)
-            .checker()
-            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-            .spawn_bfs()
-            .join();
-        let path = checker.assert_any_discovery(property);
-        let _ = writeln!(
-            std::io::stderr(),
-            "planted bug {bug:?}: `{property}` fails after {} steps ({} states, {:.1?})",
-            path.into_actions().len(),
-            checker.unique_state_count(),
-            started.elapsed()
-        );
+        common::finds("visibility", bug, VisibilityModel::new(config), property);
     }
 
     fn with(bug: Bug, config: Config) -> Config {
