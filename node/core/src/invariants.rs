@@ -15,13 +15,16 @@ impl Queues {
         for (name, queue) in &self.queues {
             // Indexes agree with the message map: every entry names a message of this queue in
             // exactly that state, and every message of the queue is in one state index.
-            for &(since, id) in &queue.ready {
+            for &(sent_at, id) in &queue.ready {
                 let message = &self.messages[&id];
                 assert_eq!(&message.queue, name, "ready index of {name} holds {id}");
-                assert_eq!(
-                    message.state,
-                    MessageState::Ready { since },
+                assert!(
+                    matches!(message.state, MessageState::Ready { .. }),
                     "ready index of {name} holds {id} in another state"
+                );
+                assert_eq!(
+                    message.sent_at, sent_at,
+                    "ready index of {name} holds {id} out of send order"
                 );
             }
             for &(until, id) in &queue.delayed {
@@ -375,8 +378,8 @@ mod tests {
         let id = MessageId(id);
         let message = queues.messages.get_mut(&id).unwrap();
         let queue = queues.queues.get_mut(&message.queue).unwrap();
-        queue.unindex_state(id, message.state);
-        queue.index_state(id, state);
+        queue.unindex_state(id, message.state, message.sent_at);
+        queue.index_state(id, state, message.sent_at);
         message.state = state;
         queues.reschedule(&jobs());
     }

@@ -1,7 +1,7 @@
 //! One queue's settings, open waiters, deduplication window and the indexes over its messages.
 //! The indexes are what make receive O(log n + k) and time advance O(log n) per event: ready
-//! messages by `(since, id)`, delayed and in-flight messages by deadline, every stored message
-//! by `(sent_at, id)` for retention. This module keeps an index entry in step with a state; it
+//! messages in send order `(sent_at, id)`, delayed and in-flight messages by deadline, every
+//! stored message by `(sent_at, id)` for retention. This module keeps an index entry in step with a state; it
 //! never decides a transition (that is `Queues`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,7 +36,8 @@ pub(crate) struct Queue {
     pub(crate) modified_at: Millis,
     pub(crate) tags: BTreeMap<String, String>,
     pub(crate) last_purge_at: Option<Millis>,
-    /// Ready messages, oldest `since` first, ties by id: the order receive takes them in.
+    /// Ready messages in send order, oldest `sent_at` first, ties by id: the order receive
+    /// takes them in (spec/queue-core.md#receive).
     pub(crate) ready: BTreeSet<(Millis, MessageId)>,
     /// Delayed messages by the end of their delay.
     pub(crate) delayed: BTreeSet<(Millis, MessageId)>,
@@ -83,21 +84,21 @@ impl Queue {
         }
     }
 
-    /// Adds `id` to the index of `state`. The entry must not be there yet.
-    pub(crate) fn index_state(&mut self, id: MessageId, state: MessageState) {
+    /// Adds `id`, sent at `sent_at`, to the index of `state`. The entry must not be there yet.
+    pub(crate) fn index_state(&mut self, id: MessageId, state: MessageState, sent_at: Millis) {
         let inserted = match state {
             MessageState::Delayed { until } => self.delayed.insert((until, id)),
-            MessageState::Ready { since } => self.ready.insert((since, id)),
+            MessageState::Ready { .. } => self.ready.insert((sent_at, id)),
             MessageState::InFlight { until } => self.in_flight.insert((until, id)),
         };
         assert!(inserted, "message {id} indexed twice in state {state:?}");
     }
 
-    /// Removes `id` from the index of `state`. The entry must be there.
-    pub(crate) fn unindex_state(&mut self, id: MessageId, state: MessageState) {
+    /// Removes `id`, sent at `sent_at`, from the index of `state`. The entry must be there.
+    pub(crate) fn unindex_state(&mut self, id: MessageId, state: MessageState, sent_at: Millis) {
         let removed = match state {
             MessageState::Delayed { until } => self.delayed.remove(&(until, id)),
-            MessageState::Ready { since } => self.ready.remove(&(since, id)),
+            MessageState::Ready { .. } => self.ready.remove(&(sent_at, id)),
             MessageState::InFlight { until } => self.in_flight.remove(&(until, id)),
         };
         assert!(removed, "message {id} missing from the index of {state:?}");

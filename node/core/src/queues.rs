@@ -1298,7 +1298,7 @@ impl Queues {
             .queues
             .get_mut(&message.queue)
             .expect("a message is stored in an existing queue");
-        queue.index_state(id, message.state);
+        queue.index_state(id, message.state, message.sent_at);
         assert!(queue.retained.insert((message.sent_at, id)));
         let name = message.queue.clone();
         let previous = self.messages.insert(id, message);
@@ -1332,7 +1332,7 @@ impl Queues {
             .queues
             .get_mut(&message.queue)
             .expect("a stored message's queue exists");
-        queue.unindex_state(id, message.state);
+        queue.unindex_state(id, message.state, message.sent_at);
         assert!(queue.retained.remove(&(message.sent_at, id)));
         self.reschedule(&message.queue);
         self.dirty
@@ -1350,8 +1350,8 @@ impl Queues {
             .queues
             .get_mut(&message.queue)
             .expect("a stored message's queue exists");
-        queue.unindex_state(id, message.state);
-        queue.index_state(id, state);
+        queue.unindex_state(id, message.state, message.sent_at);
+        queue.index_state(id, state, message.sent_at);
         message.state = state;
         let name = message.queue.clone();
         self.reschedule(&name);

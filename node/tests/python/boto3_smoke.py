@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import traceback
 import uuid
 
@@ -338,6 +339,22 @@ def attributes_kept_and_returned():
     [message] = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"],
                                     WaitTimeSeconds=1)["Messages"]
     assert message["Attributes"] == {"AWSTraceHeader": trace}, message
+
+
+@check
+def order_by_send():
+    """Issue 14, class 1: a batch comes back in entry order, and a message whose visibility
+    expired comes back before messages sent after it."""
+    url = sqs.create_queue(QueueName=name("order"))["QueueUrl"]
+    bodies = [f"b{index}" for index in range(6)]
+    sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": f"e{index}", "MessageBody": body} for index, body in enumerate(bodies)])
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=1)["Messages"]
+    assert [message["Body"] for message in received] == bodies, received
+    sqs.send_message(QueueUrl=url, MessageBody="later")
+    time.sleep(1.2)
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [message["Body"] for message in again] == bodies + ["later"], again
 
 
 @check

@@ -40,7 +40,7 @@
 //! - **Sends** go to `Q` only, so every message in `D` has a source and a redrive never fails;
 //!   the random walks of the large configuration send to `D` too.
 //! - Messages are sent in id order (`m1` only after `m0`); ids are otherwise interchangeable,
-//!   and the order only fixes which one wins a tie of `Ready { since }`.
+//!   so the id order is the send order, and it breaks a tie of `sent_at` as the code does.
 //! - A worker with an open long poll does nothing else until it is served, answered empty or
 //!   cancelled (a worker is one synchronous client).
 //! - A worker keeps only the newest handle it received for each message, and drops its handle

@@ -97,6 +97,14 @@ impl<'m> Transition<'m> {
         self.state.now
     }
 
+    /// When the stored message `id` was sent: the key of the order receives take messages in.
+    fn sent_at(&self, id: MessageId) -> Tick {
+        self.state
+            .message(id)
+            .expect("only stored messages are ordered")
+            .sent_at
+    }
+
     fn message_mut(&mut self, id: MessageId) -> &mut Message {
         match &mut self.state.messages[id.index()] {
             Slot::Sent(message) => message,
@@ -336,7 +344,8 @@ impl<'m> Transition<'m> {
         }
     }
 
-    /// The next message a receive of `queue` takes: the oldest ready one, ties by id.
+    /// The next message a receive of `queue` takes: the ready one sent first (oldest `sent_at`),
+    /// ties by id.
     fn candidate(&self, queue: QueueId, serving: bool) -> Option<MessageId> {
         if serving && self.model.has(Bug::ServeInFlightToWaiter) {
             let in_flight = self.state.stored().find(|(_, q, life)| {
@@ -350,7 +359,7 @@ impl<'m> Transition<'m> {
             .stored()
             .filter(|(_, q, _)| *q == queue)
             .filter_map(|(id, _, life)| match life.state {
-                MessageState::Ready { since } => Some((since, id)),
+                MessageState::Ready { .. } => Some((self.sent_at(id), id)),
                 MessageState::Delayed { .. } | MessageState::InFlight { .. } => None,
             })
             .min()
@@ -703,8 +712,9 @@ impl<'m> Transition<'m> {
         }
     }
 
-    /// *Redrive*: moves up to `max` ready messages of `from`, oldest first, to `to` or to their
-    /// source, as new lives (receive count reset, `sent_at` kept), then serves the targets.
+    /// *Redrive*: moves up to `max` ready messages of `from`, in send order (as a receive takes
+    /// them), to `to` or to their source, as new lives (receive count reset, `sent_at` kept),
+    /// then serves the targets.
     fn redrive(&mut self, from: QueueId, to: Option<QueueId>, max: u8) -> Outcome {
         let now = self.now();
         let mut ready: Vec<(Tick, MessageId, Option<QueueId>)> = self
@@ -712,7 +722,7 @@ impl<'m> Transition<'m> {
             .stored()
             .filter(|(_, q, _)| *q == from)
             .filter_map(|(id, _, life)| match life.state {
-                MessageState::Ready { since } => Some((since, id, life.source)),
+                MessageState::Ready { .. } => Some((self.sent_at(id), id, life.source)),
                 MessageState::Delayed { .. } | MessageState::InFlight { .. } => None,
             })
             .collect();
@@ -837,6 +847,32 @@ mod tests {
             Outcome::Received { delivered } => delivered,
             other => panic!("not a receive: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_message_whose_visibility_expired_comes_back_before_one_sent_after_it() {
+        let model = QueueCore::default();
+        // M0 is sent at 0 and received until 2; M1 is sent at 1 and ready since then, M0 ready
+        // again since 2. Receives follow the send order, not the order messages became ready.
+        let (_, replies) = run(
+            &model,
+            &[
+                send(M0, false),
+                receive(W0, 2),
+                Action::Tick,
+                send(M1, false),
+                Action::Tick,
+                Action::Receive {
+                    queue: QueueId::Q,
+                    worker: W1,
+                    max: 2,
+                    visibility: 2,
+                    wait: 0,
+                },
+            ],
+        );
+        let order: Vec<MessageId> = delivered(&replies[5]).iter().map(|d| d.message).collect();
+        assert_eq!(order, [M0, M1]);
     }
 
     #[test]

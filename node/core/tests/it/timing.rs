@@ -317,3 +317,22 @@ fn next_deadline_is_the_earliest_event() {
     assert_eq!(node.queues.next_deadline(), None);
     assert_eq!(node.queues.now(), Millis(START.0 + secs(66)));
 }
+
+#[test]
+fn receives_follow_the_send_order_not_the_moment_a_message_became_ready() {
+    // spec/queue-core.md#receive: a message whose visibility expired comes back before a
+    // message sent after it, though that one has been ready longer.
+    let mut node = Node::new();
+    let q = node.create("jobs");
+    let first = node.send(&q, "first");
+    node.receive_with(&q, 1, Some(5));
+    node.at(1_000);
+    let second = node.send(&q, "second");
+    node.at(secs(5));
+    let order: Vec<_> = node
+        .receive(&q, 10)
+        .iter()
+        .map(|delivery| delivery.message)
+        .collect();
+    assert_eq!(order, [first, second]);
+}

@@ -1134,3 +1134,72 @@ async fn permissions_are_statements_of_the_policy() {
     remove("crossaccountpermission2").await.unwrap();
     assert!(policy(&h, &url).await.is_none());
 }
+
+// ---- Class 1: order ----
+
+#[tokio::test]
+async fn a_batch_comes_back_in_entry_order() {
+    let h = Harness::start().await;
+    let url = h.create("batch-order").await;
+    for round in 0..3 {
+        let mut batch = h.client.send_message_batch().queue_url(&url);
+        for index in 0..10 {
+            batch = batch.entries(send_entry(
+                &format!("e{index}"),
+                &format!("{round}-{index}"),
+            ));
+        }
+        let sent = batch.send().await.unwrap();
+        assert_eq!(sent.successful().len(), 10);
+        let received = h
+            .client
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        let bodies: Vec<&str> = received
+            .messages()
+            .iter()
+            .map(|message| message.body().unwrap())
+            .collect();
+        let expected: Vec<String> = (0..10).map(|index| format!("{round}-{index}")).collect();
+        assert_eq!(bodies, expected, "round {round}");
+        for message in received.messages() {
+            h.delete(&url, message.receipt_handle().unwrap())
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_message_whose_visibility_expired_comes_back_before_later_sends() {
+    let h = Harness::start().await;
+    let url = h.create("restore-order").await;
+    h.send(&url, "first").await;
+    h.client
+        .receive_message()
+        .queue_url(&url)
+        .visibility_timeout(1)
+        .send()
+        .await
+        .unwrap();
+    h.send(&url, "second").await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let received = h
+        .client
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = received
+        .messages()
+        .iter()
+        .map(|message| message.body().unwrap())
+        .collect();
+    assert_eq!(bodies, ["first", "second"]);
+}
