@@ -45,6 +45,8 @@ const META_DISK_ID: &str = "disk_id";
 
 /// File name of the replica database in the data directory.
 pub const REPLICA_DATABASE_FILE_NAME: &str = "replica.redb";
+/// Where a new replica database is built before it is renamed into place.
+const REPLICA_STAGING_FILE_NAME: &str = "replica.redb.new";
 
 /// Batches waiting for the committer; a full queue makes callers wait (backpressure), it never
 /// drops a batch.
@@ -61,6 +63,13 @@ pub enum StoreError {
         path: PathBuf,
         #[source]
         source: redb::DatabaseError,
+    },
+    /// A new database could not be put in place (staging file, rename, directory sync).
+    #[error("cannot initialise the replica database at {path}: {source}")]
+    Initialise {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     /// The database belongs to another node id.
     #[error(
@@ -234,6 +243,9 @@ impl ReplicaStore {
         new_disk_id: u64,
     ) -> Result<(ReplicaStore, StoreClosed), StoreError> {
         let path = data_dir.join(REPLICA_DATABASE_FILE_NAME);
+        if !path.exists() {
+            initialise(data_dir, &path, node, new_disk_id)?;
+        }
         let db = Database::create(&path).map_err(|source| StoreError::Open {
             path: path.clone(),
             source,
@@ -497,6 +509,39 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<(RecordKey, Record), StoreErro
     Ok((record_key, record))
 }
 
+/// Creates a new replica database at `path` atomically, as `Storage::open_path` does for the
+/// queue database: built and fsynced (with its node and disk id) under a staging name, then
+/// renamed into place and the directory synced. redb writes its magic number last, so a crash
+/// during the first start would otherwise leave a `replica.redb` no later start can open; now
+/// it leaves at most a staging file, which the next start removes.
+fn initialise(
+    data_dir: &Path,
+    path: &Path,
+    node: NodeId,
+    new_disk_id: u64,
+) -> Result<(), StoreError> {
+    let io = |at: &Path| {
+        let at = at.to_path_buf();
+        move |source| StoreError::Initialise { path: at, source }
+    };
+    let staging = data_dir.join(REPLICA_STAGING_FILE_NAME);
+    if staging.exists() {
+        std::fs::remove_file(&staging).map_err(io(&staging))?;
+    }
+    {
+        let db = Database::create(&staging).map_err(|source| StoreError::Open {
+            path: staging.clone(),
+            source,
+        })?;
+        identify(&db, node, new_disk_id)?;
+    }
+    std::fs::rename(&staging, path).map_err(io(path))?;
+    std::fs::File::open(data_dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io(data_dir))?;
+    Ok(())
+}
+
 fn identify(db: &Database, node: NodeId, new_disk_id: u64) -> Result<u64, StoreError> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
@@ -669,6 +714,25 @@ mod tests {
             incarnation: Incarnation(1),
             message: MessageId(7),
         }
+    }
+
+    #[test]
+    fn a_staging_file_left_by_a_crashed_first_start_is_replaced() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        // What a crash between redb's two initial flushes leaves: no magic number.
+        std::fs::write(dir.path().join(REPLICA_STAGING_FILE_NAME), vec![0; 8192])
+            .expect("the staging file is written");
+        let (store, closed) =
+            ReplicaStore::open(dir.path(), NodeId(2), 99).expect("the store opens");
+        assert_eq!(store.disk_id(), 99);
+        assert!(!dir.path().join(REPLICA_STAGING_FILE_NAME).exists());
+        drop(store);
+        closed.wait();
+        let (store, closed) =
+            ReplicaStore::open(dir.path(), NodeId(2), 5).expect("the store opens again");
+        assert_eq!(store.disk_id(), 99, "the disk id is the first start's");
+        drop(store);
+        closed.wait();
     }
 
     #[tokio::test(flavor = "current_thread")]
