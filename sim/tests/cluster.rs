@@ -180,7 +180,9 @@ fn replay() {
 /// is delivered (count 1, 4 s), the other stays on its coordinator's replica; a later read
 /// merges the two, the greater claim is the undelivered one, and repair spreads it. The
 /// holder's delete at 678 ms is refused as `Stale`, and the message is delivered again at
-/// 2540 ms, 1.8 s before its visibility timeout ends. When the protocol fixes F1 this test
+/// 2540 ms, 1.8 s before its visibility timeout ends. The race in the history: client 2's
+/// receive (388–414 ms, 4 s) delivered it, client 1's (392–416 ms, 2 s) came back empty, and
+/// the redelivery starts at 2517 ms, just after the losing claim's deadline. When the protocol fixes F1 this test
 /// fails: then it asserts the seed passes.
 #[test]
 fn regression_seed_10_a_losing_claim_repaired_over_the_delivered_one() {
