@@ -12,6 +12,8 @@
 
 use stateright::{Model, Property};
 
+use super::net::{bit, count, push_sorted};
+
 /// Replicas of every record (the message records and the deduplication record).
 pub const REPLICAS: usize = 3;
 /// Coordinators that send the deduplication id: coordinator `i` draws message id `i`.
@@ -299,14 +301,6 @@ pub struct State {
     pub healed: bool,
 }
 
-fn bit(index: usize) -> u8 {
-    1 << index
-}
-
-fn count(mask: u8) -> usize {
-    mask.count_ones() as usize
-}
-
 impl State {
     /// Nothing sent, every replica up.
     pub fn initial() -> State {
@@ -351,8 +345,7 @@ impl State {
     }
 
     fn push(&mut self, packet: Packet) {
-        let at = self.network.partition_point(|p| *p <= packet);
-        self.network.insert(at, packet);
+        push_sorted(&mut self.network, packet);
     }
 
     fn broadcast(&mut self, coordinator: usize, request: Request) {

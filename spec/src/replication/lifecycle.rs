@@ -13,6 +13,7 @@
 
 use stateright::{Model, Property};
 
+use super::net::{bit, count, push_sorted};
 use super::record::Claim;
 
 /// Replicas of every record (the queue's watermark and both messages share them: three nodes).
@@ -594,14 +595,6 @@ pub struct State {
     pub healed: bool,
 }
 
-fn bit(index: usize) -> u8 {
-    1 << index
-}
-
-fn count(mask: u8) -> usize {
-    mask.count_ones() as usize
-}
-
 /// The stamps of the client's message sent at `clock`.
 fn sent_stamps(clock: u8) -> Stamps {
     Stamps {
@@ -718,8 +711,7 @@ impl State {
     }
 
     fn push(&mut self, packet: Packet) {
-        let at = self.network.partition_point(|p| *p <= packet);
-        self.network.insert(at, packet);
+        push_sorted(&mut self.network, packet);
     }
 
     fn broadcast(&mut self, coordinator: usize, request: Request) {

@@ -11,6 +11,8 @@
 
 use stateright::{Model, Property};
 
+use super::net::{bit, push_sorted};
+
 /// Replicas of the message; on three nodes every node is one.
 pub const REPLICAS: usize = 3;
 /// Acks a write needs.
@@ -205,10 +207,6 @@ pub struct State {
     pub healed: bool,
 }
 
-fn bit(index: usize) -> u8 {
-    1 << index
-}
-
 impl State {
     /// The initial state: nothing sent; the waiter waiting already (its first receive found the
     /// queue empty) or not yet arrived.
@@ -233,8 +231,7 @@ impl State {
     }
 
     fn push(&mut self, packet: Packet) {
-        let at = self.network.partition_point(|p| *p <= packet);
-        self.network.insert(at, packet);
+        push_sorted(&mut self.network, packet);
     }
 
     fn broadcast(&mut self, from: usize, message: Message) {

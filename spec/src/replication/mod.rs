@@ -9,7 +9,8 @@
 //! and its recreation), `lifecycle` (sections 2 and 3, purge and retention expiry), `dedup`
 //! (section 4, deduplication ids across coordinators), `visibility` (section 5, change
 //! visibility), `move_task` (section 8, the replicated and leased message move task) and
-//! `long_poll` (section 9, long polling across nodes). Nothing here is used by the node: the
+//! `long_poll` (section 9, long polling across nodes); `net` holds the replica bitmasks and
+//! the sorted packet multiset they all share. Nothing here is used by the node: the
 //! code is written against the page, and the page against these models.
 
 pub mod dedup;
@@ -17,6 +18,7 @@ pub mod lifecycle;
 pub mod long_poll;
 pub mod model;
 pub mod move_task;
+pub mod net;
 pub mod protocol;
 pub mod queues;
 pub mod record;

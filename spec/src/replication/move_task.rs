@@ -10,6 +10,8 @@
 
 use stateright::{Model, Property};
 
+use super::net::{bit, push_sorted};
+
 /// Replicas of the task record.
 pub const REPLICAS: usize = 3;
 /// Coordinators (each serves clients and may run the task).
@@ -393,10 +395,6 @@ pub struct State {
     pub healed: bool,
 }
 
-fn bit(index: usize) -> u8 {
-    1 << index
-}
-
 impl State {
     /// The initial states of `config.start`.
     pub fn initial(config: &Config) -> State {
@@ -446,8 +444,7 @@ impl State {
     }
 
     fn push(&mut self, packet: Packet) {
-        let at = self.network.partition_point(|p| *p <= packet);
-        self.network.insert(at, packet);
+        push_sorted(&mut self.network, packet);
     }
 
     fn broadcast(&mut self, c: usize, message: Message) {

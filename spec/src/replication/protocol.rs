@@ -6,6 +6,7 @@
 //! the state. Ghost fields (`Ghost`) record what clients were told, so the invariants can be
 //! stated; the protocol never reads them.
 
+use super::net::{bit, count, push_sorted};
 use super::record::{Body, Claim, MergeRules, Record, join_all};
 
 /// Replicas of the message (the replication factor).
@@ -560,14 +561,6 @@ enum Cause {
     AntiEntropy,
 }
 
-fn bit(index: usize) -> u8 {
-    1 << index
-}
-
-fn count(mask: u8) -> usize {
-    mask.count_ones() as usize
-}
-
 impl State {
     /// The initial states of `config.start`.
     pub fn initial(config: &Config) -> Vec<State> {
@@ -686,8 +679,7 @@ impl State {
     }
 
     fn push(&mut self, packet: Packet) {
-        let at = self.network.partition_point(|p| *p <= packet);
-        self.network.insert(at, packet);
+        push_sorted(&mut self.network, packet);
     }
 
     fn broadcast(&mut self, coordinator: usize, message: Message) {

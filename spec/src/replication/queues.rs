@@ -10,6 +10,8 @@
 
 use stateright::{Model, Property};
 
+use super::net::{bit, count, push_sorted};
+
 /// Replicas of the name record (the replicas of the queue name on the ring).
 pub const REPLICAS: usize = 3;
 /// Coordinators (each also plays the client that called it).
@@ -549,14 +551,6 @@ pub struct State {
     pub healed: bool,
 }
 
-fn bit(index: usize) -> u8 {
-    1 << index
-}
-
-fn count(mask: u8) -> usize {
-    mask.count_ones() as usize
-}
-
 /// The replicas whose reply was `merged` itself, as a bitmask.
 fn holders(replies: &[Option<NameRecord>; REPLICAS], merged: NameRecord) -> u8 {
     (0..REPLICAS)
@@ -642,8 +636,7 @@ impl State {
     }
 
     fn push(&mut self, packet: Packet) {
-        let at = self.network.partition_point(|p| *p <= packet);
-        self.network.insert(at, packet);
+        push_sorted(&mut self.network, packet);
     }
 
     fn broadcast(&mut self, c: usize, request: Request) {

@@ -12,6 +12,8 @@
 
 use stateright::{Model, Property};
 
+use super::net::{bit, push_sorted};
+
 /// Replicas of the message.
 pub const REPLICAS: usize = 3;
 /// Coordinators; coordinator `c` is also the node that client `c` talks to first.
@@ -359,10 +361,6 @@ pub struct State {
     pub healed: bool,
 }
 
-fn bit(index: usize) -> u8 {
-    1 << index
-}
-
 impl State {
     /// The initial states of `config.start`.
     pub fn initial(config: &Config) -> Vec<State> {
@@ -422,8 +420,7 @@ impl State {
     }
 
     fn push(&mut self, packet: Packet) {
-        let at = self.network.partition_point(|p| *p <= packet);
-        self.network.insert(at, packet);
+        push_sorted(&mut self.network, packet);
     }
 
     fn broadcast(&mut self, coordinator: usize, message: Message) {
