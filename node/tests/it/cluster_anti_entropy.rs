@@ -21,9 +21,10 @@ use trireme_node::cluster::store::{ReplicaStore, StoreClosed};
 use trireme_node::cluster::{Cluster, ClusterSettings, Delivered};
 use trireme_node::tcp_incoming;
 use trireme_proto::replica::v1::replica_server::ReplicaServer;
-use trireme_replication::NodeId;
 use trireme_replication::coordinator::{DeleteAnswer, SendAnswer};
+use trireme_replication::placement::{Placement, Ring};
 use trireme_replication::record::Birth;
+use trireme_replication::{NodeId, RecordKey};
 
 const INCARNATION: Incarnation = Incarnation(1);
 /// The collection tests' horizon, by their manual clock.
@@ -231,15 +232,20 @@ fn as_records(store: &ReplicaStore) -> Records {
         .collect()
 }
 
-struct Three {
+struct Members {
     members: Vec<Member>,
     setup: Setup,
     _dirs: Vec<TempDir>,
 }
 
-impl Three {
-    fn start(clock: Arc<dyn Clock>, horizon_ms: u64, background: Option<Duration>) -> Three {
-        let addresses: BTreeMap<u16, SocketAddr> = (1..=3)
+impl Members {
+    fn start(
+        count: u16,
+        clock: Arc<dyn Clock>,
+        horizon_ms: u64,
+        background: Option<Duration>,
+    ) -> Members {
+        let addresses: BTreeMap<u16, SocketAddr> = (1..=count)
             .map(|node| {
                 let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
                 (node, listener.local_addr().expect("an address"))
@@ -251,10 +257,10 @@ impl Three {
             horizon_ms,
             background,
         };
-        let dirs: Vec<TempDir> = (1..=3)
+        let dirs: Vec<TempDir> = (1..=count)
             .map(|_| TempDir::new().expect("a temp dir"))
             .collect();
-        let members = (1..=3u16)
+        let members = (1..=count)
             .zip(&dirs)
             .map(|(node, dir)| {
                 let mut member = Member {
@@ -266,7 +272,7 @@ impl Three {
                 member
             })
             .collect();
-        Three {
+        Members {
             members,
             setup,
             _dirs: dirs,
@@ -278,17 +284,19 @@ impl Three {
         self.members[index].restart(&setup)
     }
 
-    /// One round for every pair, one after the other (1–2, 1–3, 2–3): with nothing else
-    /// writing, every member holds the merge of all three afterwards.
+    /// One round for every pair, one after the other (1–2, 1–3, ..., 2–3, ...): with nothing
+    /// else writing, every replica holds the merge of its record's replicas afterwards.
     async fn anti_entropy_pass(&self) -> Vec<RoundReport> {
         let mut reports = Vec::new();
-        for (from, to) in [(0usize, 2u16), (0, 3), (1, 3)] {
-            let report = self.members[from].round(to).await;
-            assert!(
-                report.complete,
-                "a round within its caps compares everything"
-            );
-            reports.push(report);
+        for (from, member) in self.members.iter().enumerate() {
+            for peer in &self.members[from + 1..] {
+                let report = member.round(peer.node).await;
+                assert!(
+                    report.complete,
+                    "a round within its caps compares everything"
+                );
+                reports.push(report);
+            }
         }
         reports
     }
@@ -371,7 +379,7 @@ fn system_clock() -> Arc<dyn Clock> {
 #[test]
 fn a_node_stopped_longer_than_the_period_catches_up_when_it_returns() {
     let period = Duration::from_millis(200);
-    let mut three = Three::start(system_clock(), 24 * 3_600_000, Some(period));
+    let mut three = Members::start(3, system_clock(), 24 * 3_600_000, Some(period));
     let rt = runtime();
     rt.block_on(async {
         for id in 0..20u128 {
@@ -411,7 +419,7 @@ fn a_node_stopped_longer_than_the_period_catches_up_when_it_returns() {
 
 #[test]
 fn after_a_quiet_period_three_nodes_hold_identical_records() {
-    let mut three = Three::start(system_clock(), 24 * 3_600_000, None);
+    let mut three = Members::start(3, system_clock(), 24 * 3_600_000, None);
     let rt = runtime();
     let deleted: BTreeSet<u128> = rt.block_on(async {
         let m = &three.members;
@@ -479,7 +487,7 @@ fn after_a_quiet_period_three_nodes_hold_identical_records() {
 
 #[test]
 fn an_acknowledged_deletes_tombstone_reaches_the_third_replica_and_stays_deleted() {
-    let mut three = Three::start(system_clock(), 24 * 3_600_000, None);
+    let mut three = Members::start(3, system_clock(), 24 * 3_600_000, None);
     let rt = runtime();
     rt.block_on(async {
         for id in 0..10u128 {
@@ -535,7 +543,7 @@ fn an_acknowledged_deletes_tombstone_reaches_the_third_replica_and_stays_deleted
 #[test]
 fn collection_drops_a_tombstone_only_once_all_three_hold_it_and_the_horizon_passed() {
     let clock = ManualClock::new(SystemClock.now());
-    let mut three = Three::start(Arc::new(clock.clone()), HORIZON_MS, None);
+    let mut three = Members::start(3, Arc::new(clock.clone()), HORIZON_MS, None);
     let rt = runtime();
     let delivered = rt.block_on(async {
         let m = &three.members;
@@ -616,4 +624,58 @@ fn collection_drops_a_tombstone_only_once_all_three_hold_it_and_the_horizon_pass
             );
         }
     });
+}
+
+#[test]
+fn five_nodes_exchange_only_what_both_replicate_and_every_record_ends_on_its_three() {
+    let mut five = Members::start(5, system_clock(), 24 * 3_600_000, None);
+    let rt = runtime();
+    rt.block_on(async {
+        for id in 0..40u128 {
+            let member = &five.members[id as usize % 5];
+            assert_eq!(send(member, "jobs", id).await, SendAnswer::Sent);
+        }
+    });
+    five.members[1].kill();
+    rt.block_on(async {
+        let up: Vec<&Member> = five.members.iter().filter(|m| m.node != 2).collect();
+        for id in 40..80u128 {
+            assert_eq!(
+                send(up[id as usize % 4], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        let delivered = drain(&up, "jobs", 20).await;
+        for (i, message) in delivered.iter().take(20).enumerate() {
+            assert_eq!(delete(up[i % 4], message).await, DeleteAnswer::Deleted);
+        }
+    });
+    five.restart(1);
+    let reports = rt.block_on(five.anti_entropy_pass());
+    assert!(
+        reports
+            .iter()
+            .all(|r| r.diverged == 0 && r.push_failures == 0)
+    );
+    assert!(reports.iter().map(|r| r.pushed + r.pulled).sum::<usize>() > 0);
+    let ring = Ring::new((1..=5).map(NodeId)).expect("a ring");
+    let mut holders: BTreeMap<Vec<u8>, BTreeMap<u16, String>> = BTreeMap::new();
+    for member in &five.members {
+        for (key, record) in member.records() {
+            holders.entry(key).or_default().insert(member.node, record);
+        }
+    }
+    assert_eq!(holders.len(), 80);
+    for (key, held) in &holders {
+        let key = RecordKey::decode(key).expect("a record key");
+        let replicas: BTreeSet<u16> = ring
+            .replicas(&key.queue, key.message)
+            .iter()
+            .map(|node| node.0)
+            .collect();
+        let nodes: BTreeSet<u16> = held.keys().copied().collect();
+        assert_eq!(nodes, replicas, "exactly its three replicas hold {key:?}");
+        let records: BTreeSet<&String> = held.values().collect();
+        assert_eq!(records.len(), 1, "its three replicas agree on {key:?}");
+    }
 }
