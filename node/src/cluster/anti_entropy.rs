@@ -8,7 +8,8 @@
 //! Every node runs a round with every peer, so each pair is compared twice per period (once from
 //! each end); either end alone converges the pair. A round's work is bounded: it stops after
 //! `partitions_per_round_max` differing partitions or `records_per_round_max` records compared,
-//! and the next round starts over (what the last one repaired no longer differs). What to
+//! and the next round starts over (what the last one repaired no longer differs); a background
+//! pass runs rounds back to back, up to `rounds_per_pass_max`, while they stop at a cap. What to
 //! compare and what to send is `trireme_replication::anti_entropy`; this module only scans,
 //! calls and applies.
 
@@ -45,11 +46,15 @@ pub struct AntiEntropySettings {
     pub records_per_round_max: usize,
     /// Records one page of a partition holds at most.
     pub records_per_page: u32,
+    /// Rounds with one peer a pass runs back to back while the last one stopped at a cap, so
+    /// a node that missed much catches up within one period rather than one cap a period.
+    pub rounds_per_pass_max: u32,
 }
 
 impl Default for AntiEntropySettings {
     /// The page's period, 10 minutes; 16 digest calls per comparison; at most 1,024 partitions
-    /// and 16,384 records per round and peer.
+    /// and 16,384 records per round and peer, and 64 rounds per pass and peer (64 · 1,024 is
+    /// every partition).
     fn default() -> AntiEntropySettings {
         AntiEntropySettings {
             period: Duration::from_secs(600),
@@ -57,6 +62,7 @@ impl Default for AntiEntropySettings {
             partitions_per_round_max: 1_024,
             records_per_round_max: 16_384,
             records_per_page: 256,
+            rounds_per_pass_max: 64,
         }
     }
 }
@@ -139,9 +145,10 @@ impl Drop for AntiEntropyTask {
 }
 
 impl Cluster {
-    /// Starts anti-entropy in the background: a pass (one round with every peer, one after the
-    /// other) at once and then every `settings.period`. A failed round is logged and the pass
-    /// goes on with the next peer.
+    /// Starts anti-entropy in the background: a pass (rounds with every peer, one peer after
+    /// the other, until a round compares everything or `rounds_per_pass_max` ran) at once and
+    /// then every `settings.period`. A failed round is logged and the pass goes on with the next
+    /// peer.
     #[must_use]
     pub fn spawn_anti_entropy(&self, settings: AntiEntropySettings) -> AntiEntropyTask {
         let (passed, passes) = watch::channel(0);
@@ -152,9 +159,19 @@ impl Cluster {
             loop {
                 ticks.tick().await;
                 for peer in cluster.peer_ids() {
-                    match cluster.anti_entropy_round(peer, &settings).await {
-                        Ok(report) => debug!(%peer, ?report, "anti-entropy round"),
-                        Err(error) => warn!(%peer, %error, "anti-entropy round failed"),
+                    for _ in 0..settings.rounds_per_pass_max {
+                        match cluster.anti_entropy_round(peer, &settings).await {
+                            Ok(report) => {
+                                debug!(%peer, ?report, "anti-entropy round");
+                                if report.complete {
+                                    break;
+                                }
+                            }
+                            Err(error) => {
+                                warn!(%peer, %error, "anti-entropy round failed");
+                                break;
+                            }
+                        }
                     }
                 }
                 passed.send_modify(|done| *done += 1);

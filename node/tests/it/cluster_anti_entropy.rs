@@ -44,6 +44,7 @@ fn anti_entropy(period: Duration) -> AntiEntropySettings {
         partitions_per_round_max: 1_024,
         records_per_round_max: 16_384,
         records_per_page: 4,
+        rounds_per_pass_max: 4,
     }
 }
 
