@@ -63,15 +63,23 @@ struct Member {
     node: u16,
     dir: PathBuf,
     address: SocketAddr,
+    /// The port's listener until the first start serves on it.
+    reserved: Option<std::net::TcpListener>,
     running: Option<(tokio::runtime::Runtime, Cluster, StoreClosed)>,
 }
 
 impl Member {
-    fn start(node: u16, dir: PathBuf, addresses: &BTreeMap<u16, SocketAddr>) -> Member {
+    fn start(
+        node: u16,
+        dir: PathBuf,
+        reserved: std::net::TcpListener,
+        addresses: &BTreeMap<u16, SocketAddr>,
+    ) -> Member {
         let mut member = Member {
             node,
             dir,
             address: addresses[&node],
+            reserved: Some(reserved),
             running: None,
         };
         member.restart(addresses);
@@ -101,14 +109,9 @@ impl Member {
             Some(u64::from(self.node)),
         )
         .expect("the cluster starts");
-        let address = self.address;
+        let (address, reserved) = (self.address, self.reserved.take());
         runtime.block_on(async {
-            let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
-            socket.set_reuseaddr(true).expect("SO_REUSEADDR");
-            socket
-                .bind(address)
-                .expect("the member's peer port is free again");
-            let listener = socket.listen(128).expect("listen");
+            let listener = super::loopback::listener(reserved, address);
             tokio::spawn(
                 tonic::transport::Server::builder()
                     .add_service(ReplicaServer::new(service))
@@ -159,18 +162,17 @@ struct Cluster3 {
 }
 
 fn start(members: u16) -> Cluster3 {
-    let addresses: BTreeMap<u16, SocketAddr> = (1..=members)
-        .map(|node| {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-            (node, listener.local_addr().expect("an address"))
-        })
-        .collect();
+    let mut reserved = super::loopback::reserve(1..=members);
+    let addresses = super::loopback::addresses(&reserved);
     let dirs: Vec<TempDir> = (1..=members)
         .map(|_| TempDir::new().expect("a temp dir"))
         .collect();
     let members = (1..=members)
         .zip(&dirs)
-        .map(|(node, dir)| Member::start(node, dir.path().to_path_buf(), &addresses))
+        .map(|(node, dir)| {
+            let port = reserved.remove(&node).expect("a reserved port");
+            Member::start(node, dir.path().to_path_buf(), port, &addresses)
+        })
         .collect();
     Cluster3 {
         members,

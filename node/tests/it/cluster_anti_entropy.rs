@@ -101,6 +101,8 @@ struct Running {
 struct Member {
     node: u16,
     dir: PathBuf,
+    /// The port's listener until the first start serves on it.
+    reserved: Option<std::net::TcpListener>,
     running: Option<Running>,
 }
 
@@ -129,14 +131,9 @@ impl Member {
             Some(u64::from(self.node)),
         )
         .expect("the cluster starts");
-        let address = setup.addresses[&self.node];
+        let (address, reserved) = (setup.addresses[&self.node], self.reserved.take());
         runtime.block_on(async {
-            let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
-            socket.set_reuseaddr(true).expect("SO_REUSEADDR");
-            socket
-                .bind(address)
-                .expect("the member's peer port is free again");
-            let listener = socket.listen(128).expect("listen");
+            let listener = super::loopback::listener(reserved, address);
             tokio::spawn(
                 tonic::transport::Server::builder()
                     .add_service(ReplicaServer::new(service))
@@ -246,12 +243,8 @@ impl Members {
         horizon_ms: u64,
         background: Option<Duration>,
     ) -> Members {
-        let addresses: BTreeMap<u16, SocketAddr> = (1..=count)
-            .map(|node| {
-                let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-                (node, listener.local_addr().expect("an address"))
-            })
-            .collect();
+        let mut reserved = super::loopback::reserve(1..=count);
+        let addresses = super::loopback::addresses(&reserved);
         let setup = Setup {
             addresses,
             clock,
@@ -267,6 +260,7 @@ impl Members {
                 let mut member = Member {
                     node,
                     dir: dir.path().to_path_buf(),
+                    reserved: reserved.remove(&node),
                     running: None,
                 };
                 member.restart(&setup);

@@ -7,6 +7,7 @@ mod cluster_anti_entropy;
 mod crash;
 mod harness;
 mod long_poll;
+mod loopback;
 mod messages;
 mod queues;
 mod redrive;
