@@ -127,7 +127,41 @@ pub struct History {
     pub clock_skew_ms: u64,
 }
 
+/// How much a run exercised the system under test: what a harness that never reached it would
+/// show as zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exercise {
+    /// Sends acknowledged.
+    pub sends: usize,
+    /// Messages delivered.
+    pub delivered: usize,
+    /// Deletes acknowledged.
+    pub deletes: usize,
+}
+
 impl History {
+    /// How much this history exercised the system: acknowledged sends and deletes, deliveries.
+    #[must_use]
+    pub fn exercise(&self) -> Exercise {
+        let acknowledged = |want: fn(&Call) -> bool| {
+            self.ops
+                .iter()
+                .filter(|op| want(&op.call) && op.outcome().acknowledged())
+                .count()
+        };
+        Exercise {
+            sends: acknowledged(|call| matches!(call, Call::Send { .. })),
+            deletes: acknowledged(|call| matches!(call, Call::Delete { .. })),
+            delivered: self
+                .ops
+                .iter()
+                .map(|op| match op.outcome() {
+                    Outcome::Received(got) => got.len(),
+                    _ => 0,
+                })
+                .sum(),
+        }
+    }
     /// Records the invocation of `call` by `client` at `at_ms`.
     pub fn invoke(&mut self, client: u32, call: Call, at_ms: u64) -> OpId {
         self.ops.push(Op {

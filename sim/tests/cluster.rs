@@ -46,29 +46,13 @@ fn run_named(options: &Options) -> Result<Report, String> {
     })
 }
 
-/// (sends acknowledged, messages delivered, deletes acknowledged).
-fn exercise(report: &Report) -> (usize, usize, usize) {
-    let ops = &report.history.ops;
-    let acknowledged = |want: fn(&Call) -> bool| {
-        ops.iter()
-            .filter(|op| want(&op.call) && op.outcome().acknowledged())
-            .count()
-    };
-    let sends = acknowledged(|call| matches!(call, Call::Send { .. }));
-    let deletes = acknowledged(|call| matches!(call, Call::Delete { .. }));
-    let delivered: usize = ops
-        .iter()
-        .map(|op| match op.outcome() {
-            Outcome::Received(got) => got.len(),
-            _ => 0,
-        })
-        .sum();
-    (sends, delivered, deletes)
-}
-
 /// A run that did something: a harness that never reached the cluster would pass every check.
 fn assert_exercised(report: &Report) {
-    let (sends, delivered, deletes) = exercise(report);
+    let trireme_sim::history::Exercise {
+        sends,
+        delivered,
+        deletes,
+    } = report.history.exercise();
     assert!(
         sends >= 5 && deletes >= 3 && delivered >= 5,
         "seed {} barely ran: {sends} sends, {delivered} deliveries, {deletes} deletes acknowledged",
@@ -104,7 +88,11 @@ fn cluster_seed_sweep() {
         match run_named(&Options::seed(seed)) {
             Ok(report) => {
                 print!("{}", report.summary());
-                let (sends, delivered, deletes) = exercise(&report);
+                let trireme_sim::history::Exercise {
+                    sends,
+                    delivered,
+                    deletes,
+                } = report.history.exercise();
                 total = (total.0 + sends, total.1 + delivered, total.2 + deletes);
                 if report.passed() {
                     assert_exercised(&report);
