@@ -4,13 +4,20 @@
 //!
 //! This module must never open sockets or files other than the configuration file itself.
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
+use hmac::{Hmac, Mac};
 use serde::Deserialize;
+use sha2::Sha256;
 use thiserror::Error;
+use trireme_replication::NodeId;
+use trireme_replication::placement::REPLICAS;
 
+use crate::cluster::anti_entropy::AntiEntropySettings;
+use crate::cluster::collection::CollectionSettings;
 use crate::handle::HANDLE_KEY_BYTES_MIN;
 use crate::limits;
 
@@ -26,6 +33,11 @@ pub const SQS_REGION_DEFAULT: &str = "us-east-1";
 pub const SQS_ACCOUNT_ID_DEFAULT: &str = "000000000000";
 /// Default data directory, relative to the working directory.
 pub const DATA_DIR_DEFAULT: &str = "./trireme-data";
+/// Default listen address of the internal replica service (the other members' port).
+pub const PEER_LISTEN_DEFAULT: &str = "0.0.0.0:7200";
+/// The label the receipt-handle key is derived under from the cluster secret. Changing it
+/// changes every cluster's key, so it is fixed for good.
+const HANDLE_KEY_LABEL: &[u8] = b"trireme receipt-handle key v1";
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -44,6 +56,10 @@ pub enum LogFormat {
 #[derive(Debug, Default, Parser)]
 #[command(name = "trireme-node", version, about, long_about = None)]
 pub struct Args {
+    /// Something else than serving as one node.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// TOML file with any of the settings below (keys like `data_dir`, `listen`).
     #[arg(long, env = "TRIREME_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -94,8 +110,9 @@ pub struct Args {
     )]
     pub sqs_access_keys: Vec<String>,
 
-    /// Key authenticating receipt handles (at least 16 bytes), shared by all nodes of a
-    /// cluster. Unset: a random key is generated once and kept in the database.
+    /// Key authenticating receipt handles (at least 16 bytes), the same on every member of a
+    /// cluster. Unset: in a cluster it is derived from `--cluster-secret`; a node alone
+    /// generates a random key once and keeps it in the database.
     #[arg(
         long,
         env = "TRIREME_HANDLE_KEY",
@@ -103,6 +120,58 @@ pub struct Args {
         hide_env_values = true
     )]
     pub handle_key: Option<String>,
+
+    /// This node's id in the cluster, 1 to 65535; required with `--peers`.
+    #[arg(long, env = "TRIREME_NODE_ID", value_name = "N")]
+    pub node_id: Option<u64>,
+
+    /// Address the internal replica service listens on: for the other members only, so keep
+    /// clients away from it. [default: 0.0.0.0:7200]
+    #[arg(long, env = "TRIREME_PEER_LISTEN", value_name = "ADDR")]
+    pub peer_listen: Option<SocketAddr>,
+
+    /// The cluster's members as `ID=HOST:PORT` (each one's peer address), comma-separated or
+    /// repeated; this node's own entry may be listed or left out. Host names are resolved when
+    /// connecting. At least 3 members. Unset: the node runs alone.
+    #[arg(
+        long = "peers",
+        env = "TRIREME_PEERS",
+        value_name = "ID=HOST:PORT",
+        value_delimiter = ','
+    )]
+    pub peers: Vec<String>,
+
+    /// Secret shared by every member of the cluster (at least 16 bytes); the receipt-handle key
+    /// is derived from it unless `--handle-key` is set. Prefer the environment variable: a
+    /// command line is visible to every user of the machine.
+    #[arg(
+        long,
+        env = "TRIREME_CLUSTER_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub cluster_secret: Option<String>,
+
+    /// Milliseconds a cluster operation waits for its quorum before it answers unavailable.
+    /// [default: 5000]
+    #[arg(long, env = "TRIREME_OPERATION_TIMEOUT_MS", value_name = "MS")]
+    pub operation_timeout_ms: Option<u64>,
+
+    /// Seconds between two anti-entropy passes (a comparison with every peer). [default: 600]
+    #[arg(long, env = "TRIREME_ANTI_ENTROPY_PERIOD_S", value_name = "SECONDS")]
+    pub anti_entropy_period_s: Option<u64>,
+
+    /// Seconds between two tombstone-collection rounds. [default: 60]
+    #[arg(long, env = "TRIREME_COLLECTION_PERIOD_S", value_name = "SECONDS")]
+    pub collection_period_s: Option<u64>,
+
+    /// Stored records one tombstone-collection round walks at most. [default: 4096]
+    #[arg(
+        long,
+        env = "TRIREME_COLLECTION_ROWS_PER_ROUND_MAX",
+        value_name = "COUNT"
+    )]
+    pub collection_rows_per_round_max: Option<usize>,
 
     /// Seed of the node's random source (message ids, receipt-handle keys it generates).
     /// Unset: seeded from the operating system. Set it only for reproducible tests.
@@ -165,6 +234,14 @@ struct FileConfig {
     sqs_account_id: Option<String>,
     sqs_access_keys: Option<Vec<String>>,
     handle_key: Option<String>,
+    node_id: Option<u64>,
+    peer_listen: Option<SocketAddr>,
+    peers: Option<Vec<String>>,
+    cluster_secret: Option<String>,
+    operation_timeout_ms: Option<u64>,
+    anti_entropy_period_s: Option<u64>,
+    collection_period_s: Option<u64>,
+    collection_rows_per_round_max: Option<usize>,
     seed: Option<u64>,
     db_cache_mib: Option<usize>,
     grpc_request_bytes_max: Option<usize>,
@@ -193,6 +270,86 @@ pub enum ConfigError {
         setting: &'static str,
         reason: String,
     },
+    /// Members are listed but this node's id is not given.
+    #[error("peers are configured but node_id is not: a member needs its own id")]
+    PeersWithoutNodeId,
+    /// A node id is given without the members: neither a cluster nor a node alone.
+    #[error(
+        "node_id is set but peers is not: a cluster needs its member list (without both, the \
+         node runs alone)"
+    )]
+    NodeIdWithoutPeers,
+    /// A node id outside `1..=65535`.
+    #[error("node id {value} is out of range 1..=65535")]
+    NodeIdOutOfRange { value: u64 },
+    /// A `peers` entry that is not `ID=HOST:PORT`.
+    #[error("peers entry {entry:?}: {reason}")]
+    PeerMalformed { entry: String, reason: String },
+    /// One node id listed twice.
+    #[error("node {node} is listed twice in peers")]
+    DuplicateMember { node: u16 },
+    /// Two members listed at one address.
+    #[error("nodes {first} and {second} are both listed at {address}")]
+    DuplicateAddress {
+        first: u16,
+        second: u16,
+        address: String,
+    },
+    /// Fewer members than a message has copies.
+    #[error("a cluster needs at least {REPLICAS} members, peers lists {members} (with this node)")]
+    TooFewMembers { members: usize },
+    /// More members than the cluster supports.
+    #[error(
+        "a cluster has at most {max} members, peers lists {members} (with this node)",
+        max = limits::cluster_members_max
+    )]
+    TooManyMembers { members: usize },
+    /// A cluster without a shared receipt-handle key: a handle issued by one member would not
+    /// work on another.
+    #[error(
+        "a cluster refuses to start without a shared handle key: set cluster_secret (or \
+         handle_key) to the same value on every member"
+    )]
+    NoHandleKey,
+    /// This node's own `peers` entry is not where its peer service listens.
+    #[error("peers lists this node ({node}) at {listed}, but peer_listen is {peer_listen}")]
+    OwnAddressMismatch {
+        node: u16,
+        listed: String,
+        peer_listen: SocketAddr,
+    },
+}
+
+/// What the binary is asked to do besides serving as one node.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Runs a three-node cluster on loopback for development: three `trireme-node` processes
+    /// with their own data directories, one shared cluster secret, stopped together by Ctrl-C.
+    DevCluster(DevClusterArgs),
+}
+
+/// `trireme-node dev-cluster`'s settings. Node N (1 to 3) listens on the base ports + N − 1.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DevClusterArgs {
+    /// Root of the nodes' data directories (`node-1` to `node-3`) and of the cluster secret.
+    #[arg(long, value_name = "DIR", default_value = DATA_DIR_DEFAULT)]
+    pub data_dir: PathBuf,
+
+    /// gRPC port of node 1 (nodes 2 and 3 take the next two).
+    #[arg(long, value_name = "PORT", default_value_t = 7100)]
+    pub grpc_port: u16,
+
+    /// SQS port of node 1 (nodes 2 and 3 take the next two).
+    #[arg(long, value_name = "PORT", default_value_t = 9324)]
+    pub sqs_port: u16,
+
+    /// Peer port of node 1 (nodes 2 and 3 take the next two).
+    #[arg(long, value_name = "PORT", default_value_t = 7200)]
+    pub peer_port: u16,
+
+    /// Log filter of the three nodes, in `tracing` syntax.
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    pub log: String,
 }
 
 /// The finished configuration of one node.
@@ -204,8 +361,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The SQS endpoint's listen address and settings; `None` when it is turned off.
     pub sqs: Option<SqsConfig>,
-    /// The receipt-handle key given by the operator; `None` means the database's own key.
+    /// The receipt-handle key given by the operator or derived from the cluster secret; `None`
+    /// (only for a node alone) means the database's own key.
     pub handle_key: Option<Vec<u8>>,
+    /// The cluster this node is a member of; `None`: it runs alone.
+    pub cluster: Option<ClusterConfig>,
     /// Seed of the node's random source; `None` seeds from the operating system.
     pub seed: Option<u64>,
     /// redb page cache in bytes.
@@ -247,6 +407,45 @@ pub struct SqsConfig {
     pub access_keys: Vec<(String, String)>,
 }
 
+/// How this node takes part in a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// This member.
+    pub node: NodeId,
+    /// The internal replica service's listen address (the caller binds it).
+    pub peer_listen: SocketAddr,
+    /// Every other member and the `host:port` of its peer service (a host name is resolved
+    /// when the link connects).
+    pub peers: BTreeMap<NodeId, String>,
+    /// How long an operation waits for its quorum.
+    pub operation_timeout_ms: u64,
+    /// Between two anti-entropy passes.
+    pub anti_entropy_period_s: u64,
+    /// Between two collection rounds.
+    pub collection_period_s: u64,
+    /// Rows one collection round walks at most.
+    pub collection_rows_per_round_max: usize,
+}
+
+impl ClusterConfig {
+    /// Members of the cluster, this node included.
+    #[must_use]
+    pub fn members(&self) -> usize {
+        self.peers.len() + 1
+    }
+}
+
+/// The cluster's settings as given, before they are checked.
+struct ClusterInput {
+    node_id: Option<u64>,
+    peer_listen: Option<SocketAddr>,
+    peers: Vec<String>,
+    operation_timeout_ms: Option<u64>,
+    anti_entropy_period_s: Option<u64>,
+    collection_period_s: Option<u64>,
+    collection_rows_per_round_max: Option<usize>,
+}
+
 impl Config {
     /// The defaults, with the database in `data_dir`. Used by tests and embedders.
     #[must_use]
@@ -272,17 +471,33 @@ impl Config {
     }
 
     fn resolve(args: Args, file: FileConfig) -> Result<Config, ConfigError> {
-        let handle_key = args.handle_key.or(file.handle_key).map(String::into_bytes);
-        if let Some(key) = &handle_key
-            && key.len() < HANDLE_KEY_BYTES_MIN
-        {
-            return Err(ConfigError::Invalid {
-                setting: "handle_key",
-                reason: format!(
-                    "is {} bytes, at least {HANDLE_KEY_BYTES_MIN} are required",
-                    key.len()
-                ),
-            });
+        let mut handle_key = args.handle_key.or(file.handle_key).map(String::into_bytes);
+        at_least_bytes("handle_key", handle_key.as_deref())?;
+        let cluster_secret = args.cluster_secret.or(file.cluster_secret);
+        at_least_bytes(
+            "cluster_secret",
+            cluster_secret.as_deref().map(str::as_bytes),
+        )?;
+        let cluster = resolve_cluster(ClusterInput {
+            node_id: args.node_id.or(file.node_id),
+            peer_listen: args.peer_listen.or(file.peer_listen),
+            peers: if args.peers.is_empty() {
+                file.peers.unwrap_or_default()
+            } else {
+                args.peers
+            },
+            operation_timeout_ms: args.operation_timeout_ms.or(file.operation_timeout_ms),
+            anti_entropy_period_s: args.anti_entropy_period_s.or(file.anti_entropy_period_s),
+            collection_period_s: args.collection_period_s.or(file.collection_period_s),
+            collection_rows_per_round_max: args
+                .collection_rows_per_round_max
+                .or(file.collection_rows_per_round_max),
+        })?;
+        if cluster.is_some() && handle_key.is_none() {
+            // Every member must authenticate every member's receipt handles
+            // (spec/replication.md: any node coordinates any request).
+            let secret = cluster_secret.ok_or(ConfigError::NoHandleKey)?;
+            handle_key = Some(derive_handle_key(secret.as_bytes()));
         }
         let no_sqs = args.no_sqs || file.no_sqs.unwrap_or(false);
         let sqs = if no_sqs {
@@ -337,6 +552,7 @@ impl Config {
                 .or(file.listen)
                 .unwrap_or_else(|| LISTEN_DEFAULT.parse().expect("a valid literal address")),
             handle_key,
+            cluster,
             seed: args.seed.or(file.seed),
             db_cache_bytes: args
                 .db_cache_mib
@@ -406,6 +622,37 @@ impl Config {
                 + 256 * 1024,
         )?;
         at_least("long_polls_max", self.long_polls_max as u64, 1)?;
+        if let Some(cluster) = &self.cluster {
+            at_least("operation_timeout_ms", cluster.operation_timeout_ms, 10)?;
+            if cluster.operation_timeout_ms > limits::operation_timeout_ms_max {
+                return Err(ConfigError::Invalid {
+                    setting: "operation_timeout_ms",
+                    reason: format!(
+                        "is {}, at most {} is accepted (the tombstone horizon must exceed it)",
+                        cluster.operation_timeout_ms,
+                        limits::operation_timeout_ms_max
+                    ),
+                });
+            }
+            // An operation answers (unavailable at worst) before its request is cancelled.
+            let request_timeout_ms = self.request_timeout_s.saturating_mul(1_000);
+            if cluster.operation_timeout_ms >= request_timeout_ms {
+                return Err(ConfigError::Invalid {
+                    setting: "operation_timeout_ms",
+                    reason: format!(
+                        "is {}, it must be below request_timeout_s ({request_timeout_ms} ms)",
+                        cluster.operation_timeout_ms
+                    ),
+                });
+            }
+            at_least("anti_entropy_period_s", cluster.anti_entropy_period_s, 1)?;
+            at_least("collection_period_s", cluster.collection_period_s, 1)?;
+            at_least(
+                "collection_rows_per_round_max",
+                cluster.collection_rows_per_round_max as u64,
+                1,
+            )?;
+        }
         at_least(
             "commit_batch_commands_max",
             self.commit_batch_commands_max as u64,
@@ -417,6 +664,171 @@ impl Config {
             self.commit_batch_commands_max as u64,
         )?;
         Ok(())
+    }
+}
+
+/// Refuses a key or secret shorter than a receipt-handle key may be.
+fn at_least_bytes(setting: &'static str, value: Option<&[u8]>) -> Result<(), ConfigError> {
+    match value {
+        Some(value) if value.len() < HANDLE_KEY_BYTES_MIN => Err(ConfigError::Invalid {
+            setting,
+            reason: format!(
+                "is {} bytes, at least {HANDLE_KEY_BYTES_MIN} are required",
+                value.len()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The receipt-handle key of a cluster with `secret`: HMAC-SHA256 keyed by the secret over a
+/// fixed label, so every member derives the same 32 bytes and the secret itself never keys a
+/// handle (it can key other things later under other labels).
+#[must_use]
+pub fn derive_handle_key(secret: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC accepts keys of any length");
+    mac.update(HANDLE_KEY_LABEL);
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// The cluster from its settings: `None` without `peers`; otherwise every member once, at
+/// least three of them, this node among them (listed at its own peer address, or not listed).
+fn resolve_cluster(input: ClusterInput) -> Result<Option<ClusterConfig>, ConfigError> {
+    if input.peers.is_empty() {
+        return match input.node_id {
+            Some(_) => Err(ConfigError::NodeIdWithoutPeers),
+            None => Ok(None),
+        };
+    }
+    let node = node_id(input.node_id.ok_or(ConfigError::PeersWithoutNodeId)?)?;
+    let peer_listen = input.peer_listen.unwrap_or_else(|| {
+        PEER_LISTEN_DEFAULT
+            .parse()
+            .expect("a valid literal address")
+    });
+    let mut peers: BTreeMap<NodeId, String> = BTreeMap::new();
+    let mut listed_self = false;
+    for entry in &input.peers {
+        let (member, address) = parse_member(entry)?;
+        if peers.contains_key(&member) || (member == node && listed_self) {
+            return Err(ConfigError::DuplicateMember { node: member.0 });
+        }
+        if let Some((other, _)) = peers.iter().find(|(_, listed)| **listed == address) {
+            return Err(ConfigError::DuplicateAddress {
+                first: other.0,
+                second: member.0,
+                address,
+            });
+        }
+        if member == node {
+            if !listens_at(&address, peer_listen) {
+                return Err(ConfigError::OwnAddressMismatch {
+                    node: node.0,
+                    listed: address,
+                    peer_listen,
+                });
+            }
+            listed_self = true;
+        } else {
+            peers.insert(member, address);
+        }
+    }
+    let members = peers.len() + 1;
+    if members < REPLICAS {
+        return Err(ConfigError::TooFewMembers { members });
+    }
+    if members > limits::cluster_members_max {
+        return Err(ConfigError::TooManyMembers { members });
+    }
+    let anti_entropy = AntiEntropySettings::default();
+    let collection = CollectionSettings::default();
+    Ok(Some(ClusterConfig {
+        node,
+        peer_listen,
+        peers,
+        operation_timeout_ms: input
+            .operation_timeout_ms
+            .unwrap_or(limits::operation_timeout_ms_default),
+        anti_entropy_period_s: input
+            .anti_entropy_period_s
+            .unwrap_or(anti_entropy.period.as_secs()),
+        collection_period_s: input
+            .collection_period_s
+            .unwrap_or(collection.period.as_secs()),
+        collection_rows_per_round_max: input
+            .collection_rows_per_round_max
+            .unwrap_or(collection.rows_per_round_max),
+    }))
+}
+
+/// A node id in `1..=65535` (0 is no member: a missing protobuf field reads as 0).
+fn node_id(value: u64) -> Result<NodeId, ConfigError> {
+    u16::try_from(value)
+        .ok()
+        .filter(|id| *id != 0)
+        .map(NodeId)
+        .ok_or(ConfigError::NodeIdOutOfRange { value })
+}
+
+/// One `peers` entry, `ID=HOST:PORT`, as the member and its address (`HOST:PORT`). The host
+/// is a name, an IPv4 address or a bracketed IPv6 address; it is not resolved here.
+fn parse_member(entry: &str) -> Result<(NodeId, String), ConfigError> {
+    let malformed = |reason: &str| ConfigError::PeerMalformed {
+        entry: entry.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let (id, address) = entry
+        .trim()
+        .split_once('=')
+        .ok_or_else(|| malformed("expected ID=HOST:PORT"))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .map_err(|_| malformed("the node id is not a number"))?;
+    let node = node_id(id)?;
+    let address = address.trim();
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| malformed("expected HOST:PORT after the ="))?;
+    match port.parse::<u16>() {
+        Ok(port) if port != 0 => {}
+        _ => return Err(malformed("the port is not a number in 1..=65535")),
+    }
+    let bracketed = host.len() > 2 && host.starts_with('[') && host.ends_with(']');
+    if bracketed {
+        host[1..host.len() - 1]
+            .parse::<std::net::Ipv6Addr>()
+            .map_err(|_| malformed("the bracketed host is not an IPv6 address"))?;
+    } else if host.is_empty() {
+        return Err(malformed("the host is empty"));
+    } else if host.contains(':') {
+        return Err(malformed("an IPv6 host goes in brackets, as [::1]:7200"));
+    } else if !host
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+    {
+        return Err(malformed("the host is not a host name or an IP address"));
+    }
+    Ok((node, address.to_owned()))
+}
+
+/// Whether a member listed at `address` (`HOST:PORT`, checked by [`parse_member`]) is the
+/// peer service listening on `listen`: the same port, and the same IP unless `listen` is a
+/// wildcard. A host name matches on its port alone: it is resolved only when peers connect.
+fn listens_at(address: &str, listen: SocketAddr) -> bool {
+    let (host, port) = address
+        .rsplit_once(':')
+        .expect("a checked address has a port");
+    if port.parse::<u16>().ok() != Some(listen.port()) {
+        return false;
+    }
+    match host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
+        Ok(ip) => listen.ip().is_unspecified() || ip == listen.ip(),
+        Err(_) => true,
     }
 }
 
@@ -527,5 +939,303 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    const SECRET: &str = "a shared secret of the cluster";
+
+    fn cluster_flags(extra: &[&str]) -> Args {
+        let mut flags = vec![
+            "--node-id",
+            "2",
+            "--peer-listen",
+            "127.0.0.1:7201",
+            "--peers",
+            "1=127.0.0.1:7200,2=127.0.0.1:7201,3=node3.example:7202",
+            "--cluster-secret",
+            SECRET,
+        ];
+        flags.extend_from_slice(extra);
+        parse(&flags)
+    }
+
+    #[test]
+    fn without_peers_the_node_runs_alone() {
+        let config = Config::load(parse(&[])).unwrap();
+        assert!(config.cluster.is_none());
+        assert_eq!(config.handle_key, None);
+    }
+
+    #[test]
+    fn peers_with_own_entry_name_the_other_members_and_derive_the_handle_key() {
+        let config = Config::load(cluster_flags(&[])).unwrap();
+        let cluster = config.cluster.unwrap();
+        assert_eq!(cluster.node, NodeId(2));
+        assert_eq!(cluster.members(), 3);
+        assert_eq!(
+            cluster.peers,
+            BTreeMap::from([
+                (NodeId(1), "127.0.0.1:7200".to_owned()),
+                (NodeId(3), "node3.example:7202".to_owned()),
+            ])
+        );
+        assert_eq!(
+            cluster.anti_entropy_period_s,
+            AntiEntropySettings::default().period.as_secs()
+        );
+        assert_eq!(
+            cluster.operation_timeout_ms,
+            limits::operation_timeout_ms_default
+        );
+        let key = config.handle_key.unwrap();
+        assert_eq!(key, derive_handle_key(SECRET.as_bytes()));
+        assert_eq!(key.len(), 32);
+        assert_ne!(key, SECRET.as_bytes());
+        assert_ne!(key, derive_handle_key(b"another secret of the cluster"));
+    }
+
+    #[test]
+    fn peers_without_own_entry_are_the_same_cluster() {
+        let args = parse(&[
+            "--node-id",
+            "2",
+            "--peers",
+            "1=127.0.0.1:7200",
+            "--peers",
+            "3=node3.example:7202",
+            "--cluster-secret",
+            SECRET,
+        ]);
+        let cluster = Config::load(args).unwrap().cluster.unwrap();
+        assert_eq!(cluster.members(), 3);
+        assert_eq!(cluster.peer_listen.port(), 7200);
+        assert!(!cluster.peers.contains_key(&NodeId(2)));
+    }
+
+    #[test]
+    fn a_given_handle_key_beats_the_cluster_secret() {
+        let config = Config::load(cluster_flags(&["--handle-key", "0123456789abcdef"])).unwrap();
+        assert_eq!(config.handle_key.unwrap(), b"0123456789abcdef");
+    }
+
+    #[test]
+    fn a_cluster_without_a_handle_key_or_secret_is_refused() {
+        let args = parse(&["--node-id", "1", "--peers", "1=a:7200,2=b:7200,3=c:7200"]);
+        let error = Config::load(args).unwrap_err();
+        assert!(matches!(error, ConfigError::NoHandleKey), "{error}");
+        assert!(error.to_string().contains("shared handle key"), "{error}");
+        let args = parse(&[
+            "--node-id",
+            "1",
+            "--peers",
+            "1=a:7200,2=b:7200,3=c:7200",
+            "--handle-key",
+            "0123456789abcdef",
+        ]);
+        assert!(Config::load(args).unwrap().cluster.is_some());
+    }
+
+    #[test]
+    fn membership_mistakes_are_refused_each_with_its_own_error() {
+        let load = |flags: &[&str]| {
+            let mut all = vec!["--cluster-secret", SECRET];
+            all.extend_from_slice(flags);
+            Config::load(parse(&all)).unwrap_err()
+        };
+        let three = "1=a:7200,2=b:7200,3=c:7200";
+        assert!(matches!(
+            load(&["--peers", three]),
+            ConfigError::PeersWithoutNodeId
+        ));
+        assert!(matches!(
+            load(&["--node-id", "1"]),
+            ConfigError::NodeIdWithoutPeers
+        ));
+        assert!(matches!(
+            load(&["--node-id", "0", "--peers", three]),
+            ConfigError::NodeIdOutOfRange { value: 0 }
+        ));
+        assert!(matches!(
+            load(&["--node-id", "65536", "--peers", three]),
+            ConfigError::NodeIdOutOfRange { value: 65536 }
+        ));
+        assert!(matches!(
+            load(&[
+                "--node-id",
+                "1",
+                "--peers",
+                "1=a:7200,2=b:7200,70000=c:7200"
+            ]),
+            ConfigError::NodeIdOutOfRange { value: 70000 }
+        ));
+        assert!(matches!(
+            load(&["--node-id", "1", "--peers", "1=a:7200,2=b:7200,2=c:7200"]),
+            ConfigError::DuplicateMember { node: 2 }
+        ));
+        assert!(matches!(
+            load(&[
+                "--node-id",
+                "1",
+                "--peers",
+                "1=a:7200,1=a:7200,2=b:7200,3=c:7200"
+            ]),
+            ConfigError::DuplicateMember { node: 1 }
+        ));
+        assert!(matches!(
+            load(&["--node-id", "1", "--peers", "2=b:7200,3=b:7200,4=c:7200"]),
+            ConfigError::DuplicateAddress {
+                first: 2,
+                second: 3,
+                ..
+            }
+        ));
+        assert!(matches!(
+            load(&["--node-id", "1", "--peers", "1=a:7200,2=b:7200"]),
+            ConfigError::TooFewMembers { members: 2 }
+        ));
+        assert!(matches!(
+            load(&["--node-id", "1", "--peers", "2=b:7200"]),
+            ConfigError::TooFewMembers { members: 2 }
+        ));
+        let many: Vec<String> = (1..=limits::cluster_members_max as u16 + 1)
+            .map(|id| format!("{id}=n{id}:7200"))
+            .collect();
+        let many = many.join(",");
+        assert!(matches!(
+            load(&["--node-id", "1", "--peers", &many]),
+            ConfigError::TooManyMembers { .. }
+        ));
+    }
+
+    #[test]
+    fn own_entry_must_be_where_the_peer_service_listens() {
+        let load = |peer_listen: &str, own: &str| {
+            let peers = format!("1={own},2=b:7200,3=c:7200");
+            let args = parse(&[
+                "--node-id",
+                "1",
+                "--peer-listen",
+                peer_listen,
+                "--peers",
+                &peers,
+                "--cluster-secret",
+                SECRET,
+            ]);
+            Config::load(args)
+        };
+        assert!(load("0.0.0.0:7200", "10.0.0.1:7200").is_ok());
+        assert!(load("10.0.0.1:7200", "10.0.0.1:7200").is_ok());
+        assert!(load("0.0.0.0:7200", "node1:7200").is_ok());
+        assert!(load("[::]:7200", "[::1]:7200").is_ok());
+        for (peer_listen, own) in [
+            ("0.0.0.0:7201", "10.0.0.1:7200"),
+            ("10.0.0.2:7200", "10.0.0.1:7200"),
+            ("0.0.0.0:7201", "node1:7200"),
+        ] {
+            let error = load(peer_listen, own).unwrap_err();
+            assert!(
+                matches!(error, ConfigError::OwnAddressMismatch { node: 1, .. }),
+                "{peer_listen} {own}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_peer_entries_are_refused_with_the_entry() {
+        for entry in [
+            "1",
+            "x=a:7200",
+            "1=a",
+            "1=a:0",
+            "1=a:port",
+            "1=:7200",
+            "1=::1:7200",
+            "1=[zz]:7200",
+            "1=a/b:7200",
+            "1=a b:7200",
+        ] {
+            let peers = format!("{entry},2=b:7200,3=c:7200");
+            let args = parse(&[
+                "--node-id",
+                "2",
+                "--peers",
+                &peers,
+                "--cluster-secret",
+                SECRET,
+            ]);
+            let error = Config::load(args).unwrap_err();
+            assert!(
+                matches!(&error, ConfigError::PeerMalformed { entry: e, .. } if e == entry),
+                "{entry}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn cluster_settings_come_from_the_file_and_are_range_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(
+            &path,
+            "node_id = 3\npeer_listen = \"0.0.0.0:7300\"\n\
+             peers = [\"1=n1:7300\", \"2=n2:7300\", \"3=n3:7300\"]\n\
+             cluster_secret = \"a shared secret of the cluster\"\n\
+             operation_timeout_ms = 800\nanti_entropy_period_s = 5\n\
+             collection_period_s = 7\ncollection_rows_per_round_max = 9\n",
+        )
+        .unwrap();
+        let config = Config::load(parse(&["--config", path.to_str().unwrap()])).unwrap();
+        let cluster = config.cluster.unwrap();
+        assert_eq!(cluster.node, NodeId(3));
+        assert_eq!(cluster.peer_listen.port(), 7300);
+        assert_eq!(cluster.members(), 3);
+        assert_eq!(
+            (
+                cluster.operation_timeout_ms,
+                cluster.anti_entropy_period_s,
+                cluster.collection_period_s,
+                cluster.collection_rows_per_round_max
+            ),
+            (800, 5, 7, 9)
+        );
+        assert_eq!(
+            config.handle_key.unwrap(),
+            derive_handle_key(SECRET.as_bytes())
+        );
+        for (flag, value, setting) in [
+            ("--operation-timeout-ms", "5", "operation_timeout_ms"),
+            ("--operation-timeout-ms", "60000", "operation_timeout_ms"),
+            ("--anti-entropy-period-s", "0", "anti_entropy_period_s"),
+            ("--collection-period-s", "0", "collection_period_s"),
+            (
+                "--collection-rows-per-round-max",
+                "0",
+                "collection_rows_per_round_max",
+            ),
+        ] {
+            let error = Config::load(cluster_flags(&[flag, value])).unwrap_err();
+            assert!(
+                matches!(error, ConfigError::Invalid { setting: s, .. } if s == setting),
+                "{flag} {value}: {error}"
+            );
+        }
+        let args = parse(&[
+            "--node-id",
+            "1",
+            "--peers",
+            "1=a:7200,2=b:7200,3=c:7200",
+            "--cluster-secret",
+            "short",
+        ]);
+        let error = Config::load(args).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ConfigError::Invalid {
+                    setting: "cluster_secret",
+                    ..
+                }
+            ),
+            "{error}"
+        );
     }
 }

@@ -58,6 +58,25 @@ pub const redrive_tasks_running_max: usize = 10;
 /// How long shutdown waits for open requests to finish after long polls were answered.
 pub const shutdown_grace_s_default: u64 = 10;
 
+/// Members of one cluster. Every member keeps a link (and its tasks) to every other, and an
+/// anti-entropy pass runs a round with each: the work per node grows with this.
+pub const cluster_members_max: usize = 64;
+/// How long a cluster operation waits for its quorum before answering unavailable. With two
+/// replicas up it answers as soon as they do; this bounds only an operation that cannot reach
+/// two.
+pub const operation_timeout_ms_default: u64 = 5_000;
+/// Longest operation timeout accepted: `horizon_ms` must exceed it by far.
+pub const operation_timeout_ms_max: u64 = 600_000;
+/// Connecting to a peer's replica service; a dead peer costs a request at most this (or the
+/// operation's own deadline, whichever is first).
+pub const peer_connect_timeout_ms: u64 = 1_000;
+/// Largest request the replica service decodes: an `Exchange` batch of records (bodies up to
+/// 1 MiB each) or an anti-entropy page (about 2 MiB). tonic's default is 4 MiB.
+pub const peer_request_bytes_max: usize = 64 * 1024 * 1024;
+/// The tombstone horizon, `HORIZON` (spec/replication.md, constants): a replica refuses a
+/// request older than this by its sender's clock, and collection waits it out.
+pub const horizon_ms: u64 = 24 * 3_600_000;
+
 const _: () = assert!(request_timeout_s_default > core::wait_s_max as u64 + 5);
 const _: () = assert!(batch_payload_bytes_max >= core::message_bytes_max as u64);
 const _: () = assert!(grpc_request_bytes_max_default as u64 > batch_payload_bytes_max + 64 * 1024);
@@ -69,3 +88,8 @@ const _: () = assert!(redrive_step_messages_max <= core::redrive_messages_max);
 const _: () = assert!(redrive_rate_per_s_max <= core::redrive_messages_max);
 const _: () = assert!(commit_batch_commands_max_default <= engine_queue_commands_max_default);
 const _: () = assert!(redrive_tasks_running_max <= redrive_tasks_kept_max);
+const _: () = assert!(operation_timeout_ms_default < request_timeout_s_default * 1_000);
+// HORIZON is at least SKEW_MAX (500 ms) + the longest operation timeout + the longest delay.
+const _: () = assert!(horizon_ms > 500 + operation_timeout_ms_max * 2);
+const _: () = assert!(operation_timeout_ms_default <= operation_timeout_ms_max);
+const _: () = assert!(cluster_members_max <= u16::MAX as usize);
