@@ -3,7 +3,9 @@
 //! graceful shutdown.
 //!
 //! A node takes its listener, storage and clock as arguments ([`Node::start`]), so the same code
-//! runs in production, in tests on loopback, and under turmoil. This crate must never put queue
+//! runs in production, in tests on loopback, and under turmoil. With a cluster configured it
+//! also opens its replica store, joins the other members and serves them the internal replica
+//! service on its own listener ([`Node::serve_peers`]). This crate must never put queue
 //! semantics outside the core, and never acknowledge a change before it is fsynced.
 #![forbid(unsafe_code)]
 
@@ -22,6 +24,7 @@ pub mod storage;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,8 +38,15 @@ use tokio_stream::Stream;
 use tonic::transport::server::Connected;
 use tracing::{info, warn};
 
+use trireme_proto::replica::v1::replica_server::ReplicaServer;
+
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::cluster::anti_entropy::{AntiEntropySettings, AntiEntropyTask};
+use crate::cluster::collection::{CollectionSettings, CollectionTask};
+use crate::cluster::peers::LinkSettings;
+use crate::cluster::store::{ReplicaStore, StoreClosed, StoreError};
+use crate::cluster::{Cluster, ClusterError, ClusterSettings};
+use crate::config::{ClusterConfig, Config};
 use crate::engine::{Engine, EngineError, EngineSettings};
 use crate::handle::{HandleCodec, HandleKeyError};
 use crate::storage::{Storage, StorageError};
@@ -53,6 +63,22 @@ pub enum NodeError {
     /// The engine could not start.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The data directory's replica database belongs to another member.
+    #[error(
+        "the data directory {data_dir} belongs to node {stored}, but this node is configured \
+         as node {configured}: give every member its own data directory"
+    )]
+    WrongNode {
+        data_dir: String,
+        stored: u16,
+        configured: u16,
+    },
+    /// The replica database could not be opened or read.
+    #[error(transparent)]
+    Replica(StoreError),
+    /// The cluster could not be joined.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
     /// The gRPC server failed.
     #[error("gRPC server failed: {reason}")]
     Serve { reason: String },
@@ -69,15 +95,130 @@ pub fn open_storage(config: &Config) -> Result<Storage, NodeError> {
     Ok(Storage::open_path(&config.data_dir, config.db_cache_bytes)?)
 }
 
-/// A running node: the engine, the gRPC server and optionally the SQS endpoint.
-#[derive(Debug)]
+/// A running node: the engine, the gRPC server, optionally the SQS endpoint, and its part in a
+/// cluster if it is a member.
 pub struct Node {
     engine: Engine,
+    /// `None`: the node runs alone.
+    member: Option<Member>,
     /// The servers; each ends with its error text, or `Ok` after a graceful stop.
     servers: Vec<JoinHandle<Result<(), String>>>,
     /// Set to `true` to make every server stop accepting.
     stop_accepting: watch::Sender<bool>,
     shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("engine", &self.engine)
+            .field(
+                "member",
+                &self.member.as_ref().map(|member| member.cluster.node()),
+            )
+            .field("servers", &self.servers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// This node's part in a cluster.
+struct Member {
+    cluster: Cluster,
+    /// The replica service, configured as the gRPC server is, until [`Node::serve_peers`]
+    /// serves it.
+    peer_router: Option<tonic::transport::server::Router>,
+    anti_entropy: AntiEntropySettings,
+    collection: CollectionSettings,
+    /// The background work, once the peers are served.
+    tasks: Option<(AntiEntropyTask, CollectionTask)>,
+    /// Resolves when the replica database is closed.
+    store_closed: StoreClosed,
+}
+
+impl Member {
+    /// Opens the replica store in `data_dir` (a new one gets `new_disk_id`) and joins the
+    /// cluster of `config`.
+    fn start(
+        config: &ClusterConfig,
+        data_dir: &Path,
+        clock: Arc<dyn Clock>,
+        new_disk_id: u64,
+        node: &Config,
+    ) -> Result<Member, NodeError> {
+        let (store, store_closed) = ReplicaStore::open(data_dir, config.node, new_disk_id)
+            .map_err(|error| match error {
+                StoreError::WrongNode { stored, configured } => NodeError::WrongNode {
+                    data_dir: data_dir.display().to_string(),
+                    stored,
+                    configured,
+                },
+                other => NodeError::Replica(other),
+            })?;
+        let operation_timeout = Duration::from_millis(config.operation_timeout_ms);
+        let settings = ClusterSettings {
+            node: config.node,
+            peers: config.peers.clone(),
+            operation_timeout,
+            link: LinkSettings {
+                connect_timeout: Duration::from_millis(limits::peer_connect_timeout_ms)
+                    .min(operation_timeout),
+                // A call outliving its operation only holds a slot of the link.
+                call_timeout: operation_timeout,
+                keepalive_interval: Duration::from_secs(limits::grpc_keepalive_interval_s),
+                keepalive_timeout: Duration::from_secs(limits::grpc_keepalive_timeout_s),
+            },
+            horizon_ms: limits::horizon_ms,
+        };
+        let (cluster, service) = Cluster::start(&settings, store, clock, node.seed)?;
+        // No `tcp_nodelay` here either: the accepted sockets get it from `tcp_incoming`.
+        let peer_router = tonic::transport::Server::builder()
+            .timeout(Duration::from_secs(node.request_timeout_s))
+            .http2_keepalive_interval(Some(Duration::from_secs(limits::grpc_keepalive_interval_s)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
+            .max_concurrent_streams(Some(limits::grpc_streams_per_connection_max))
+            .add_service(
+                ReplicaServer::new(service)
+                    .max_decoding_message_size(limits::peer_request_bytes_max)
+                    .max_encoding_message_size(limits::peer_request_bytes_max),
+            );
+        let anti_entropy = AntiEntropySettings {
+            period: Duration::from_secs(config.anti_entropy_period_s),
+            ..AntiEntropySettings::default()
+        };
+        let collection = CollectionSettings {
+            period: Duration::from_secs(config.collection_period_s),
+            rows_per_round_max: config.collection_rows_per_round_max,
+            ..CollectionSettings::default()
+        };
+        Ok(Member {
+            cluster,
+            peer_router: Some(peer_router),
+            anti_entropy,
+            collection,
+            tasks: None,
+            store_closed,
+        })
+    }
+
+    /// Stops the background work, lets go of the cluster and waits (until `deadline`) for the
+    /// replica database to close: its last group committed, the file released.
+    async fn stop(self, deadline: tokio::time::Instant) {
+        if let Some((anti_entropy, collection)) = self.tasks {
+            anti_entropy.stop().await;
+            collection.stop().await;
+        }
+        drop(self.cluster);
+        let closed = self.store_closed;
+        let waited =
+            tokio::time::timeout_at(deadline, tokio::task::spawn_blocking(move || closed.wait()))
+                .await;
+        match waited {
+            Ok(Ok(())) => info!("replica store closed"),
+            Ok(Err(error)) => warn!(%error, "the replica store's committer failed"),
+            // Whatever it still holds was never acknowledged: acks follow the fsync.
+            Err(_) => warn!("the replica store did not close in time; exiting without it"),
+        }
+    }
 }
 
 /// Resolves once `stop` turns `true` (or its sender is gone: the node is gone).
@@ -118,6 +259,16 @@ impl Node {
             }
         };
         let handles = HandleCodec::new(&key)?;
+        let member = match &config.cluster {
+            Some(cluster) => Some(Member::start(
+                cluster,
+                &config.data_dir,
+                Arc::clone(&clock),
+                rng.random(),
+                config,
+            )?),
+            None => None,
+        };
         let settings = EngineSettings {
             commit_batch_commands_max: config.commit_batch_commands_max,
             engine_queue_commands_max: config.engine_queue_commands_max,
@@ -145,6 +296,7 @@ impl Node {
         });
         Ok(Node {
             engine,
+            member,
             servers: vec![server],
             stop_accepting,
             shutdown_grace: Duration::from_secs(config.shutdown_grace_s),
@@ -165,10 +317,51 @@ impl Node {
         }));
     }
 
+    /// Serves the internal replica service to the other members on the connections of
+    /// `incoming` (a TCP listener's stream through [`tcp_incoming`] in production) until the
+    /// node shuts down, and starts anti-entropy and tombstone collection. Until it is called the
+    /// node coordinates but is no replica its peers can reach.
+    ///
+    /// # Panics
+    /// If the node is not a cluster member, or its peers are served already.
+    pub fn serve_peers<I, IO, IE>(&mut self, incoming: I)
+    where
+        I: Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IO::ConnectInfo: Clone + Send + Sync + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+    {
+        let member = self
+            .member
+            .as_mut()
+            .expect("only a cluster member serves peers");
+        let router = member
+            .peer_router
+            .take()
+            .expect("the peers are served once");
+        let stop = self.stop_accepting.subscribe();
+        self.servers.push(tokio::spawn(async move {
+            router
+                .serve_with_incoming_shutdown(incoming, stopped(stop))
+                .await
+                .map_err(|error| format!("peer service: {error}"))
+        }));
+        member.tasks = Some((
+            member.cluster.spawn_anti_entropy(member.anti_entropy),
+            member.cluster.spawn_collection(member.collection),
+        ));
+    }
+
     /// The node's engine (for embedding and tests).
     #[must_use]
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The cluster this node is a member of; `None` when it runs alone.
+    #[must_use]
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.member.as_ref().map(|member| &member.cluster)
     }
 
     /// Resolves when a server stops by itself or the engine stops after a storage failure:
@@ -193,9 +386,10 @@ impl Node {
         }
     }
 
-    /// Graceful shutdown: stop accepting connections and requests, answer open long polls
-    /// empty, wait (up to the grace period) for open requests, then stop the engine, which
-    /// commits what it applied and closes the database.
+    /// Graceful shutdown: stop accepting connections and requests (clients' and peers'), answer
+    /// open long polls empty, wait (up to the grace period) for open requests, then stop the
+    /// engine, which commits what it applied and closes the database, and a member's
+    /// anti-entropy, collection and replica store.
     pub async fn shutdown(self) {
         info!("shutting down: no new requests");
         // Receivers live as long as the servers; none left means every server already ended.
@@ -216,6 +410,11 @@ impl Node {
             }
         }
         self.engine.close().await;
+        if let Some(member) = self.member {
+            member
+                .stop(tokio::time::Instant::now() + self.shutdown_grace)
+                .await;
+        }
         info!("shutdown complete");
     }
 }
@@ -287,22 +486,40 @@ pub fn sqs_settings(config: &config::SqsConfig, bound_port: u16) -> sqs::SqsSett
     }
 }
 
-/// Runs a node until `shutdown` resolves (SIGTERM in the binary), then shuts it down gracefully.
+/// The listeners a node serves on, bound by the caller (who may print their addresses).
+#[derive(Debug)]
+pub struct Listeners {
+    /// The gRPC API.
+    pub grpc: tokio::net::TcpListener,
+    /// The SQS-compatible endpoint, if it is on.
+    pub sqs: Option<tokio::net::TcpListener>,
+    /// The internal replica service, for a cluster member.
+    pub peers: Option<tokio::net::TcpListener>,
+}
+
+/// Starts a node on `storage` serving on `listeners`, with `TCP_NODELAY` on every accepted
+/// socket: gRPC, the SQS endpoint if configured, and for a cluster member the replica service,
+/// anti-entropy and collection.
 ///
 /// # Errors
-/// As for [`Node::start`], or `Serve` if the server fails while running.
-pub async fn run(
+/// As for [`Node::start`].
+///
+/// # Panics
+/// If `listeners.peers` is given to a node alone or missing for a member.
+pub fn launch(
     config: &Config,
     storage: Storage,
-    listener: tokio::net::TcpListener,
-    sqs_listener: Option<tokio::net::TcpListener>,
+    listeners: Listeners,
     clock: Arc<dyn Clock>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), NodeError> {
-    let address: Option<SocketAddr> = listener.local_addr().ok();
-    let incoming = tcp_incoming(listener);
-    let mut node = Node::start(config, storage, incoming, clock)?;
-    let sqs_address = match (sqs_listener, &config.sqs) {
+) -> Result<Node, NodeError> {
+    assert_eq!(
+        listeners.peers.is_some(),
+        config.cluster.is_some(),
+        "a cluster member, and only one, has a peer listener"
+    );
+    let address = listeners.grpc.local_addr().ok();
+    let mut node = Node::start(config, storage, tcp_incoming(listeners.grpc), clock)?;
+    let sqs_address = match (listeners.sqs, &config.sqs) {
         (Some(sqs_listener), Some(sqs_config)) => {
             let sqs_address = sqs_listener.local_addr().ok();
             let port = sqs_address.map_or(0, |address| address.port());
@@ -311,7 +528,28 @@ pub async fn run(
         }
         _ => None,
     };
-    info!(grpc = ?address, sqs = ?sqs_address, data_dir = %config.data_dir.display(), "node running");
+    let peer_address = listeners.peers.map(|peer_listener| {
+        let peer_address = peer_listener.local_addr().ok();
+        node.serve_peers(tcp_incoming(peer_listener));
+        peer_address
+    });
+    info!(
+        grpc = ?address,
+        sqs = ?sqs_address,
+        peers = ?peer_address.flatten(),
+        node_id = config.cluster.as_ref().map(|cluster| cluster.node.0),
+        data_dir = %config.data_dir.display(),
+        "node running"
+    );
+    Ok(node)
+}
+
+/// Runs `node` until `shutdown` resolves (SIGTERM in the binary) or it fails, then shuts it
+/// down gracefully.
+///
+/// # Errors
+/// `Serve` if a server fails while running, `Engine` after a storage failure.
+pub async fn run(mut node: Node, shutdown: impl Future<Output = ()>) -> Result<(), NodeError> {
     let result = tokio::select! {
         () = shutdown => Ok(()),
         result = node.serve_until_failure() => result,

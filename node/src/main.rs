@@ -1,19 +1,36 @@
 //! The `trireme-node` binary: parses the configuration, sets up logging, opens the data
-//! directory, binds the gRPC listener, prints where it listens, and runs the node until SIGTERM
-//! or Ctrl-C, then shuts down gracefully.
+//! directory, binds the listeners (gRPC, SQS, and the peer service of a cluster member), starts
+//! the node, prints where it listens, and runs it until SIGTERM or Ctrl-C, then shuts down
+//! gracefully. `trireme-node dev-cluster` instead runs three nodes on loopback (`dev_cluster`).
+
+mod dev_cluster;
 
 use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
+use trireme_node::Listeners;
 use trireme_node::clock::SystemClock;
-use trireme_node::config::{Args, Config, LogFormat};
+use trireme_node::config::{Args, Command, Config, LogFormat};
 
 fn main() -> anyhow::Result<()> {
-    let config = Config::load(Args::parse())?;
+    let mut args = Args::parse();
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("trireme-node")
+            .build()
+            .context("cannot start the tokio runtime")
+    };
+    if let Some(Command::DevCluster(dev)) = args.command.take() {
+        // The nodes log for themselves; this process only prints what it does.
+        return runtime()?.block_on(dev_cluster::run(dev));
+    }
+    let config = Config::load(args)?;
     let filter = EnvFilter::try_new(&config.log)
         .with_context(|| format!("invalid log filter {:?}", config.log))?;
     let subscriber = tracing_subscriber::fmt()
@@ -25,12 +42,17 @@ fn main() -> anyhow::Result<()> {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("trireme-node")
-        .build()
-        .context("cannot start the tokio runtime")?;
-    runtime.block_on(serve(config))
+    runtime()?.block_on(serve(config))
+}
+
+async fn bind(address: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address} ({what})"))
+}
+
+fn local_address(listener: &tokio::net::TcpListener) -> anyhow::Result<SocketAddr> {
+    listener.local_addr().context("listener has no address")
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
@@ -39,28 +61,37 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let storage = trireme_node::open_storage(&config)?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let address = listener.local_addr().context("listener has no address")?;
-    let sqs_listener = match &config.sqs {
-        Some(sqs) => Some(
-            tokio::net::TcpListener::bind(sqs.listen)
-                .await
-                .with_context(|| format!("cannot listen on {} (SQS endpoint)", sqs.listen))?,
-        ),
-        None => None,
+    let listeners = Listeners {
+        grpc: bind(config.listen, "gRPC").await?,
+        sqs: match &config.sqs {
+            Some(sqs) => Some(bind(sqs.listen, "SQS endpoint").await?),
+            None => None,
+        },
+        peers: match &config.cluster {
+            Some(cluster) => Some(bind(cluster.peer_listen, "peer service").await?),
+            None => None,
+        },
     };
-    // Standard output says where the node listens: scripts and tests read the addresses here.
+    let address = local_address(&listeners.grpc)?;
+    let sqs_address = listeners.sqs.as_ref().map(local_address).transpose()?;
+    let peer_address = listeners.peers.as_ref().map(local_address).transpose()?;
+    let node = trireme_node::launch(&config, storage, listeners, Arc::new(SystemClock))?;
+    // Standard output says where the node listens, once it serves: scripts, tests and
+    // `dev-cluster` read the addresses here.
     let mut stdout = std::io::stdout();
     writeln!(stdout, "trireme-node: gRPC listening on {address}")?;
-    if let Some(sqs_listener) = &sqs_listener {
-        let sqs_address = sqs_listener
-            .local_addr()
-            .context("listener has no address")?;
+    if let Some(sqs_address) = sqs_address {
         writeln!(
             stdout,
             "trireme-node: SQS listening on http://{sqs_address}"
+        )?;
+    }
+    if let (Some(peer_address), Some(cluster)) = (peer_address, &config.cluster) {
+        writeln!(
+            stdout,
+            "trireme-node: peers listening on {peer_address} (node {} of {})",
+            cluster.node.0,
+            cluster.members()
         )?;
     }
     writeln!(
@@ -75,14 +106,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             _ = interrupt.recv() => tracing::info!("SIGINT received"),
         }
     };
-    trireme_node::run(
-        &config,
-        storage,
-        listener,
-        sqs_listener,
-        Arc::new(SystemClock),
-        shutdown,
-    )
-    .await?;
+    trireme_node::run(node, shutdown).await?;
     Ok(())
 }

@@ -136,6 +136,14 @@ impl AntiEntropyTask {
     pub fn passes(&self) -> u64 {
         *self.passes.borrow()
     }
+
+    /// Stops the task and waits until it has let go of the cluster (a round in progress ends
+    /// where it is: what it exchanged stays exchanged).
+    pub async fn stop(mut self) {
+        self.task.abort();
+        // A cancelled task ends with a `JoinError`, which is the point.
+        let _ = (&mut self.task).await;
+    }
 }
 
 impl Drop for AntiEntropyTask {

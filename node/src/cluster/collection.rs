@@ -103,6 +103,14 @@ impl CollectionTask {
             .expect("the task lives as long as its handle");
         *seen
     }
+
+    /// Stops the task and waits until it has let go of the cluster (drops already sent stay
+    /// sent; the waiting list is forgotten, as at a restart).
+    pub async fn stop(mut self) {
+        self.task.abort();
+        // A cancelled task ends with a `JoinError`, which is the point.
+        let _ = (&mut self.task).await;
+    }
 }
 
 impl Drop for CollectionTask {

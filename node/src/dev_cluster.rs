@@ -1,0 +1,394 @@
+//! `trireme-node dev-cluster`: a three-node cluster on loopback for development, in one
+//! command. It runs three processes of this executable, node N (1 to 3) on the base ports
+//! + N − 1 with its data directory `node-N` under the root, all with one cluster secret that is
+//! generated once and kept in the root (mode 0600). It prints each node's addresses as the
+//! node reports them, forwards SIGINT and SIGTERM to the three (as SIGTERM: a graceful stop)
+//! and waits for them; if one exits on its own it says so and stops the others.
+//!
+//! This module only starts, watches and stops processes: it must never serve anything itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rand::Rng;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use trireme_node::config::DevClusterArgs;
+
+/// Members of the dev cluster: the fewest that hold three copies.
+const NODES: u16 = 3;
+/// The shared secret's file in the root directory.
+const SECRET_FILE_NAME: &str = "cluster-secret";
+/// Random bytes of a generated secret (written as hex).
+const SECRET_BYTES: usize = 32;
+/// How long the nodes may take to report their addresses.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a node may take to stop after SIGTERM before it is killed: its shutdown grace
+/// (10 s by default) for open requests and as much again for the replica store, with margin.
+const STOP_TIMEOUT: Duration = Duration::from_secs(40);
+/// Output lines of the nodes waiting to be handled.
+const LINES_QUEUED_MAX: usize = 256;
+
+/// What a node reported on its standard output.
+#[derive(Debug, Default)]
+struct Reported {
+    grpc: Option<String>,
+    sqs: Option<String>,
+    peers: Option<String>,
+    /// The last line a node prints: it is serving.
+    data: Option<String>,
+}
+
+/// How a node's process ended.
+struct Exit {
+    node: u16,
+    status: std::io::Result<ExitStatus>,
+    /// Whether this process asked it to stop.
+    asked: bool,
+}
+
+/// Why the cluster is being stopped.
+enum Stop {
+    Signal(&'static str),
+    NodeExited { node: u16, status: String },
+    StartTimeout,
+}
+
+/// Runs the dev cluster until SIGINT or SIGTERM, or until a node exits on its own.
+///
+/// # Errors
+/// The root directory or the secret cannot be set up, a node cannot be started, a node exited
+/// on its own or did not start in time, or a node did not stop cleanly.
+pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
+    // Watched before any node starts: a signal from now on stops all of them gracefully.
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let ports = Ports::new(&args)?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    let secret = secret(&args.data_dir)?;
+    let executable = std::env::current_exe().context("cannot find this executable")?;
+    let peers = (1..=NODES)
+        .map(|node| format!("{node}=127.0.0.1:{}", ports.peer(node)))
+        .collect::<Vec<_>>()
+        .join(",");
+
+    let (stop_sender, stop) = watch::channel(false);
+    let (line_sender, mut lines) = mpsc::channel(LINES_QUEUED_MAX);
+    let mut exits = JoinSet::new();
+    let mut pids = BTreeMap::new();
+    for node in 1..=NODES {
+        let data_dir = node_dir(&args.data_dir, node);
+        let mut child = Command::new(&executable)
+            .arg("--node-id")
+            .arg(node.to_string())
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", ports.grpc(node)))
+            .arg("--sqs-listen")
+            .arg(format!("127.0.0.1:{}", ports.sqs(node)))
+            .arg("--peer-listen")
+            .arg(format!("127.0.0.1:{}", ports.peer(node)))
+            .arg("--peers")
+            .arg(&peers)
+            .arg("--log")
+            .arg(&args.log)
+            // In the environment, not on the command line, which every user can read.
+            .env("TRIREME_CLUSTER_SECRET", &secret)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start node {node}"))?;
+        pids.insert(node, child.id().unwrap_or(0));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        tokio::spawn(forward_stdout(node, stdout, line_sender.clone()));
+        tokio::spawn(forward_stderr(node, stderr));
+        exits.spawn(supervise(node, child, stop.clone()));
+    }
+    drop(line_sender);
+
+    let mut reported: BTreeMap<u16, Reported> = BTreeMap::new();
+    let mut up = BTreeSet::new();
+    let start_deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    let mut exited = Vec::new();
+    let reason = loop {
+        tokio::select! {
+            _ = interrupt.recv() => break Stop::Signal("SIGINT"),
+            _ = terminate.recv() => break Stop::Signal("SIGTERM"),
+            Some(joined) = exits.join_next() => {
+                let exit = joined.expect("a supervisor does not panic");
+                let status = describe(&exit.status);
+                let node = exit.node;
+                exited.push(exit);
+                break Stop::NodeExited { node, status };
+            }
+            Some((node, line)) = lines.recv() => {
+                let report = reported.entry(node).or_default();
+                if record(report, &line) && up.insert(node) {
+                    say(&format!(
+                        "node {node} up (pid {}): gRPC {}, SQS {}, peers {}, data in {}",
+                        pids[&node],
+                        shown(report.grpc.as_deref()),
+                        shown(report.sqs.as_deref()),
+                        shown(report.peers.as_deref()),
+                        shown(report.data.as_deref()),
+                    ));
+                    if up.len() == usize::from(NODES) {
+                        say(&format!(
+                            "{NODES} nodes running, secret in {}; Ctrl-C stops them",
+                            args.data_dir.join(SECRET_FILE_NAME).display()
+                        ));
+                    }
+                }
+            }
+            () = tokio::time::sleep_until(start_deadline), if up.len() < usize::from(NODES) => {
+                break Stop::StartTimeout;
+            }
+        }
+    };
+    match &reason {
+        Stop::Signal(name) => say(&format!("{name} received: stopping the nodes")),
+        Stop::NodeExited { node, status } => say(&format!(
+            "node {node} exited unexpectedly ({status}): stopping the others"
+        )),
+        Stop::StartTimeout => say(&format!(
+            "the nodes did not all start within {} s: stopping them",
+            START_TIMEOUT.as_secs()
+        )),
+    }
+    // Receivers live as long as the supervisors; none left means every node already ended.
+    let _ = stop_sender.send(true);
+    // Each supervisor ends within STOP_TIMEOUT (and a kill), so this wait is bounded.
+    while let Some(joined) = exits.join_next().await {
+        exited.push(joined.expect("a supervisor does not panic"));
+    }
+    exited.sort_by_key(|exit| exit.node);
+    let mut clean = true;
+    for exit in &exited {
+        let ok = exit.asked && exit.status.as_ref().is_ok_and(ExitStatus::success);
+        clean &= ok;
+        if exit.asked {
+            say(&format!(
+                "node {} stopped ({})",
+                exit.node,
+                describe(&exit.status)
+            ));
+        }
+    }
+    match reason {
+        Stop::Signal(_) if clean => Ok(()),
+        Stop::Signal(_) => bail!("a node did not stop cleanly"),
+        Stop::NodeExited { node, status } => bail!("node {node} exited unexpectedly ({status})"),
+        Stop::StartTimeout => bail!("the nodes did not start in time"),
+    }
+}
+
+/// The three nodes' ports: node N has each base + N − 1.
+struct Ports {
+    grpc: u16,
+    sqs: u16,
+    peer: u16,
+}
+
+impl Ports {
+    fn new(args: &DevClusterArgs) -> anyhow::Result<Ports> {
+        let mut all = BTreeSet::new();
+        for (what, base) in [
+            ("--grpc-port", args.grpc_port),
+            ("--sqs-port", args.sqs_port),
+            ("--peer-port", args.peer_port),
+        ] {
+            if base == 0 || base.checked_add(NODES - 1).is_none() {
+                bail!("{what} {base}: the {NODES} ports from it must be in 1..=65535");
+            }
+            all.extend(base..base + NODES);
+        }
+        if all.len() != 3 * usize::from(NODES) {
+            bail!("the gRPC, SQS and peer ports overlap: each base needs {NODES} ports of its own");
+        }
+        Ok(Ports {
+            grpc: args.grpc_port,
+            sqs: args.sqs_port,
+            peer: args.peer_port,
+        })
+    }
+
+    fn grpc(&self, node: u16) -> u16 {
+        self.grpc + node - 1
+    }
+
+    fn sqs(&self, node: u16) -> u16 {
+        self.sqs + node - 1
+    }
+
+    fn peer(&self, node: u16) -> u16 {
+        self.peer + node - 1
+    }
+}
+
+/// The cluster secret kept in `root`: read if it is there, else generated and written with
+/// mode 0600 (and fsynced, with its directory, so a crash does not leave nodes whose handle
+/// key no later start can derive).
+fn secret(root: &Path) -> anyhow::Result<String> {
+    let path = root.join(SECRET_FILE_NAME);
+    let generated: [u8; SECRET_BYTES] = rand::rng().random();
+    let hex: String = generated.iter().map(|byte| format!("{byte:02x}")).collect();
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
+        Ok(mut file) => {
+            file.write_all(hex.as_bytes())
+                .and_then(|()| file.sync_all())
+                .and_then(|()| std::fs::File::open(root)?.sync_all())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(hex)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => read_secret(&path),
+        Err(error) => Err(error).with_context(|| format!("cannot create {}", path.display())),
+    }
+}
+
+fn read_secret(path: &Path) -> anyhow::Result<String> {
+    let mode = std::fs::metadata(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        say(&format!(
+            "warning: {} is readable by others (mode {:o}); chmod 600 it",
+            path.display(),
+            mode & 0o777
+        ));
+    }
+    let secret = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .trim()
+        .to_owned();
+    if secret.len() < trireme_node::handle::HANDLE_KEY_BYTES_MIN {
+        bail!(
+            "{} holds {} bytes, too short for a cluster secret: delete it to generate one",
+            path.display(),
+            secret.len()
+        );
+    }
+    Ok(secret)
+}
+
+/// Takes one line a node printed into its report; `true` once the node has printed its last
+/// line (the data directory), after which it serves.
+fn record(report: &mut Reported, line: &str) -> bool {
+    let value = |prefix: &str| line.strip_prefix(prefix).map(str::to_owned);
+    if let Some(grpc) = value("trireme-node: gRPC listening on ") {
+        report.grpc = Some(grpc);
+    } else if let Some(sqs) = value("trireme-node: SQS listening on ") {
+        report.sqs = Some(sqs);
+    } else if let Some(peers) = value("trireme-node: peers listening on ") {
+        report.peers = Some(peers);
+    } else if let Some(data) = value("trireme-node: data in ") {
+        report.data = Some(data);
+    }
+    report.data.is_some()
+}
+
+fn shown(value: Option<&str>) -> &str {
+    value.unwrap_or("(none)")
+}
+
+fn describe(status: &std::io::Result<ExitStatus>) -> String {
+    match status {
+        Ok(status) => status.to_string(),
+        Err(error) => format!("cannot wait for it: {error}"),
+    }
+}
+
+/// One line of this process's own output.
+fn say(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    // Nobody reading standard output any more is no reason to stop the nodes differently.
+    let _ = writeln!(stdout, "trireme-node dev-cluster: {line}");
+    let _ = stdout.flush();
+}
+
+/// Sends each line `node` prints on standard output to the main loop.
+async fn forward_stdout(
+    node: u16,
+    stdout: impl AsyncRead + Unpin,
+    lines: mpsc::Sender<(u16, String)>,
+) {
+    let mut reader = BufReader::new(stdout).lines();
+    while let Ok(Some(line)) = reader.next_line().await {
+        if lines.send((node, line)).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Copies `node`'s log lines to this process's standard error, each marked with the node.
+async fn forward_stderr(node: u16, stderr: impl AsyncRead + Unpin) {
+    let mut reader = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = reader.next_line().await {
+        let mut out = std::io::stderr().lock();
+        let _ = writeln!(out, "[node {node}] {line}");
+    }
+}
+
+/// Waits for `node`'s process to end, on its own or, once `stop` turns `true`, after a SIGTERM
+/// (and a SIGKILL if it has not ended within `STOP_TIMEOUT`).
+async fn supervise(node: u16, mut child: Child, mut stop: watch::Receiver<bool>) -> Exit {
+    tokio::select! {
+        status = child.wait() => return Exit { node, status, asked: false },
+        // An error means the sender is gone: stop as well.
+        _ = stop.wait_for(|stop| *stop) => {}
+    }
+    if let Err(error) = terminate(&child) {
+        say(&format!("cannot send SIGTERM to node {node}: {error}"));
+    }
+    let status = match tokio::time::timeout(STOP_TIMEOUT, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            say(&format!(
+                "node {node} did not stop within {} s: killing it",
+                STOP_TIMEOUT.as_secs()
+            ));
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    };
+    Exit {
+        node,
+        status,
+        asked: true,
+    }
+}
+
+/// Sends SIGTERM to `child` (a graceful stop); nothing if it has already been reaped.
+fn terminate(child: &Child) -> std::io::Result<()> {
+    let Some(pid) = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return Ok(());
+    };
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).map_err(Into::into)
+}
+
+/// Where node `node` keeps its files: `root/node-N`.
+fn node_dir(root: &Path, node: u16) -> PathBuf {
+    root.join(format!("node-{node}"))
+}
