@@ -1,6 +1,6 @@
 //! `trireme-node dev-cluster`: a three-node cluster on loopback for development, in one
-//! command. It runs three processes of this executable, node N (1 to 3) on the base ports
-//! + N − 1 with its data directory `node-N` under the root, all with one cluster secret that is
+//! command. It runs three processes of this executable, node N (1 to 3) on each base port plus
+//! N − 1 with its data directory `node-N` under the root, all with one cluster secret that is
 //! generated once and kept in the root (mode 0600). It prints each node's addresses as the
 //! node reports them, forwards SIGINT and SIGTERM to the three (as SIGTERM: a graceful stop)
 //! and waits for them; if one exits on its own it says so and stops the others.

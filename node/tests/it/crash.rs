@@ -24,27 +24,38 @@ use crate::harness::{Client, connect, send_request};
 const QUEUE: &str = "crash";
 
 /// How long the test waits for the binary to print its address or to exit.
-const PROCESS_GUARD: Duration = Duration::from_secs(30);
+pub const PROCESS_GUARD: Duration = Duration::from_secs(30);
 
-struct NodeProcess {
-    child: Child,
-    address: SocketAddr,
+pub struct NodeProcess {
+    pub child: Child,
+    pub address: SocketAddr,
     /// The node's log lines, for a test that waits for one; drained otherwise.
-    stderr: Option<Lines<BufReader<ChildStderr>>>,
+    pub stderr: Option<Lines<BufReader<ChildStderr>>>,
 }
 
 /// Reads and drops every remaining line, so the node never blocks on a full pipe.
-fn drain(mut lines: Lines<BufReader<ChildStderr>>) {
+pub fn drain(mut lines: Lines<BufReader<ChildStderr>>) {
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 }
 
 /// Starts the binary on `dir` with an ephemeral port and reads the address it prints. With
 /// `keep_stderr` the caller reads the log; otherwise it is drained.
 async fn spawn_node(dir: &Path, log: &str, keep_stderr: bool) -> NodeProcess {
+    spawn_node_with(dir, log, keep_stderr, &[]).await
+}
+
+/// Starts the binary as `spawn_node` does, with `extra` flags after the usual ones.
+pub async fn spawn_node_with(
+    dir: &Path,
+    log: &str,
+    keep_stderr: bool,
+    extra: &[String],
+) -> NodeProcess {
     let mut child = Command::new(env!("CARGO_BIN_EXE_trireme-node"))
         .arg("--data-dir")
         .arg(dir)
         .args(["--listen", "127.0.0.1:0", "--no-sqs", "--log", log])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -342,7 +353,7 @@ async fn sigkill_under_load_loses_no_acknowledged_send_or_delete() {
 }
 
 /// Sends SIGTERM and checks the node exits cleanly.
-async fn stop_with_sigterm(mut node: NodeProcess) {
+pub async fn stop_with_sigterm(mut node: NodeProcess) {
     let pid = node.child.id().unwrap().to_string();
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &pid])

@@ -1,9 +1,11 @@
 //! trireme-node integration tests: one binary, a module per area. Nodes run in-process on
-//! 127.0.0.1 with a temporary data directory (the crash tests run the real binary).
+//! 127.0.0.1 with a temporary data directory (the crash and cluster-process tests run the real
+//! binary).
 
 mod client_crate;
 mod cluster;
 mod cluster_anti_entropy;
+mod cluster_process;
 mod crash;
 mod harness;
 mod long_poll;

@@ -1,0 +1,404 @@
+//! Cluster members as real `trireme-node` processes on loopback, configured only by their
+//! flags: three of them join each other (a record written to one reaches another through
+//! anti-entropy over their own links), a request from a node that is not a member is refused
+//! and logged, a data directory of another node id is refused at start; and `dev-cluster`
+//! starts three, stops them all on SIGINT, and stops the others when one dies.
+//!
+//! The test speaks the internal service itself, as a member would (the public endpoints do not
+//! route through the cluster yet).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+
+use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{ChildStdout, Command};
+use tonic::Code;
+use tonic::transport::Channel;
+use trireme_core::{Incarnation, MessageId, Millis, QueueName};
+use trireme_node::clock::{Clock, SystemClock};
+use trireme_node::cluster::store::{REPLICA_DATABASE_FILE_NAME, ReplicaStore};
+use trireme_node::cluster::wire;
+use trireme_proto::replica::v1 as pb;
+use trireme_proto::replica::v1::replica_client::ReplicaClient;
+use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::record::{Birth, Record};
+use trireme_replication::replica::Write;
+use trireme_replication::{NodeId, RecordKey};
+
+use crate::crash::{NodeProcess, PROCESS_GUARD, drain, spawn_node_with, stop_with_sigterm};
+use crate::harness::{connect, eventually_within};
+use crate::loopback::consecutive_free;
+
+const SECRET: &str = "the test cluster's shared secret";
+
+/// The flags of member `node` of three whose peer ports start at `peer_base`.
+fn member_flags(node: u16, peer_base: u16, extra: &[&str]) -> Vec<String> {
+    let peers: Vec<String> = (1..=3)
+        .map(|id| format!("{id}=127.0.0.1:{}", peer_base + id - 1))
+        .collect();
+    let mut flags: Vec<String> = [
+        "--node-id".to_owned(),
+        node.to_string(),
+        "--peer-listen".to_owned(),
+        format!("127.0.0.1:{}", peer_base + node - 1),
+        "--peers".to_owned(),
+        peers.join(","),
+        "--cluster-secret".to_owned(),
+        SECRET.to_owned(),
+    ]
+    .into();
+    flags.extend(extra.iter().map(|flag| (*flag).to_owned()));
+    flags
+}
+
+/// A client of a member's replica service.
+async fn replica_client(address: SocketAddr) -> ReplicaClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    ReplicaClient::new(channel)
+}
+
+/// `node` as the sender of a message sent now.
+fn sender(node: u16) -> pb::Sender {
+    pb::Sender {
+        node_id: u32::from(node),
+        disk_id: u64::from(node) * 1_000 + 1,
+        clock_ms: SystemClock.now().0,
+    }
+}
+
+/// One `Exchange` of `request` about `key`, sent as `from`; the reply, or the refusal.
+async fn exchange(
+    client: &mut ReplicaClient<Channel>,
+    from: u16,
+    key: &RecordKey,
+    request: &Request,
+) -> Result<Reply, tonic::Status> {
+    let reply = client
+        .exchange(pb::Batch {
+            request_id: 1,
+            sender: Some(sender(from)),
+            entries: vec![wire::entry(key, request)],
+        })
+        .await?
+        .into_inner();
+    let mut replies = wire::replies(&reply.replies, 1).unwrap();
+    Ok(replies.pop().unwrap())
+}
+
+fn a_record(body: &str) -> Record {
+    Record::sent(Birth {
+        payload: body.as_bytes().to_vec(),
+        sent_at: SystemClock.now(),
+        visible_from: Millis(0),
+        source_queue: None,
+        dedup_id: None,
+    })
+}
+
+fn a_key(queue: &str, id: u128) -> RecordKey {
+    RecordKey {
+        queue: QueueName::try_from(queue.to_owned()).unwrap(),
+        incarnation: Incarnation(1),
+        message: MessageId(id),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_member_processes_join_each_other() {
+    let peer_base = consecutive_free(3);
+    let dirs: Vec<TempDir> = (0..3).map(|_| TempDir::new().unwrap()).collect();
+    let mut members: Vec<NodeProcess> = Vec::new();
+    for (node, dir) in (1..=3).zip(&dirs) {
+        // A pass a second, so the record below spreads soon after it is written.
+        let flags = member_flags(node, peer_base, &["--anti-entropy-period-s", "1"]);
+        members.push(spawn_node_with(dir.path(), "warn", false, &flags).await);
+    }
+    let peer = |node: u16| -> SocketAddr {
+        format!("127.0.0.1:{}", peer_base + node - 1)
+            .parse()
+            .unwrap()
+    };
+    // With three members every record is on all three. The test, as node 2, writes one to
+    // node 1 alone; node 3 can only have it from node 1's or node 2's anti-entropy, which runs
+    // over the links the processes opened from their own `--peers`.
+    let key = a_key("joined", 42);
+    let record = a_record("spread by anti-entropy");
+    let write = Request::Write {
+        write: Box::new(Write::Merge(record.clone())),
+        ack: true,
+    };
+    let mut node1 = replica_client(peer(1)).await;
+    assert_eq!(
+        exchange(&mut node1, 2, &key, &write).await.unwrap(),
+        Reply::Ack
+    );
+    let mut node3 = replica_client(peer(3)).await;
+    assert_eq!(
+        exchange(&mut node3, 2, &key, &Request::Read).await.unwrap(),
+        Reply::Record(None),
+        "node 3 held the record before anti-entropy ran"
+    );
+    eventually_within(
+        "the record on node 3",
+        std::time::Duration::from_secs(60),
+        || {
+            let (mut node3, key) = (node3.clone(), key.clone());
+            async move {
+                exchange(&mut node3, 2, &key, &Request::Read).await.unwrap() != Reply::Record(None)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        exchange(&mut node3, 2, &key, &Request::Read).await.unwrap(),
+        Reply::Record(Some(record))
+    );
+    // Each still serves its clients, on its own gRPC address.
+    for member in &members {
+        let mut client = connect(member.address).await;
+        client
+            .list_queues(trireme_proto::v1::ListQueuesRequest::default())
+            .await
+            .unwrap();
+    }
+    for member in members {
+        stop_with_sigterm(member).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_from_a_non_member_is_refused_and_logged() {
+    let peer_base = consecutive_free(3);
+    let dir = TempDir::new().unwrap();
+    // Node 1 alone is enough: it serves its peers whether or not they are up.
+    let flags = member_flags(1, peer_base, &[]);
+    let mut node = spawn_node_with(dir.path(), "warn", true, &flags).await;
+    let peer: SocketAddr = format!("127.0.0.1:{peer_base}").parse().unwrap();
+    let mut client = replica_client(peer).await;
+    let key = a_key("guarded", 7);
+    let refused = exchange(&mut client, 9, &key, &Request::Read)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("node 9"), "{refused:?}");
+    // Not even with this node's own id.
+    let refused = exchange(&mut client, 1, &key, &Request::Read)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    // A member is served.
+    assert_eq!(
+        exchange(&mut client, 3, &key, &Request::Read)
+            .await
+            .unwrap(),
+        Reply::Record(None)
+    );
+    let mut stderr = node.stderr.take().unwrap();
+    tokio::time::timeout(PROCESS_GUARD, async {
+        for _ in 0..1_000 {
+            let line = stderr.next_line().await.unwrap().expect("the node exited");
+            if line.contains("not a member") && line.contains("node=9") {
+                return;
+            }
+        }
+        panic!("the node never logged the refused non-member");
+    })
+    .await
+    .expect("the refusal was never logged");
+    drain(stderr);
+    stop_with_sigterm(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_another_node_id_is_refused_at_start() {
+    let dir = TempDir::new().unwrap();
+    // Node 2 had this directory.
+    let (store, closed) = ReplicaStore::open(dir.path(), NodeId(2), 2_001).unwrap();
+    drop(store);
+    closed.wait();
+    let peer_base = consecutive_free(3);
+    let output = Command::new(env!("CARGO_BIN_EXE_trireme-node"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0", "--no-sqs", "--log", "warn"])
+        .args(member_flags(1, peer_base, &[]))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(PROCESS_GUARD, output)
+        .await
+        .expect("the node neither started nor exited")
+        .unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !stdout.contains("listening"),
+        "it printed addresses before refusing: {stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("belongs to node 2") && stderr.contains("configured as node 1"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(dir.path().to_str().unwrap()), "{stderr}");
+    assert!(dir.path().join(REPLICA_DATABASE_FILE_NAME).exists());
+}
+
+/// A running `trireme-node dev-cluster`.
+struct DevCluster {
+    child: tokio::process::Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+    /// Node to its pid and gRPC address, from the "up" lines.
+    up: BTreeMap<u16, (u32, SocketAddr)>,
+}
+
+/// Starts `dev-cluster` in `root` on nine free ports and waits until it says all three nodes
+/// run.
+async fn start_dev_cluster(root: &Path) -> DevCluster {
+    let base = consecutive_free(9);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trireme-node"))
+        .arg("dev-cluster")
+        .arg("--data-dir")
+        .arg(root)
+        .args(["--grpc-port", &base.to_string()])
+        .args(["--sqs-port", &(base + 3).to_string()])
+        .args(["--peer-port", &(base + 6).to_string()])
+        .args(["--log", "warn"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut up: BTreeMap<u16, (u32, SocketAddr)> = BTreeMap::new();
+    tokio::time::timeout(PROCESS_GUARD * 2, async {
+        for _ in 0..20 {
+            let line = stdout
+                .next_line()
+                .await
+                .unwrap()
+                .expect("dev-cluster exited");
+            if let Some(rest) = line.strip_prefix("trireme-node dev-cluster: node ") {
+                if let Some((node, rest)) = rest.split_once(" up (pid ") {
+                    let (pid, rest) = rest.split_once("): gRPC ").unwrap();
+                    let grpc = rest.split_once(',').unwrap().0;
+                    up.insert(
+                        node.parse::<u16>().unwrap(),
+                        (pid.parse().unwrap(), grpc.parse().unwrap()),
+                    );
+                }
+            } else if line.contains("3 nodes running") {
+                return;
+            }
+        }
+        panic!("dev-cluster never said the three nodes run");
+    })
+    .await
+    .expect("dev-cluster did not start");
+    assert_eq!(up.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
+    let ports: Vec<u16> = up.values().map(|(_, grpc)| grpc.port()).collect();
+    assert_eq!(ports, [base, base + 1, base + 2]);
+    DevCluster { child, stdout, up }
+}
+
+impl DevCluster {
+    /// The rest of its output, until it exits, and how it exited.
+    async fn finish(mut self) -> (Vec<String>, std::process::ExitStatus) {
+        tokio::time::timeout(PROCESS_GUARD * 3, async {
+            let mut lines = Vec::new();
+            for _ in 0..100 {
+                match self.stdout.next_line().await.unwrap() {
+                    Some(line) => lines.push(line),
+                    None => break,
+                }
+            }
+            (lines, self.child.wait().await.unwrap())
+        })
+        .await
+        .expect("dev-cluster did not exit")
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_cluster_runs_three_nodes_and_stops_them_all_on_sigint() {
+    let root = TempDir::new().unwrap();
+    let cluster = start_dev_cluster(root.path()).await;
+    for (_, grpc) in cluster.up.values() {
+        let mut client = connect(*grpc).await;
+        client
+            .list_queues(trireme_proto::v1::ListQueuesRequest::default())
+            .await
+            .unwrap();
+    }
+    let secret = root.path().join("cluster-secret");
+    let mode = std::fs::metadata(&secret).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    for node in 1..=3 {
+        let dir = root.path().join(format!("node-{node}"));
+        assert!(dir.join(REPLICA_DATABASE_FILE_NAME).exists(), "node {node}");
+    }
+    // Only the parent is signalled: it forwards the stop to its nodes.
+    signal(cluster.child.id().unwrap(), "INT");
+    let (lines, status) = cluster.finish().await;
+    assert!(status.success(), "{status:?}: {lines:?}");
+    for node in 1..=3 {
+        let stopped = format!("node {node} stopped (exit status: 0)");
+        assert!(
+            lines.iter().any(|line| line.ends_with(&stopped)),
+            "{lines:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_cluster_stops_the_others_when_a_node_dies() {
+    let root = TempDir::new().unwrap();
+    let secret_before = {
+        let cluster = start_dev_cluster(root.path()).await;
+        let secret = std::fs::read_to_string(root.path().join("cluster-secret")).unwrap();
+        signal(cluster.child.id().unwrap(), "TERM");
+        let (_, status) = cluster.finish().await;
+        assert!(status.success());
+        secret
+    };
+    // Started again on the same root, it keeps the secret (and the nodes their data).
+    let cluster = start_dev_cluster(root.path()).await;
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("cluster-secret")).unwrap(),
+        secret_before
+    );
+    signal(cluster.up[&2].0, "KILL");
+    let (lines, status) = cluster.finish().await;
+    assert!(!status.success(), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("node 2 exited unexpectedly")),
+        "{lines:?}"
+    );
+    for node in [1, 3] {
+        let stopped = format!("node {node} stopped (exit status: 0)");
+        assert!(
+            lines.iter().any(|line| line.ends_with(&stopped)),
+            "{lines:?}"
+        );
+    }
+}
