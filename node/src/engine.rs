@@ -47,6 +47,14 @@ pub enum EngineError {
     /// Storage failed; the command's effect is not durable and the engine has stopped.
     #[error("storage failed: {reason}")]
     Storage { reason: String },
+    /// In a cluster: the replicas this command needs did not answer in time (or answered with a
+    /// disagreement that needs an operator). The command may still have taken effect on some
+    /// replica; a retry is safe where the command is idempotent.
+    #[error("replicas unavailable: {reason}")]
+    Unavailable { reason: String },
+    /// In a cluster: an action this version serves only on a node running alone.
+    #[error("{action} is not yet served by a cluster")]
+    Unsupported { action: &'static str },
 }
 
 /// The engine's settings, taken from the node configuration.

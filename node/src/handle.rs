@@ -1,7 +1,8 @@
 //! Receipt handles on the wire: the core's [`ReceiptHandle`] as an opaque, authenticated string.
 //!
 //! Layout before encoding (all integers little-endian):
-//! `[version: u8 = 1][incarnation: u64][message: u128][seq: u32][queue name: 1–80 bytes][mac: 16]`,
+//! `[version: u8 = 2][incarnation: hlc_ms u64, node u16, nonce u64][message: u128][seq: u32]`
+//! `[claim: generation u32, coordinator u16, nonce u64][queue name: 1–80 bytes][mac: 16]`,
 //! where `mac` is HMAC-SHA256 over everything before it, truncated to 16 bytes, keyed by the
 //! cluster's handle key. The whole is URL-safe base64 without padding (at most 168 characters).
 //!
@@ -14,16 +15,17 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use thiserror::Error;
-use trireme_core::{Incarnation, MessageId, QueueName, ReceiptHandle};
+use trireme_core::{ClaimTag, Incarnation, MessageId, QueueName, ReceiptHandle};
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The layout version this build writes and reads.
-const HANDLE_VERSION: u8 = 1;
+/// The layout version this build writes and reads. 1 carried the incarnation as one u64 and no
+/// claim; its handles named data of a database layout this build refuses, so they are refused.
+const HANDLE_VERSION: u8 = 2;
 /// Bytes of the truncated MAC: 128 bits make forgery by guessing hopeless.
 const MAC_BYTES: usize = 16;
-/// Bytes before the queue name: version, incarnation, message id, seq.
-const FIXED_BYTES: usize = 1 + 8 + 16 + 4;
+/// Bytes before the queue name: version, incarnation, message id, seq, claim.
+const FIXED_BYTES: usize = 1 + (8 + 2 + 8) + 16 + 4 + (4 + 2 + 8);
 /// Longest queue name (core limit), so the longest handle.
 const QUEUE_NAME_BYTES_MAX: usize = 80;
 /// Longest encoded handle this codec produces; longer input is refused before decoding.
@@ -97,9 +99,15 @@ impl HandleCodec {
         assert!(!name.is_empty() && name.len() <= QUEUE_NAME_BYTES_MAX);
         let mut bytes = Vec::with_capacity(FIXED_BYTES + name.len() + MAC_BYTES);
         bytes.push(HANDLE_VERSION);
-        bytes.extend_from_slice(&handle.incarnation.0.to_le_bytes());
+        bytes.extend_from_slice(&handle.incarnation.hlc_ms.to_le_bytes());
+        bytes.extend_from_slice(&handle.incarnation.node.to_le_bytes());
+        bytes.extend_from_slice(&handle.incarnation.nonce.to_le_bytes());
         bytes.extend_from_slice(&handle.message.0.to_le_bytes());
         bytes.extend_from_slice(&handle.seq.to_le_bytes());
+        bytes.extend_from_slice(&handle.claim.generation.to_le_bytes());
+        bytes.extend_from_slice(&handle.claim.coordinator.to_le_bytes());
+        bytes.extend_from_slice(&handle.claim.nonce.to_le_bytes());
+        debug_assert_eq!(bytes.len(), FIXED_BYTES);
         bytes.extend_from_slice(name);
         let mut mac = self.mac.clone();
         mac.update(&bytes);
@@ -132,18 +140,40 @@ impl HandleCodec {
         // Constant-time comparison of the truncated tag.
         mac.verify_truncated_left(tag)
             .map_err(|_| HandleError::BadMac)?;
-        let incarnation = u64::from_le_bytes(signed[1..9].try_into().expect("8 bytes"));
-        let message = u128::from_le_bytes(signed[9..25].try_into().expect("16 bytes"));
-        let seq = u32::from_le_bytes(signed[25..29].try_into().expect("4 bytes"));
+        let mut fields = Fields(&signed[1..FIXED_BYTES]);
+        let incarnation = Incarnation {
+            hlc_ms: u64::from_le_bytes(fields.take()),
+            node: u16::from_le_bytes(fields.take()),
+            nonce: u64::from_le_bytes(fields.take()),
+        };
+        let message = u128::from_le_bytes(fields.take());
+        let seq = u32::from_le_bytes(fields.take());
+        let claim = ClaimTag {
+            generation: u32::from_le_bytes(fields.take()),
+            coordinator: u16::from_le_bytes(fields.take()),
+            nonce: u64::from_le_bytes(fields.take()),
+        };
         let name =
             std::str::from_utf8(&signed[FIXED_BYTES..]).map_err(|_| HandleError::QueueName)?;
         let queue = QueueName::try_from(name).map_err(|_| HandleError::QueueName)?;
         Ok(ReceiptHandle {
             queue,
-            incarnation: Incarnation(incarnation),
+            incarnation,
             message: MessageId(message),
             seq,
+            claim,
         })
+    }
+}
+
+/// The fixed fields of an authenticated handle, taken in order.
+struct Fields<'a>(&'a [u8]);
+
+impl Fields<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let (field, rest) = self.0.split_at(N);
+        self.0 = rest;
+        field.try_into().expect("split_at gave N bytes")
     }
 }
 
@@ -158,9 +188,18 @@ mod tests {
     fn handle(name: &str) -> ReceiptHandle {
         ReceiptHandle {
             queue: QueueName::try_from(name).unwrap(),
-            incarnation: Incarnation(1_700_000_000_123),
+            incarnation: Incarnation {
+                hlc_ms: 1_700_000_000_123,
+                node: 2,
+                nonce: 0xfeed_f00d_dead_beef,
+            },
             message: MessageId(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
             seq: 3,
+            claim: ClaimTag {
+                generation: 4,
+                coordinator: 3,
+                nonce: 0x0bad_cafe_1234_5678,
+            },
         }
     }
 

@@ -91,6 +91,11 @@ pub enum Reason {
     RedriveTaskLimit,
     /// UNAVAILABLE: the node is shutting down and takes no more commands.
     ShuttingDown,
+    /// UNAVAILABLE: in a cluster, the replicas the call needs did not answer in time; it may
+    /// still have taken effect.
+    ReplicasUnavailable,
+    /// UNIMPLEMENTED: in a cluster, an action this version serves only on a node running alone.
+    NotServedByCluster,
     /// INTERNAL: storage failed; the change is not durable.
     StorageFailed,
     /// INTERNAL: a message id drawn by the node collided (a bug of the node).
@@ -131,6 +136,8 @@ impl Reason {
             Reason::WaiterLimit => "WaiterLimit",
             Reason::RedriveTaskLimit => "RedriveTaskLimit",
             Reason::ShuttingDown => "ShuttingDown",
+            Reason::ReplicasUnavailable => "ReplicasUnavailable",
+            Reason::NotServedByCluster => "NotServedByCluster",
             Reason::StorageFailed => "StorageFailed",
             Reason::MessageIdExists => "MessageIdExists",
             Reason::WaiterExists => "WaiterExists",
@@ -166,7 +173,8 @@ impl Reason {
             | Reason::InflightLimit
             | Reason::WaiterLimit
             | Reason::RedriveTaskLimit => Code::ResourceExhausted,
-            Reason::ShuttingDown => Code::Unavailable,
+            Reason::ShuttingDown | Reason::ReplicasUnavailable => Code::Unavailable,
+            Reason::NotServedByCluster => Code::Unimplemented,
             // Ids are drawn at random by the edge: a collision or a reused waiter id is a bug
             // here, not the caller's fault.
             Reason::StorageFailed | Reason::MessageIdExists | Reason::WaiterExists => {
@@ -293,6 +301,12 @@ pub fn engine_status(error: &EngineError) -> Status {
             None,
             format!("storage failed, the change is not durable: {reason}"),
         ),
+        EngineError::Unavailable { .. } => {
+            refusal(Reason::ReplicasUnavailable, None, error.to_string())
+        }
+        EngineError::Unsupported { .. } => {
+            refusal(Reason::NotServedByCluster, None, error.to_string())
+        }
     }
 }
 
@@ -302,8 +316,11 @@ pub fn engine_entry_error(id: &str, error: &EngineError) -> BatchEntryError {
     // SQS's codes come from the SQS endpoint's table, the one place that keeps them.
     let (code, sender_fault) = match error {
         EngineError::Rejected(reject) => crate::sqs::reject_code(reject),
-        EngineError::ShuttingDown => ("ServiceUnavailable".to_owned(), false),
+        EngineError::ShuttingDown | EngineError::Unavailable { .. } => {
+            ("ServiceUnavailable".to_owned(), false)
+        }
         EngineError::Storage { .. } => ("InternalError".to_owned(), false),
+        EngineError::Unsupported { .. } => ("UnsupportedOperation".to_owned(), true),
     };
     let message = match error {
         EngineError::Rejected(reject) => reject_message(reject),
@@ -370,7 +387,7 @@ mod tests {
     use trireme_core::{MessageId, QueueName, WaiterId};
 
     /// Every reason, for the checks that each is produced, named once and documented.
-    const ALL: [Reason; 30] = [
+    const ALL: [Reason; 32] = [
         Reason::QueueNotFound,
         Reason::QueueNameExists,
         Reason::QueueDeletedRecently,
@@ -398,6 +415,8 @@ mod tests {
         Reason::WaiterLimit,
         Reason::RedriveTaskLimit,
         Reason::ShuttingDown,
+        Reason::ReplicasUnavailable,
+        Reason::NotServedByCluster,
         Reason::StorageFailed,
         Reason::MessageIdExists,
         Reason::WaiterExists,
@@ -539,6 +558,12 @@ mod tests {
             .map(|reject| engine_status(&EngineError::Rejected(reject)))
             .collect();
         statuses.push(engine_status(&EngineError::ShuttingDown));
+        statuses.push(engine_status(&EngineError::Unavailable {
+            reason: "one of three replicas answered".to_owned(),
+        }));
+        statuses.push(engine_status(&EngineError::Unsupported {
+            action: "Redrive",
+        }));
         statuses.push(engine_status(&EngineError::Storage {
             reason: "disk full".to_owned(),
         }));
@@ -739,6 +764,7 @@ mod tests {
             Code::FailedPrecondition => "FAILED_PRECONDITION",
             Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
             Code::Unavailable => "UNAVAILABLE",
+            Code::Unimplemented => "UNIMPLEMENTED",
             Code::Internal => "INTERNAL",
             other => panic!("no reason has code {other:?}"),
         };

@@ -37,7 +37,8 @@ const META_HANDLE_KEY: &str = "handle_key";
 
 /// The table layout this build writes. A database with another layout is refused at open.
 /// 2: a message is a state record and a body record (trireme-core `Record::MessageBody`).
-const LAYOUT_VERSION: u8 = 2;
+/// 3: a queue's incarnation is `(hlc_ms, node, nonce)` (spec/replication.md §1).
+const LAYOUT_VERSION: u8 = 3;
 
 /// The file name of the database inside the data directory.
 pub const DATABASE_FILE_NAME: &str = "trireme.redb";

@@ -172,11 +172,53 @@ impl fmt::Display for WaiterId {
     }
 }
 
-/// Which creation of a queue name this is: the queue's `created_at` in ms. A name cannot be
+/// Which creation of a queue name this is: `(hlc_ms, node, nonce)`, the creating coordinator's
+/// hybrid logical clock, its node id and a random nonce (spec/replication.md §1, *The name
+/// record*). Unique by construction in a cluster: node ids are unique and one node never draws
+/// the same `(hlc_ms, nonce)` twice. Ordered by its fields in order.
+///
+/// A node running alone creates [`Incarnation::local`] (node 0, nonce 0): a name cannot be
 /// created again within `queue_name_reuse_ms` of its deletion and time inside the core never
-/// goes back, so two creations of one name never share an incarnation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Incarnation(pub u64);
+/// goes back, so two creations of one name never share an incarnation there either.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Incarnation {
+    /// The creating coordinator's hybrid logical clock at the create, in ms.
+    pub hlc_ms: u64,
+    /// The creating node (0 for a node running alone).
+    pub node: u16,
+    /// Drawn by the creating coordinator (0 for a node running alone).
+    pub nonce: u64,
+}
+
+impl Incarnation {
+    /// The incarnation a node running alone gives a queue created at `created_at`.
+    #[must_use]
+    pub const fn local(created_at: Millis) -> Incarnation {
+        Incarnation {
+            hlc_ms: created_at.0,
+            node: 0,
+            nonce: 0,
+        }
+    }
+}
+
+/// Which version and which claim of a replicated message a receipt handle names
+/// (spec/replication.md, *The record*: `generation`, and the claim's coordinator and nonce).
+/// The core never reads it: a node running alone issues the zero tag, and the cluster
+/// coordinator fills it in from the claim it delivered.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct ClaimTag {
+    /// The message's generation in its queue.
+    pub generation: u32,
+    /// The coordinator that issued the claim.
+    pub coordinator: u16,
+    /// The nonce that coordinator drew for the claim.
+    pub nonce: u64,
+}
 
 /// A receipt handle as the core sees it, after the edge decoded and authenticated the string
 /// (spec/queue-core.md#deletequeue-handle). `seq` counts receives of the message from 1, so no
@@ -191,6 +233,8 @@ pub struct ReceiptHandle {
     pub message: MessageId,
     /// Which receive of the message issued the handle (its receive count after that receive).
     pub seq: u32,
+    /// In a cluster, the version and claim; zero on a node running alone.
+    pub claim: ClaimTag,
 }
 
 /// A send's deduplication id: 1–128 printable ASCII characters.

@@ -22,13 +22,15 @@ pub use attributes::{
 };
 pub use command::{Command, Delivery, Outcome, Step, Wakeup};
 pub use error::{HandleProblem, Reject};
-pub use ids::{DedupId, Incarnation, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
+pub use ids::{
+    ClaimTag, DedupId, Incarnation, MessageId, Millis, QueueName, ReceiptHandle, WaiterId,
+};
 pub use message::{
-    AttributeValue, MessageState, MessageView, SystemAttributes, body_char_allowed,
-    message_size_bytes,
+    AttributeValue, MessageState, MessageView, SystemAttributes, body_char_allowed, check_message,
+    check_system_attributes, message_size_bytes,
 };
 pub use queue::{MessageCounts, QueueView, WaiterView};
-pub use queues::{GoneReason, Queues};
+pub use queues::{GoneReason, Queues, check_tags};
 pub use records::{
     Change, DedupRecord, DeletedNameRecord, MessageBodyRecord, MessageRecord, QueueRecord, Record,
     RecordKey,

@@ -148,7 +148,7 @@ pub fn message_size_bytes(body: &str, attributes: &BTreeMap<String, AttributeVal
 /// `InvalidMessageContents` for an empty body or a character SQS refuses; `InvalidParameter`
 /// for too many attributes or a malformed attribute name, type or value; `MessageTooLong` when
 /// the total exceeds `message_bytes_max`.
-pub(crate) fn check_message(
+pub fn check_message(
     body: &str,
     attributes: &BTreeMap<String, AttributeValue>,
     message_bytes_max: u32,
@@ -196,7 +196,7 @@ pub(crate) fn check_message(
 ///
 /// # Errors
 /// `InvalidParameter` naming the attribute that is too long or empty.
-pub(crate) fn check_system_attributes(system: &SystemAttributes) -> Result<(), Reject> {
+pub fn check_system_attributes(system: &SystemAttributes) -> Result<(), Reject> {
     let fields = [
         (
             "AWSTraceHeader",

@@ -67,7 +67,7 @@ impl Queue {
     ) -> Queue {
         Queue {
             attributes,
-            incarnation: Incarnation(created_at.0),
+            incarnation: Incarnation::local(created_at),
             created_at,
             modified_at: created_at,
             tags,

@@ -11,7 +11,7 @@ use std::ops::Bound;
 use crate::attributes::{AttributeChanges, QueueAttributes};
 use crate::command::{Command, Delivery, Outcome, Step, Wakeup};
 use crate::error::{HandleProblem, Reject};
-use crate::ids::{DedupId, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
+use crate::ids::{ClaimTag, DedupId, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
 use crate::limits;
 use crate::message::{
     AttributeValue, Message, MessageState, MessageView, SystemAttributes, check_message,
@@ -956,6 +956,7 @@ impl Queues {
                 queue,
                 message: id,
                 seq,
+                claim: ClaimTag::default(),
             },
             body: message.body.clone(),
             attributes: message.attributes.clone(),
@@ -1360,7 +1361,10 @@ impl Queues {
 }
 
 /// Tags: at most `tags_per_queue_max`, keys 1–128 characters, values up to 256.
-fn check_tags(tags: &BTreeMap<String, String>) -> Result<(), Reject> {
+///
+/// # Errors
+/// `InvalidParameter { parameter: "Tags" }` naming the first rule broken.
+pub fn check_tags(tags: &BTreeMap<String, String>) -> Result<(), Reject> {
     let refuse = |reason: String| Reject::InvalidParameter {
         parameter: "Tags",
         reason,

@@ -561,7 +561,7 @@ mod tests {
             Record::Queue(QueueRecord {
                 name: jobs.clone(),
                 attributes: Default::default(),
-                incarnation: Incarnation(T0.0),
+                incarnation: Incarnation::local(T0),
                 created_at: T0,
                 modified_at: T0,
                 tags: BTreeMap::new(),

@@ -177,7 +177,7 @@ mod tests {
     fn key(queue: u8, message: u8) -> RecordKey {
         RecordKey {
             queue: QueueName::try_from(format!("q{queue}")).unwrap(),
-            incarnation: Incarnation(1),
+            incarnation: Incarnation::local(Millis(1)),
             message: MessageId(u128::from(message)),
         }
     }

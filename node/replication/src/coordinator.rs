@@ -960,7 +960,7 @@ pub fn dead_letter_copy(source: &Record, source_queue: SourceQueue, now: Millis)
         .live()
         .expect("only a live copy is moved to the dead-letter queue");
     let mut birth = live.birth.clone();
-    birth.source_queue = Some(source_queue);
+    birth.source_queue = Some(Box::new(source_queue));
     birth.visible_from = Millis(0);
     Record {
         generation: source.generation.next(),
@@ -1118,7 +1118,7 @@ mod tests {
     fn key() -> RecordKey {
         RecordKey {
             queue: QueueName::try_from("jobs".to_string()).unwrap(),
-            incarnation: Incarnation(1),
+            incarnation: Incarnation::local(Millis(1)),
             message: MessageId(42),
         }
     }
@@ -1387,7 +1387,7 @@ mod tests {
         let target = [NodeId(4), NodeId(5), NodeId(6)];
         let source_queue = SourceQueue {
             name: trireme_core::QueueName::try_from("jobs".to_string()).unwrap(),
-            incarnation: trireme_core::Incarnation(1),
+            incarnation: trireme_core::Incarnation::local(trireme_core::Millis(1)),
         };
         let (mut op, effects) = MoveOp::start(
             (key(), R),
@@ -1412,7 +1412,7 @@ mod tests {
         assert_eq!(copy.generation, Generation(1));
         let live = copy.live().unwrap();
         assert_eq!(live.receive_count, 3);
-        assert_eq!(live.birth.source_queue, Some(source_queue));
+        assert_eq!(live.birth.source_queue, Some(Box::new(source_queue)));
         assert_eq!(
             live.birth.sent_at,
             Millis(1_000),
@@ -1440,7 +1440,7 @@ mod tests {
         }
         let source_queue = SourceQueue {
             name: trireme_core::QueueName::try_from("jobs".to_string()).unwrap(),
-            incarnation: trireme_core::Incarnation(1),
+            incarnation: trireme_core::Incarnation::local(trireme_core::Millis(1)),
         };
         let first = dead_letter_copy(&record, source_queue.clone(), Millis(50));
         let second = dead_letter_copy(&record, source_queue, Millis(40));
@@ -1515,7 +1515,7 @@ mod tests {
         }
         let source_queue = SourceQueue {
             name: QueueName::try_from("jobs".to_string()).unwrap(),
-            incarnation: Incarnation(1),
+            incarnation: Incarnation::local(Millis(1)),
         };
         // Three nodes: the dead-letter copy lives on the same replicas as the source.
         let (mut op, _) = MoveOp::start((key(), R), (key(), R), &record, source_queue, Millis(5));

@@ -7,6 +7,9 @@ use trireme_core::{Incarnation, MessageId, QueueName};
 
 use crate::placement::partition;
 
+/// Bytes of an incarnation in a key: `hlc_ms`, `node`, `nonce`.
+const INCARNATION_BYTES: usize = 8 + 2 + 8;
+
 /// Which record: one message in one creation of one queue.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RecordKey {
@@ -20,18 +23,21 @@ pub struct RecordKey {
 }
 
 impl RecordKey {
-    /// The stored form: partition (u16 BE), name length (u8) and name, incarnation (u64 BE),
+    /// The stored form: partition (u16 BE), name length (u8) and name, incarnation (`hlc_ms` u64,
+    /// `node` u16 and `nonce` u64, each BE),
     /// message id (u128 BE). Byte order equals `(partition, name length, name, incarnation,
     /// id)` order, so one partition is one contiguous range.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         let name = self.queue.as_str().as_bytes();
         let name_len = u8::try_from(name.len()).expect("queue names are at most 80 bytes");
-        let mut bytes = Vec::with_capacity(2 + 1 + name.len() + 8 + 16);
+        let mut bytes = Vec::with_capacity(2 + 1 + name.len() + INCARNATION_BYTES + 16);
         bytes.extend_from_slice(&partition(&self.queue, self.message).to_be_bytes());
         bytes.push(name_len);
         bytes.extend_from_slice(name);
-        bytes.extend_from_slice(&self.incarnation.0.to_be_bytes());
+        bytes.extend_from_slice(&self.incarnation.hlc_ms.to_be_bytes());
+        bytes.extend_from_slice(&self.incarnation.node.to_be_bytes());
+        bytes.extend_from_slice(&self.incarnation.nonce.to_be_bytes());
         bytes.extend_from_slice(&self.message.0.to_be_bytes());
         bytes
     }
@@ -42,12 +48,18 @@ impl RecordKey {
         let (_partition, rest) = bytes.split_at_checked(2)?;
         let (&name_len, rest) = rest.split_first()?;
         let (name, rest) = rest.split_at_checked(usize::from(name_len))?;
-        let (incarnation, rest) = rest.split_at_checked(8)?;
+        let (hlc_ms, rest) = rest.split_at_checked(8)?;
+        let (node, rest) = rest.split_at_checked(2)?;
+        let (nonce, rest) = rest.split_at_checked(8)?;
         let message: [u8; 16] = rest.try_into().ok()?;
         let queue = QueueName::try_from(String::from_utf8(name.to_vec()).ok()?).ok()?;
         let key = RecordKey {
             queue,
-            incarnation: Incarnation(u64::from_be_bytes(incarnation.try_into().ok()?)),
+            incarnation: Incarnation {
+                hlc_ms: u64::from_be_bytes(hlc_ms.try_into().ok()?),
+                node: u16::from_be_bytes(node.try_into().ok()?),
+                nonce: u64::from_be_bytes(nonce.try_into().ok()?),
+            },
             message: MessageId(u128::from_be_bytes(message)),
         };
         (key.encode() == bytes).then_some(key)
@@ -68,7 +80,11 @@ mod tests {
     fn key(name: &str, incarnation: u64, message: u128) -> RecordKey {
         RecordKey {
             queue: QueueName::try_from(name.to_string()).unwrap(),
-            incarnation: Incarnation(incarnation),
+            incarnation: Incarnation {
+                hlc_ms: incarnation,
+                node: (incarnation % 7) as u16,
+                nonce: incarnation.rotate_left(17),
+            },
             message: MessageId(message),
         }
     }

@@ -29,18 +29,9 @@ const WRITE_QUORUM: usize = 2;
 const CREATE_EPOCHS_MAX: u32 = 4;
 
 /// Which creation of a name: the creating coordinator's hybrid logical clock, its node id and a
-/// random nonce, unique by construction (spec §1, *The name record*).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-pub struct QueueIncarnation {
-    /// The creating coordinator's hybrid logical clock when it proposed.
-    pub hlc_ms: u64,
-    /// The creating coordinator.
-    pub node: NodeId,
-    /// Drawn by the coordinator for the proposal.
-    pub nonce: u64,
-}
+/// random nonce, unique by construction (spec §1, *The name record*). It is the core's
+/// incarnation, which every message key and receipt handle carries.
+pub type QueueIncarnation = trireme_core::Incarnation;
 
 /// What a create proposes: an incarnation, with the attributes and tags the client asked for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -597,7 +588,7 @@ mod tests {
         Proposal {
             incarnation: QueueIncarnation {
                 hlc_ms: 1_000,
-                node: NodeId(node),
+                node,
                 nonce,
             },
             attributes: BTreeMap::from([("VisibilityTimeout".to_owned(), visibility.to_owned())]),

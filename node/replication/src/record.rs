@@ -67,8 +67,8 @@ pub struct Birth {
     pub sent_at: Millis,
     /// The delay's end; `Millis(0)` for none.
     pub visible_from: Millis,
-    /// For a dead-letter copy, the queue it came from.
-    pub source_queue: Option<SourceQueue>,
+    /// For a dead-letter copy, the queue it came from (boxed: most records have none).
+    pub source_queue: Option<Box<SourceQueue>>,
     /// The send's deduplication id, if it had one.
     pub dedup_id: Option<String>,
 }

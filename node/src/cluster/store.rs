@@ -711,7 +711,7 @@ mod tests {
     fn key() -> RecordKey {
         RecordKey {
             queue: QueueName::try_from("q".to_owned()).expect("a valid queue name"),
-            incarnation: Incarnation(1),
+            incarnation: Incarnation::local(Millis(1)),
             message: MessageId(7),
         }
     }
@@ -766,7 +766,12 @@ mod tests {
         assert_eq!(replies, vec![Reply::Ack, Reply::Record(Some(record))]);
         assert_eq!(store.records().expect("the records read").len(), 1);
         assert_eq!(
-            store.view(|view| view.candidates(&key().queue, Incarnation(1), Millis(10), 5)),
+            store.view(|view| view.candidates(
+                &key().queue,
+                Incarnation::local(Millis(1)),
+                Millis(10),
+                5
+            )),
             vec![MessageId(7)]
         );
         drop(store);

@@ -132,6 +132,14 @@ pub enum SqsError {
     /// The node is shutting down.
     #[error("The node is shutting down; retry on another node.")]
     ServiceUnavailable,
+    /// In a cluster, the replicas the request needs did not answer in time.
+    #[error(
+        "Too few replicas answered in time ({reason}); the request may still have taken effect."
+    )]
+    ReplicasUnavailable { reason: String },
+    /// In a cluster, an action this version serves only on a node running alone.
+    #[error("{action} is not yet served by a Trireme cluster.")]
+    NotServedByCluster { action: &'static str },
     /// The node failed to store or answer; an operator must look at its log.
     #[error("The node failed to process the request: {reason}.")]
     InternalFailure { reason: String },
@@ -411,7 +419,9 @@ impl SqsError {
                 "AWS.SimpleQueueService.PurgeQueueInProgress",
             ),
             E::OverLimit(_) => (FORBIDDEN, SQS_NAMESPACE, "OverLimit", "OverLimit"),
-            E::FifoUnsupported { .. } => (BAD, SQS_NAMESPACE, "UnsupportedOperation", ""),
+            E::FifoUnsupported { .. } | E::NotServedByCluster { .. } => {
+                (BAD, SQS_NAMESPACE, "UnsupportedOperation", "")
+            }
             E::ResourceNotFound { .. } | E::TaskDoesNotExist => (
                 NOT_FOUND,
                 SQS_NAMESPACE,
@@ -463,7 +473,7 @@ impl SqsError {
                 "SerializationException",
                 "SerializationException",
             ),
-            E::ServiceUnavailable => (
+            E::ServiceUnavailable | E::ReplicasUnavailable { .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 COMMON_NAMESPACE,
                 "ServiceUnavailable",
@@ -676,6 +686,8 @@ impl SqsError {
         match error {
             EngineError::Rejected(reject) => SqsError::from_reject(reject, subject),
             EngineError::ShuttingDown => SqsError::ServiceUnavailable,
+            EngineError::Unavailable { reason } => SqsError::ReplicasUnavailable { reason },
+            EngineError::Unsupported { action } => SqsError::NotServedByCluster { action },
             other => SqsError::InternalFailure {
                 reason: other.to_string(),
             },

@@ -22,7 +22,7 @@ use trireme_replication::NodeId;
 use trireme_replication::coordinator::{DeleteAnswer, SendAnswer, VisibilityAnswer};
 use trireme_replication::record::Birth;
 
-const INCARNATION: Incarnation = Incarnation(1);
+const INCARNATION: Incarnation = Incarnation::local(Millis(1));
 
 fn queue(name: &str) -> QueueName {
     QueueName::try_from(name.to_owned()).expect("a valid queue name")

@@ -26,7 +26,7 @@ use trireme_replication::placement::{Placement, Ring};
 use trireme_replication::record::Birth;
 use trireme_replication::{NodeId, RecordKey};
 
-const INCARNATION: Incarnation = Incarnation(1);
+const INCARNATION: Incarnation = Incarnation::local(Millis(1));
 /// The collection tests' horizon, by their manual clock.
 const HORIZON_MS: u64 = 1_000;
 /// Every wait for a background effect is bounded by this.

@@ -27,7 +27,7 @@ use crate::clock::SimClock;
 pub const FRONT_PORT: u16 = 7300;
 /// The one queue of the run, in its first incarnation.
 pub const QUEUE: &str = "sim-queue";
-pub const INCARNATION: Incarnation = Incarnation(1);
+pub const INCARNATION: Incarnation = Incarnation::local(Millis(1));
 /// The cap on a visibility change, counted from the receive (SQS: 12 hours).
 const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
 /// Longest request or answer line; a longer one is a broken peer.

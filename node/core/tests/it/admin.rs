@@ -81,8 +81,8 @@ fn deleted_name_is_unavailable_for_60_s() {
         "a new queue starts empty"
     );
     assert_eq!(
-        node.queues.queue(&q).unwrap().incarnation.0,
-        START.plus_ms(secs(60)).0
+        node.queues.queue(&q).unwrap().incarnation,
+        trireme_core::Incarnation::local(START.plus_ms(secs(60)))
     );
 }
 

@@ -157,6 +157,7 @@ fn handle_for_a_message_never_received_is_never_issued() {
         incarnation: node.queues.queue(&q).unwrap().incarnation,
         message: id,
         seq: 1,
+        claim: trireme_core::ClaimTag::default(),
     };
     assert_eq!(
         node.delete(&q, &handle),

@@ -32,9 +32,10 @@ fn queue_not_found_for_every_command_naming_a_queue() {
     let receive = node.receive_command(&missing, 1, None, None);
     let handle = trireme_core::ReceiptHandle {
         queue: missing.clone(),
-        incarnation: trireme_core::Incarnation(0),
+        incarnation: trireme_core::Incarnation::default(),
         message: MessageId(1),
         seq: 1,
+        claim: trireme_core::ClaimTag::default(),
     };
     for command in [
         send,

@@ -34,7 +34,7 @@ const STEPS_MAX: usize = 60;
 fn key() -> RecordKey {
     RecordKey {
         queue: QueueName::try_from("q".to_string()).expect("a valid name"),
-        incarnation: Incarnation(1),
+        incarnation: Incarnation::local(Millis(1)),
         message: MessageId(1),
     }
 }

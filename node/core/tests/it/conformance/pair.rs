@@ -21,10 +21,10 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use trireme_core::{
-    Change, Command, DedupId, DedupRecord, Delivery, GoneReason, HandleProblem, Incarnation,
-    MessageCounts, MessageId, MessageRecord, MessageState, Millis, Outcome, QueueAttributes,
-    QueueName, Queues, ReceiptHandle, Record, RecordKey, RedrivePolicy, Reject, WaiterId,
-    WaiterView, Wakeup,
+    Change, ClaimTag, Command, DedupId, DedupRecord, Delivery, GoneReason, HandleProblem,
+    Incarnation, MessageCounts, MessageId, MessageRecord, MessageState, Millis, Outcome,
+    QueueAttributes, QueueName, Queues, ReceiptHandle, Record, RecordKey, RedrivePolicy, Reject,
+    WaiterId, WaiterView, Wakeup,
 };
 use trireme_spec::queue_core::{
     self as model, Action, Gone, InvalidReason, MESSAGES, MessageId as ModelMessageId, QueueCore,
@@ -335,13 +335,14 @@ impl Pair {
         let incarnation = if handle.incarnation == self.model.attributes(handle.queue).incarnation {
             self.incarnations[handle.queue.index()]
         } else {
-            Incarnation(u64::from(handle.incarnation))
+            Incarnation::local(Millis(u64::from(handle.incarnation)))
         };
         ReceiptHandle {
             queue: self.name(handle.queue),
             incarnation,
             message: message_id(handle.message),
             seq: u32::from(handle.seq),
+            claim: ClaimTag::default(),
         }
     }
 
