@@ -23,6 +23,7 @@ mod replication {
     const DRAINED: &str =
         "after heal, every acknowledged send was delivered, deleted or dead-lettered";
     const MOVED_AT_MAX: &str = "dead-letter move only past maxReceiveCount";
+    const HOLDER_REFUSED: &str = "delivered claim's holder refused only by a later receive";
 
     const ORPHAN: &str = "claim reached one replica, then its coordinator died";
     const CONCURRENT: &str = "two coordinators claim one version at once";
@@ -408,6 +409,19 @@ mod replication {
             ..Config::quiet("deliver before quorum")
         };
         finds(with(Bug::DeliverBeforeQuorum, config), ONE_PER_VERSION);
+    }
+
+    /// spec/replication.md F1: two receives race for one version; the loser, greater by
+    /// coordinator, is left on one replica; the holder's delete reads it and is refused.
+    #[test]
+    fn handle_by_whole_claim_refuses_the_holder_of_a_raced_version() {
+        let config = Config {
+            start: Start::Sent,
+            claims_max: 2,
+            deletes_max: 1,
+            ..Config::quiet("handle by whole claim")
+        };
+        finds(with(Bug::HandleByWholeClaim, config), HOLDER_REFUSED);
     }
 
     #[test]

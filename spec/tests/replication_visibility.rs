@@ -23,6 +23,7 @@ mod replication_visibility {
     const CAP_REFUSED: &str = "change refused by the cap";
     const RELEASED: &str = "released delivery received again before its first deadline";
     const STALE_REFUSED: &str = "superseded handle's change refused";
+    const RIVALS: &str = "replica merges two claims of one seq";
     const HEALED: &str = "heal ran to its end";
 
     fn large() -> bool {
@@ -81,6 +82,19 @@ mod replication_visibility {
         }
     }
 
+    /// Part 1's F1: from a message never received, two receives race for one version a tick
+    /// apart (so their deadlines differ), and a third receive reads the replica the loser's claim
+    /// reached.
+    fn race() -> Config {
+        Config {
+            start: Start::Ready,
+            claims_max: 3,
+            ticks_max: 1,
+            heal: true,
+            ..Config::quiet("race")
+        }
+    }
+
     /// One change and one receive under one fault (a drop or a duplicate).
     fn faults() -> Config {
         Config {
@@ -135,6 +149,11 @@ mod replication_visibility {
     }
 
     #[test]
+    fn race_holds() {
+        check(race(), &[RIVALS, HEALED]);
+    }
+
+    #[test]
     fn large_bounds_hold() {
         if !large() {
             println!("visibility model: larger bounds skipped (set TRIREME_MODEL_LARGE=1)");
@@ -174,6 +193,13 @@ mod replication_visibility {
     #[test]
     fn change_without_quorum_read_is_ordered_before_the_extension() {
         finds(with(Bug::ChangeWithoutQuorumRead, release()), ORDERED);
+    }
+
+    /// The merge before F1 was answered: the claim that lost the race, greater by coordinator,
+    /// outranks the delivered one and the third receive claims at the loser's earlier deadline.
+    #[test]
+    fn lease_by_whole_claim_redelivers_inside_the_holders_timeout() {
+        finds(with(Bug::LeaseByWholeClaim, race()), HONOURED);
     }
 
     #[test]

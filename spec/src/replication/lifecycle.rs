@@ -1079,13 +1079,16 @@ impl State {
                 expect,
             } => {
                 let held = self.replicas[r].store[message as usize];
-                // Applied only if no claim newer than the handle is held (part 1, Delete 4).
+                // Applied only if no claim of a later version than the handle's is held (part 1,
+                // Delete 4: a handle is valid by its version).
                 let accept = match held {
                     None => true,
                     Some(held) => match held.generation.cmp(&record.generation) {
                         std::cmp::Ordering::Greater => false,
                         std::cmp::Ordering::Less => true,
-                        std::cmp::Ordering::Equal => held.tombstone || held.claim <= Some(expect),
+                        std::cmp::Ordering::Equal => {
+                            held.tombstone || held.claim.map(|c| c.seq) <= Some(expect.seq)
+                        }
                     },
                 };
                 if accept {
@@ -1211,7 +1214,7 @@ impl State {
                     }
                     Some(record)
                         if record.generation == handle.generation
-                            && record.claim == Some(handle.claim) =>
+                            && record.claim.map(|c| c.seq) == Some(handle.claim.seq) =>
                     {
                         self.begin(c, Op::DeleteWrite { handle, acks: 0 });
                         self.broadcast(
@@ -1403,7 +1406,10 @@ impl State {
             self.heal_network(config, &mut steps);
             if let Some(handle) = self.coordinators[0].handle
                 && handle.message as usize == message
-                && self.joined(config, message).and_then(|r| r.claim) == Some(handle.claim)
+                && self
+                    .joined(config, message)
+                    .and_then(|r| r.claim.map(|c| c.seq))
+                    == Some(handle.claim.seq)
             {
                 self.start_delete(0);
                 self.heal_network(config, &mut steps);

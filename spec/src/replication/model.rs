@@ -273,6 +273,10 @@ impl Model for ReplicationModel {
                 "dead-letter move only past maxReceiveCount",
                 |_, s: &State| !s.ghost.violated(Violation::MovedBeforeMax),
             ),
+            Property::always(
+                "delivered claim's holder refused only by a later receive",
+                |_, s: &State| !s.ghost.violated(Violation::HolderRefused),
+            ),
             Property::always("after heal, replicas converge", |_, s: &State| {
                 !s.healed || converged(s)
             }),

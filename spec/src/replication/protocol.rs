@@ -95,6 +95,11 @@ pub enum Bug {
     DeadLetterNowWithoutHandleCheck,
     /// A redrive tombstones the dead-letter copy before the source copy is acknowledged.
     DeadLetterTombstonedFirst,
+    /// A handle is valid only if the merged claim is the handle's claim whole, coordinator
+    /// included, and the replicas' conditional tombstones compare whole claims (the rule before
+    /// spec/replication.md's F1): a claim that lost the race for the holder's version refuses the
+    /// holder.
+    HandleByWholeClaim,
 }
 
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
@@ -167,6 +172,27 @@ impl Config {
         }
     }
 
+    /// Whether a handle of `handle` is valid where the merged current claim is `current`
+    /// (spec/replication.md#delete, step 4): same version, or under the planted bug the same
+    /// claim whole. The generation is compared by the caller.
+    fn holds(&self, current: Option<Claim>, handle: Claim) -> bool {
+        if self.has(Bug::HandleByWholeClaim) {
+            current == Some(handle)
+        } else {
+            version(current) == Some(handle.seq)
+        }
+    }
+
+    /// A replica's condition for a conditional tombstone (spec/replication.md#delete, step 4):
+    /// the claim it holds is no newer than `expect`, by version (or whole, under the planted bug).
+    fn no_newer(&self, held: Option<Claim>, expect: Option<Claim>) -> bool {
+        if self.has(Bug::HandleByWholeClaim) {
+            held <= expect
+        } else {
+            version(held) <= version(expect)
+        }
+    }
+
     fn collect_quorum(&self) -> usize {
         if self.has(Bug::CollectAfterTwo) {
             2
@@ -174,6 +200,12 @@ impl Config {
             REPLICAS
         }
     }
+}
+
+/// The version a claim names within its generation: its `seq` (spec/replication.md#the-record).
+/// `None` (never received) is below every claim.
+pub fn version(claim: Option<Claim>) -> Option<u8> {
+    claim.map(|c| c.seq)
 }
 
 /// Where a search starts. Later starting points skip the steps before them, so a bound can be
@@ -445,6 +477,10 @@ pub enum Violation {
     DroppedBeforeAllHeld = 5,
     MovedBeforeMax = 6,
     HealStuck = 7,
+    /// S9: a delivered claim's holder was refused (its delete or dead-letter now answered
+    /// superseded, or its conditional tombstone refused by a replica) where no claim of a
+    /// greater `seq` of that generation was stored.
+    HolderRefused = 8,
 }
 
 /// Scenarios the issue requires the checker to reach, one bit each.
@@ -784,12 +820,25 @@ impl State {
         self.broadcast(coordinator, Message::Read { queue });
     }
 
-    /// Ghost: whether a receive acknowledged before now superseded `handle`.
+    /// Ghost: whether a receive acknowledged before now superseded `handle` (a delivery of a
+    /// later version of its generation).
     fn superseded(&self, handle: Handle) -> bool {
         self.ghost
             .deliveries
             .iter()
-            .any(|d| d.generation == handle.generation && d.claim > handle.claim)
+            .any(|d| d.generation == handle.generation && d.claim.seq > handle.claim.seq)
+    }
+
+    /// Ghost, S9: a holder's `handle` is refused where `current` is what decided it (the merged
+    /// read, or the replica's record). Refusal is justified only by a claim of a greater `seq`
+    /// in the handle's generation, or by the generation having ended or moved on.
+    fn refused_holder(&mut self, handle_generation: u8, handle: Claim, current: Record) {
+        if current.generation == handle_generation
+            && current.is_live()
+            && version(current.claim()) <= Some(handle.seq)
+        {
+            self.ghost.violate(Violation::HolderRefused);
+        }
     }
 
     /// `coordinator`'s client deletes with the newest handle it holds (spec#delete).
@@ -1189,16 +1238,23 @@ impl State {
                     std::cmp::Ordering::Less => true,
                     std::cmp::Ordering::Equal => match held.body {
                         Body::Tombstone | Body::Absent => true,
-                        Body::Live { claim, .. } => claim <= expect,
+                        Body::Live { claim, .. } => config.no_newer(claim, expect),
                     },
                 };
                 if !accept
                     && queue == Queue::DeadLetter
                     && reason == Reason::Move
                     && held.generation == generation
-                    && held.claim() > expect
+                    && version(held.claim()) > version(expect)
                 {
                     self.ghost.reach(Scenario::RedriveRefusedByNewerClaim);
+                }
+                // A delete or a dead-letter now carries its caller's handle, a delivered claim.
+                if !accept
+                    && reason != Reason::Move
+                    && let Some(handle) = expect
+                {
+                    self.refused_holder(generation, handle, held);
                 }
                 if accept {
                     let first = held != Record::tombstone(generation);
@@ -1418,11 +1474,12 @@ impl State {
                         },
                     );
                 } else if merged.generation == handle.generation
-                    && merged.claim() == Some(handle.claim)
+                    && config.holds(merged.claim(), handle.claim)
                 {
                     self.send_delete_tombstone(c, handle, stale_at_invocation);
                 } else {
                     // Superseded handle, or a later life of the message: refused, nothing written.
+                    self.refused_holder(handle.generation, handle.claim, merged);
                     self.finish(c);
                 }
             }
@@ -1436,7 +1493,7 @@ impl State {
                     && if config.has(Bug::DeadLetterNowWithoutHandleCheck) {
                         merged.is_live()
                     } else {
-                        merged.claim() == Some(handle.claim)
+                        config.holds(merged.claim(), handle.claim)
                     };
                 let Some(receive_count) = merged.receive_count().filter(|_| holds) else {
                     // Superseded handle, or the message already left this life: refused,
@@ -1444,6 +1501,7 @@ impl State {
                     if stale_at_invocation {
                         self.ghost.reach(Scenario::NowRefused);
                     }
+                    self.refused_holder(handle.generation, handle.claim, merged);
                     self.finish(c);
                     return;
                 };
@@ -1737,7 +1795,7 @@ impl State {
                     .ghost
                     .deliveries
                     .iter()
-                    .any(|d| d.generation == generation && Some(d.claim) > expect);
+                    .any(|d| d.generation == generation && Some(d.claim.seq) > version(expect));
                 if overtaken {
                     self.ghost.reach(Scenario::RedriveOverNewerClaim);
                 }
@@ -1874,7 +1932,7 @@ impl State {
             let delivered = self.coordinators[0].handle;
             if let Some(handle) = delivered
                 && handle.queue == Queue::Source
-                && self.joined(Queue::Source).claim() == Some(handle.claim)
+                && version(self.joined(Queue::Source).claim()) == Some(handle.claim.seq)
             {
                 self.start_delete(config, 0);
                 self.heal_network(config, steps);

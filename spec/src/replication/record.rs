@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 ///
 /// Ordered by `seq` first, so a later receive always supersedes an earlier one; two coordinators
 /// that pick the same `seq` concurrently are told apart (and totally ordered) by `coordinator`.
+/// `seq` is the claim's version within its generation, and a handle is valid by its version
+/// (spec/replication.md#delete): `coordinator` only makes the merge's order total. The real lease
+/// orders `(seq, change counter, deadline)` before the claim's identity; this model has no
+/// deadlines (every claim may have expired), so its order is that one with the deadline left out.
 /// The real handle also carries a random nonce after `coordinator`; the model leaves it out
 /// (spec/replication.md#model-bounds).
 #[derive(

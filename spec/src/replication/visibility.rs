@@ -45,9 +45,10 @@ pub struct Claim {
 
 /// A receipt handle: the claim and the receive time `received_at_ms` it was issued at.
 ///
-/// The receive time is fixed by the receive that made the claim and anchors the 12-hour cap. In
-/// the order it comes right after the claim, where the real handle has its nonce: one
-/// coordinator's two claims of one `seq` (a retry after a timeout) are told apart by it.
+/// The receive time is fixed by the receive that made the claim and anchors the 12-hour cap. It
+/// stands where the real handle has its nonce: one coordinator's two claims of one `seq` (a retry
+/// after a timeout) are told apart by it. A handle is valid by its version, the claim's `seq`
+/// (spec/replication.md#delete); the rest only tells claims apart.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Handle {
     pub claim: Claim,
@@ -58,16 +59,70 @@ pub struct Handle {
 /// The visibility of one handle as a replica stores it: the claim with its change counter and
 /// deadline (`deadline_ms`, `change_counter` of the stored record).
 ///
-/// Ordered field by field, which is the merge: the newer handle wins whole; for one handle the
-/// higher change counter wins; for one handle and counter, **the later deadline wins**
-/// (spec/replication.md#5-change-visibility, Considerations).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Ordered by `(seq, change_counter, deadline)`, then by the claim's coordinator and receive time
+/// (which make the order total), and that order is the merge: the newer `seq` wins whole; for one
+/// `seq` the higher change counter wins; for one `seq` and counter, **the later deadline wins**,
+/// whichever claim of that `seq` it belongs to (spec/replication.md#the-record and
+/// #5-change-visibility; F1 in part 1's Considerations says why the claim's identity comes last).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Lease {
     pub handle: Handle,
     /// Changes applied to this handle: the receive writes 0, each change the one it read + 1.
     pub change_counter: u8,
     /// The tick at which the message is visible again.
     pub deadline: u8,
+}
+
+impl Lease {
+    /// The lease's place in the merge's order (spec/replication.md#the-record).
+    fn key(&self) -> (u8, u8, u8, u8, u8) {
+        let Handle { claim, received_at } = self.handle;
+        (
+            claim.seq,
+            self.change_counter,
+            self.deadline,
+            claim.coordinator,
+            received_at,
+        )
+    }
+
+    /// The order before F1 was answered (planted bug `LeaseByWholeClaim`): the whole claim first,
+    /// then the counter and the deadline.
+    fn key_by_whole_claim(&self) -> (Handle, u8, u8) {
+        (self.handle, self.change_counter, self.deadline)
+    }
+}
+
+impl Ord for Lease {
+    fn cmp(&self, other: &Lease) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl PartialOrd for Lease {
+    fn partial_cmp(&self, other: &Lease) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// How replicas merge leases. [`Rules::CORRECT`] is the page's; the others exist so the model can
+/// show that each rule is load-bearing (planted bugs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rules {
+    /// Two leases of one handle and counter take the later deadline; otherwise a replica keeps
+    /// what it held (planted bug `MergeByClaimAndCounter`).
+    pub by_deadline_too: bool,
+    /// The claim's identity comes after `(seq, change_counter, deadline)`; otherwise the whole
+    /// claim comes first (planted bug `LeaseByWholeClaim`, the order before F1).
+    pub identity_last: bool,
+}
+
+impl Rules {
+    /// The rules of spec/replication.md#the-record and #5-change-visibility.
+    pub const CORRECT: Rules = Rules {
+        by_deadline_too: true,
+        identity_last: true,
+    };
 }
 
 /// A replica's record of the message: `None` while never received (ready), else the newest
@@ -79,13 +134,25 @@ pub type Record = Option<Lease>;
 ///
 /// With `by_deadline_too = false` (planted bug `MergeByClaimAndCounter`) two leases of one handle
 /// and counter keep whichever the replica held first, so the result depends on arrival order.
+/// With `identity_last = false` (planted bug `LeaseByWholeClaim`) the greater claim wins whole,
+/// so a claim that lost the race for a version outranks the delivered one with an earlier
+/// deadline, or with its changes.
 #[must_use]
-pub fn merge(held: Record, incoming: Record, by_deadline_too: bool) -> Record {
+pub fn merge(held: Record, incoming: Record, rules: Rules) -> Record {
     match (held, incoming) {
         (Some(h), Some(i))
-            if !by_deadline_too && h.handle == i.handle && h.change_counter == i.change_counter =>
+            if !rules.by_deadline_too
+                && h.handle == i.handle
+                && h.change_counter == i.change_counter =>
         {
             Some(h)
+        }
+        (Some(h), Some(i)) if !rules.identity_last => {
+            if i.key_by_whole_claim() > h.key_by_whole_claim() {
+                Some(i)
+            } else {
+                Some(h)
+            }
         }
         _ => held.max(incoming),
     }
@@ -104,6 +171,10 @@ pub enum Bug {
     ReleaseWithoutCounter,
     /// The 12-hour cap is measured from the change (`timeout ≤ cap`), not from the receive.
     CapFromChange,
+    /// Leases merge by the whole claim first, then counter and deadline (the order before
+    /// spec/replication.md's F1): a claim that lost the race for a version, left on one replica,
+    /// outranks the delivered claim and brings the message back at its own, earlier deadline.
+    LeaseByWholeClaim,
 }
 
 /// Where a search starts.
@@ -162,7 +233,11 @@ impl Config {
     }
 
     fn merge(&self, held: Record, incoming: Record) -> Record {
-        merge(held, incoming, !self.has(Bug::MergeByClaimAndCounter))
+        let rules = Rules {
+            by_deadline_too: !self.has(Bug::MergeByClaimAndCounter),
+            identity_last: !self.has(Bug::LeaseByWholeClaim),
+        };
+        merge(held, incoming, rules)
     }
 
     fn join(&self, records: impl IntoIterator<Item = Record>) -> Record {
@@ -246,8 +321,8 @@ pub enum Message {
     Claim {
         lease: Lease,
     },
-    /// Conditional change: applied only if the replica's handle is no newer than the lease's.
-    /// `stale` is ghost (see `Op::ChangeRead`).
+    /// Conditional change: applied only if the replica's claim is of no later `seq` than the
+    /// lease's. `stale` is ghost (see `Op::ChangeRead`).
     Change {
         lease: Lease,
         stale: bool,
@@ -291,6 +366,8 @@ pub enum Scenario {
     ReleasedAndReceived = 3,
     /// A change was refused because its handle had been superseded.
     StaleRefused = 4,
+    /// A replica merged two claims of one `seq` (two receives raced for one version).
+    RivalClaimsMerged = 5,
 }
 
 /// What only the model knows.
@@ -455,6 +532,12 @@ impl State {
         {
             self.ghost.reach(Scenario::EqualCounterMerged);
         }
+        if let (Some(h), Some(i)) = (held, incoming)
+            && h.handle.claim.seq == i.handle.claim.seq
+            && h.handle != i.handle
+        {
+            self.ghost.reach(Scenario::RivalClaimsMerged);
+        }
         let merged = config.merge(held, incoming);
         if let Some(lease) = merged
             && lease.deadline > lease.handle.received_at + VISIBILITY_TOTAL_MAX
@@ -497,7 +580,7 @@ impl State {
         let stale = self
             .ghost
             .newest_delivered
-            .is_some_and(|newest| newest > handle);
+            .is_some_and(|newest| newest.claim.seq > handle.claim.seq);
         let floor = self.ghost.acked;
         self.begin(
             via,
@@ -572,8 +655,8 @@ impl State {
                 }
             }
             Message::Change { lease, stale } => {
-                // The delete's replica condition: this replica knows no newer handle.
-                let accept = held.is_none_or(|h| h.handle <= lease.handle);
+                // The delete's replica condition: this replica knows no later version.
+                let accept = held.is_none_or(|h| h.handle.claim.seq <= lease.handle.claim.seq);
                 if accept {
                     if stale {
                         self.ghost.violate(Violation::StaleChangeAccepted);
@@ -700,16 +783,21 @@ impl State {
                 replies,
             } => {
                 let merged = config.join(replies.iter().flatten().copied());
-                let Some(current) = merged.filter(|l| l.handle == handle) else {
+                // Valid by version: the merged lease may be of a claim that lost the race for
+                // the handle's `seq`, which nobody holds (spec/replication.md#delete).
+                let Some(current) = merged.filter(|l| l.handle.claim.seq == handle.claim.seq)
+                else {
                     // Superseded (or, under a planted bug, not seen): refused, nothing written.
                     self.ghost.reach(Scenario::StaleRefused);
                     self.finish(c);
                     return;
                 };
+                // The cap counts from the merged lease's receive: the new lease keeps that
+                // lease's claim and receive time, so V4 holds lease by lease.
                 let within_cap = if config.has(Bug::CapFromChange) {
                     timeout <= VISIBILITY_TOTAL_MAX
                 } else {
-                    now + timeout <= handle.received_at + VISIBILITY_TOTAL_MAX
+                    now + timeout <= current.handle.received_at + VISIBILITY_TOTAL_MAX
                 };
                 if !within_cap {
                     self.ghost.reach(Scenario::CapRefused);
@@ -722,7 +810,7 @@ impl State {
                     current.change_counter + 1
                 };
                 let lease = Lease {
-                    handle,
+                    handle: current.handle,
                     change_counter,
                     deadline: now + timeout,
                 };
@@ -1028,6 +1116,9 @@ impl Model for VisibilityModel {
             Property::sometimes("superseded handle's change refused", |_, s: &State| {
                 s.ghost.reached(Scenario::StaleRefused)
             }),
+            Property::sometimes("replica merges two claims of one seq", |_, s: &State| {
+                s.ghost.reached(Scenario::RivalClaimsMerged)
+            }),
             Property::sometimes("heal ran to its end", |_, s: &State| s.healed),
         ]
     }
@@ -1054,21 +1145,69 @@ mod tests {
     proptest! {
         #[test]
         fn merge_is_commutative(a in record(), b in record()) {
-            prop_assert_eq!(merge(a, b, true), merge(b, a, true));
+            prop_assert_eq!(merge(a, b, CORRECT), merge(b, a, CORRECT));
         }
 
         #[test]
         fn merge_is_associative(a in record(), b in record(), c in record()) {
             prop_assert_eq!(
-                merge(merge(a, b, true), c, true),
-                merge(a, merge(b, c, true), true)
+                merge(merge(a, b, CORRECT), c, CORRECT),
+                merge(a, merge(b, c, CORRECT), CORRECT)
             );
         }
 
         #[test]
         fn merge_is_idempotent(a in record()) {
-            prop_assert_eq!(merge(a, a, true), a);
+            prop_assert_eq!(merge(a, a, CORRECT), a);
         }
+
+        #[test]
+        fn a_later_seq_wins_and_a_change_outranks_every_claim_of_its_seq(
+            a in record(), b in record()
+        ) {
+            let (Some(x), Some(y)) = (a, b) else { return Ok(()) };
+            let joined = merge(a, b, CORRECT).expect("two leases join to one");
+            let (x_key, y_key) = (
+                (x.handle.claim.seq, x.change_counter, x.deadline),
+                (y.handle.claim.seq, y.change_counter, y.deadline),
+            );
+            let j_key = (joined.handle.claim.seq, joined.change_counter, joined.deadline);
+            prop_assert_eq!(j_key, x_key.max(y_key));
+        }
+    }
+
+    const CORRECT: Rules = Rules::CORRECT;
+
+    /// Part 1's F1: the holder's claim `(1, c0)` and a claim `(1, c1)` that lost the race for the
+    /// same version. The page's order keeps the later deadline and lets the holder's change
+    /// (counter 1) outrank the rival whatever its deadline; the old order let the rival win.
+    #[test]
+    fn a_rival_claim_of_one_seq_never_shortens_or_undoes_the_holder() {
+        let claim = |coordinator| Claim {
+            seq: 1,
+            coordinator,
+        };
+        let lease = |coordinator, change_counter, deadline| {
+            Some(Lease {
+                handle: Handle {
+                    claim: claim(coordinator),
+                    received_at: 0,
+                },
+                change_counter,
+                deadline,
+            })
+        };
+        let (holder, rival) = (lease(0, 0, 2), lease(1, 0, 1));
+        assert_eq!(merge(holder, rival, CORRECT), holder);
+        assert_eq!(merge(rival, holder, CORRECT), holder);
+        let released = lease(0, 1, 0);
+        assert_eq!(merge(released, lease(1, 0, 2), CORRECT), released);
+        let old = Rules {
+            identity_last: false,
+            ..CORRECT
+        };
+        assert_eq!(merge(holder, rival, old), rival);
+        assert_eq!(merge(released, rival, old), rival);
     }
 
     #[test]
@@ -1083,8 +1222,12 @@ mod tests {
             ..short
         };
         let (short, long) = (Some(short), Some(long));
-        assert_ne!(merge(short, long, false), merge(long, short, false));
-        assert_eq!(merge(short, long, true), long);
-        assert_eq!(merge(long, short, true), long);
+        let tie_kept = Rules {
+            by_deadline_too: false,
+            ..CORRECT
+        };
+        assert_ne!(merge(short, long, tie_kept), merge(long, short, tie_kept));
+        assert_eq!(merge(short, long, CORRECT), long);
+        assert_eq!(merge(long, short, CORRECT), long);
     }
 }
