@@ -573,7 +573,7 @@ pub enum DeleteAnswer {
     AlreadyGone,
     /// The message moved on to a later generation: that handle's life is over; nothing written.
     Moved,
-    /// The handle is superseded by a newer receive: nothing written.
+    /// The handle is superseded by a receive of a later version: nothing written.
     Stale,
     /// No replica of the quorum knows the message (never there, or collected long ago).
     NotFound,
@@ -625,7 +625,8 @@ enum HandlePhase {
 }
 
 /// spec/replication.md#delete and #change-visibility: a quorum read, and a conditional write
-/// only if the merged current claim is the caller's handle.
+/// only if the merged current claim is of the caller's handle's version (the same `seq`; a
+/// claim that lost the race for it has no holder, F1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HandleOp {
     target: Target,
@@ -791,7 +792,9 @@ impl HandleOp {
         let current = (merged.generation == handle.generation)
             .then(|| merged.live().and_then(|live| live.held))
             .flatten();
-        let Some(held) = current.filter(|held| held.claim == handle.claim) else {
+        // Valid by version (spec/replication.md#delete, step 4): the merged lease may be of a
+        // claim that lost the race for the handle's `seq`; nobody holds that one.
+        let Some(held) = current.filter(|held| held.claim.same_version(&handle.claim)) else {
             let answer = self.stale();
             return self.finish(answer);
         };
@@ -809,6 +812,8 @@ impl HandleOp {
                 if deadline > held.received_at.plus_ms(cap_ms) {
                     return self.finish(HandleAnswer::Visibility(VisibilityAnswer::ExceedsCap));
                 }
+                // The new lease keeps the merged lease's claim and receive time (the cap above
+                // counted from it) and raises its counter (spec/replication.md#change-visibility).
                 let mut changed = merged.clone();
                 if let Body::Live(live) = &mut changed.body {
                     live.held = Some(Held {

@@ -17,7 +17,9 @@ use crate::ids::{Generation, NodeId};
 ///
 /// Ordered by `seq` first, so a later receive supersedes an earlier one; two coordinators that
 /// pick the same `seq` at once are told apart by `coordinator`, and one coordinator's two claims
-/// of one `seq` by `nonce` (spec/replication.md#the-record).
+/// of one `seq` by `nonce` (spec/replication.md#the-record). `(generation, seq)` is the claim's
+/// version: at most one claim of a version is delivered, so a handle is valid by its version
+/// ([`Claim::same_version`]) and the identity only tells claims apart.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
@@ -30,13 +32,27 @@ pub struct Claim {
     pub nonce: u64,
 }
 
+impl Claim {
+    /// Whether `self` and `other` (of one generation) are claims of one version: the same `seq`.
+    /// One of them at most was delivered; the others lost the race for it and nobody holds them
+    /// (spec/replication.md#delete, step 4).
+    #[must_use]
+    pub fn same_version(&self, other: &Claim) -> bool {
+        self.seq == other.seq
+    }
+}
+
 /// The current claim with the visibility it rides with (§12: `received_at_ms`, `deadline_ms`
-/// and `change_counter` ride with the claim).
+/// and `change_counter` ride with the claim): the claim's lease.
 ///
-/// The order is the field order: the greater claim wins; within one claim, the later change
-/// (higher counter); two changes of one claim with the same counter, the later deadline. It is
-/// a total order, so the greater of two is a join.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// Ordered by `(seq, change_counter, deadline)`, then by the claim's `(coordinator, nonce)` and
+/// `received_at`, which only make the order total (spec/replication.md#the-record): a later
+/// receive wins; within one version, the later change (higher counter); for one version and
+/// counter, the later deadline, whichever claim of that `seq` it belongs to. So a claim that lost
+/// the race for a version, left on one replica, can make the message later but never outranks the
+/// holder's changes nor shortens its deadline (F1). It is a total order, so the greater of two is
+/// a join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Held {
     /// The receive this is.
     pub claim: Claim,
@@ -46,6 +62,33 @@ pub struct Held {
     pub deadline: Millis,
     /// When the receive that made the claim happened: the 12-hour visibility cap counts from it.
     pub received_at: Millis,
+}
+
+impl Held {
+    /// The lease's place in the merge's order (spec/replication.md#the-record): every field, the
+    /// claim's identity after the version, counter and deadline.
+    fn order_key(&self) -> (u32, u32, Millis, NodeId, u64, Millis) {
+        (
+            self.claim.seq,
+            self.change_counter,
+            self.deadline,
+            self.claim.coordinator,
+            self.claim.nonce,
+            self.received_at,
+        )
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Held) -> std::cmp::Ordering {
+        self.order_key().cmp(&other.order_key())
+    }
+}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Held) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// A dead-letter copy's source: the queue (and which creation of it) the message left.
@@ -216,8 +259,8 @@ impl Record {
     ///
     /// A later generation wins whole; within a generation a tombstone wins over a live copy;
     /// two tombstones keep the first reason and the earliest time; two live copies keep the
-    /// greater held claim (with its lease), the greater receive count and purge mark, the latest
-    /// entry and the earliest first receive.
+    /// greater lease (the order of [`Held`]), the greater receive count and purge mark, the
+    /// latest entry and the earliest first receive.
     ///
     /// # Errors
     /// [`Divergence`] when two live copies of one generation carry different once-fields.
@@ -441,6 +484,48 @@ mod tests {
         back.generation = Generation(2);
         assert_eq!(left.merge(&back).unwrap(), back);
         assert!(back.covers(&left));
+    }
+
+    /// spec/replication.md F1: the holder's lease and a claim of the same `seq` that lost the race.
+    #[test]
+    fn a_rival_claim_of_one_seq_never_shortens_or_undoes_the_holder() {
+        let lease = |coordinator, change_counter, deadline| {
+            let mut record = Record::sent(birth(0));
+            if let Body::Live(live) = &mut record.body {
+                live.held = Some(Held {
+                    claim: Claim {
+                        seq: 1,
+                        coordinator: NodeId(coordinator),
+                        nonce: 5,
+                    },
+                    change_counter,
+                    deadline: Millis(deadline),
+                    received_at: Millis(10),
+                });
+                live.receive_count = 1;
+            }
+            record
+        };
+        // The rival's identity is greater and its deadline earlier: the holder's deadline stays.
+        let (holder, rival) = (lease(1, 0, 300), lease(2, 0, 200));
+        assert_eq!(holder.merge(&rival).unwrap(), holder);
+        assert_eq!(rival.merge(&holder).unwrap(), holder);
+        // A rival with a later deadline keeps the message hidden longer (late, never early) ...
+        let late_rival = lease(2, 0, 400);
+        assert_eq!(holder.merge(&late_rival).unwrap(), late_rival);
+        // ... but the holder's change, even a release to an earlier deadline, outranks it.
+        let released = lease(2, 1, 50);
+        assert_eq!(late_rival.merge(&released).unwrap(), released);
+        assert_eq!(released.merge(&late_rival).unwrap(), released);
+    }
+
+    proptest! {
+        #[test]
+        fn the_lease_kept_is_the_greatest_by_seq_counter_and_deadline(a in held(), b in held()) {
+            let kept = a.max(b);
+            let key = |h: &Held| (h.claim.seq, h.change_counter, h.deadline);
+            prop_assert_eq!(key(&kept), key(&a).max(key(&b)));
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use trireme_core::Millis;
 
 use crate::ids::Generation;
-use crate::record::{Body, Claim, Divergence, Record, Tombstone, merge_held};
+use crate::record::{Body, Claim, Divergence, Held, Record, Tombstone, merge_held};
 
 /// A write a coordinator asks a replica to make.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,8 +28,9 @@ pub enum Write {
     /// was behind, and a replica that holds nothing never gets a claim without its message.
     Claim(Record),
     /// Conditional tombstone (spec/replication.md#delete, step 4, and the moves): accepted if,
-    /// in that generation, the replica's claim is no newer than `expect`, or it already holds
-    /// the tombstone, or it is behind.
+    /// in that generation, the replica's claim is of no later version (`seq`) than `expect`, or
+    /// it already holds the tombstone, or it is behind. A claim of `expect`'s own `seq` that lost
+    /// the race for it does not refuse the holder (F1).
     Tombstone {
         /// The generation that ends.
         generation: Generation,
@@ -106,7 +107,7 @@ pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
                 Position::Behind => true,
                 Position::Same(body) => match body {
                     Body::Tombstone(_) => true,
-                    Body::Live(live) => live.held.map(|h| h.claim) <= *expect,
+                    Body::Live(live) => version(live.held) <= expect.map(|c| c.seq),
                 },
             };
             if accept {
@@ -128,7 +129,7 @@ pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
                 Position::Behind => true,
                 Position::Same(body) => match body {
                     Body::Tombstone(_) => false,
-                    Body::Live(live) => live.held.map(|h| h.claim) <= Some(claim),
+                    Body::Live(live) => version(live.held) <= Some(claim.seq),
                 },
             };
             if accept {
@@ -154,6 +155,11 @@ pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
 #[must_use]
 pub fn within_horizon(sent_at: Millis, now: Millis, horizon_ms: u64) -> bool {
     now.0.saturating_sub(sent_at.0) <= horizon_ms
+}
+
+/// The version (`seq`) of the claim a replica holds; `None` (never received) is below every one.
+fn version(held: Option<Held>) -> Option<u32> {
+    held.map(|h| h.claim.seq)
 }
 
 enum Position<'a> {
