@@ -107,7 +107,7 @@ fn a_record(body: &str) -> Record {
 fn a_key(queue: &str, id: u128) -> RecordKey {
     RecordKey {
         queue: QueueName::try_from(queue.to_owned()).unwrap(),
-        incarnation: Incarnation(1),
+        incarnation: Incarnation::local(Millis(1)),
         message: MessageId(id),
     }
 }
