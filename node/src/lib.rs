@@ -24,7 +24,6 @@ pub mod storage;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +36,6 @@ use tokio::task::JoinHandle;
 use tokio_stream::Stream;
 use tonic::transport::server::Connected;
 use tracing::{info, warn};
-
 use trireme_proto::replica::v1::replica_server::ReplicaServer;
 
 use crate::clock::Clock;
@@ -136,15 +134,15 @@ struct Member {
 }
 
 impl Member {
-    /// Opens the replica store in `data_dir` (a new one gets `new_disk_id`) and joins the
-    /// cluster of `config`.
+    /// Opens the replica store in the node's data directory (a new one gets `new_disk_id`) and
+    /// joins the cluster of `config`, with the node's seed and request timeout.
     fn start(
         config: &ClusterConfig,
-        data_dir: &Path,
+        node: &Config,
         clock: Arc<dyn Clock>,
         new_disk_id: u64,
-        node: &Config,
     ) -> Result<Member, NodeError> {
+        let data_dir = node.data_dir.as_path();
         let (store, store_closed) = ReplicaStore::open(data_dir, config.node, new_disk_id)
             .map_err(|error| match error {
                 StoreError::WrongNode { stored, configured } => NodeError::WrongNode {
@@ -262,10 +260,9 @@ impl Node {
         let member = match &config.cluster {
             Some(cluster) => Some(Member::start(
                 cluster,
-                &config.data_dir,
+                config,
                 Arc::clone(&clock),
                 rng.random(),
-                config,
             )?),
             None => None,
         };
