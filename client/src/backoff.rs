@@ -2,8 +2,10 @@
 //! `[0, min(cap, base * 2^n)]`.
 //!
 //! Full jitter spreads the retries of many clients that failed together over the whole window,
-//! so a node coming back is not hit by all of them at once. The randomness is passed in by the
-//! caller; this module never reads a clock or a global random source.
+//! so a node coming back is not hit by all of them at once. A period that must last (how long a
+//! failed endpoint is skipped) is drawn from the upper half of the window instead, so it is never
+//! close to zero. The randomness is passed in by the caller; this module never reads a clock or a
+//! global random source.
 
 use std::time::Duration;
 
@@ -48,6 +50,15 @@ impl Backoff {
         let ceiling_ns = u64::try_from(self.ceiling(retry).as_nanos())
             .expect("a backoff cap fits 584 years of nanoseconds");
         Duration::from_nanos(rng.random_range(0..=ceiling_ns))
+    }
+
+    /// A period after failure `retry` (0 for the first) that lasts at least half its ceiling:
+    /// drawn uniformly from `[ceiling(retry) / 2, ceiling(retry)]`. Still jittered, so clients
+    /// that saw one endpoint fail together do not all come back to it at the same moment.
+    pub fn hold(&self, retry: u32, rng: &mut impl Rng) -> Duration {
+        let ceiling_ns = u64::try_from(self.ceiling(retry).as_nanos())
+            .expect("a backoff cap fits 584 years of nanoseconds");
+        Duration::from_nanos(rng.random_range(ceiling_ns / 2..=ceiling_ns))
     }
 }
 
@@ -104,6 +115,23 @@ mod tests {
         assert!(draws.iter().any(|d| *d > ceiling * 3 / 4));
         let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
         assert!(distinct.len() > 300);
+    }
+
+    #[test]
+    fn hold_lasts_at_least_half_its_ceiling_and_is_jittered() {
+        let b = backoff();
+        let mut rng = StdRng::seed_from_u64(13);
+        for retry in 0..12 {
+            let ceiling = b.ceiling(retry);
+            let draws: Vec<Duration> = (0..200).map(|_| b.hold(retry, &mut rng)).collect();
+            assert!(draws.iter().all(|d| *d >= ceiling / 2 && *d <= ceiling));
+            let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
+            assert!(
+                distinct.len() > 150,
+                "retry {retry}: {} distinct",
+                distinct.len()
+            );
+        }
     }
 
     #[test]

@@ -369,8 +369,8 @@ struct Live {
 
 /// What every task of a run shares.
 struct Shared {
-    /// Clients to spread over: `connections` per endpoint, each with its endpoint first in its
-    /// list (so it fails over to the others).
+    /// Clients to spread over: `connections` per endpoint, each with that endpoint as its home
+    /// (so it fails over to the others).
     clients: Vec<Client>,
     queue: QueueName,
     body_bytes: usize,
@@ -408,10 +408,10 @@ pub(crate) async fn run(endpoints: Vec<String>, json: bool, args: BenchArgs) -> 
     args.check()?;
     let mut clients = Vec::with_capacity(endpoints.len() * args.connections);
     for _ in 0..args.connections {
-        for first in 0..endpoints.len() {
-            let mut rotated = endpoints.clone();
-            rotated.rotate_left(first);
-            clients.push(Client::new(ClientConfig::new(rotated))?);
+        for home in 0..endpoints.len() {
+            let mut config = ClientConfig::new(endpoints.clone());
+            config.home_endpoint = Some(home);
+            clients.push(Client::new(config)?);
         }
     }
     let admin = clients[0].clone();

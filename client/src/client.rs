@@ -1,15 +1,17 @@
 //! `Client`: the typed API over one or more nodes.
 //!
-//! Each node has one lazily connected tonic channel; a call goes to the node that last answered
-//! and, when `retry.rs` allows, moves on to the next node after a backoff. Every tonic setting
-//! that matters is set here explicitly: connect timeout, request timeout (longer than the
-//! longest long poll), message size limits and HTTP/2 keepalive. This module never interprets a
-//! status itself: `error.rs` maps it, `retry.rs` decides what happens next.
+//! Each node has one lazily connected tonic channel. A call goes to the client's home endpoint
+//! while it answers; an attempt that fails on the way to a node marks that endpoint down for a
+//! while and, when `retry.rs` allows another attempt, the call moves on to the next endpoint
+//! that is up at once, backing off only after it has tried them all (`endpoints.rs` keeps the
+//! table). Every tonic setting that matters is set here explicitly: connect timeout, request
+//! timeout (longer than the longest long poll), message size limits and HTTP/2 keepalive. This
+//! module never interprets a status itself: `error.rs` maps it, `retry.rs` decides what happens
+//! next.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,6 +21,8 @@ use tracing::debug;
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::queue_service_client::QueueServiceClient;
 
+use crate::backoff::Backoff;
+use crate::endpoints::{self, Endpoints, Tried};
 use crate::error::{Error, Subject};
 use crate::limits;
 use crate::retry::{Failure, Idempotence, RetryPolicy};
@@ -35,8 +39,20 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7100";
 /// How to reach the nodes and how patiently.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
-    /// Node addresses, `http://host:port` (a bare `host:port` gets `http://`). At least one.
+    /// Node addresses, `http://host:port` (a bare `host:port` gets `http://`). At least one, at
+    /// most `limits::ENDPOINTS_MAX`. Any node of a cluster serves any call, so every node may
+    /// be listed; one address keeps working as before.
     pub endpoints: Vec<String>,
+    /// The index in `endpoints` of the one this client prefers: its calls go there while it
+    /// answers, and come back to it once it answers again. `None` (the default) lets the client
+    /// choose, so that clients spread over the endpoints: a random one for a process's first
+    /// client, the next one for each further client.
+    pub home_endpoint: Option<usize>,
+    /// How long an endpoint is skipped after an attempt on it failed on the way to a node: the
+    /// period is drawn from the upper half of `endpoint_down.ceiling(n)` for the `n`-th failure
+    /// in a row, and ends early for nothing but its time. Once it ends, the next call probes
+    /// the endpoint; an answer makes it healthy again.
+    pub endpoint_down: Backoff,
     /// How long opening a connection to one node may take.
     pub connect_timeout: Duration,
     /// How long one call may take on one node, beyond its long-poll wait.
@@ -54,6 +70,11 @@ impl ClientConfig {
     pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
+            home_endpoint: None,
+            endpoint_down: Backoff::new(
+                limits::ENDPOINT_DOWN_BASE_DEFAULT,
+                limits::ENDPOINT_DOWN_CAP_DEFAULT,
+            ),
             connect_timeout: limits::CONNECT_TIMEOUT_DEFAULT,
             request_timeout: limits::REQUEST_TIMEOUT_DEFAULT,
             keepalive_interval: limits::KEEPALIVE_INTERVAL_DEFAULT,
@@ -72,9 +93,9 @@ struct Node {
 
 #[derive(Debug)]
 struct Inner {
+    /// In the order of `ClientConfig::endpoints`; `endpoints` is their health, by index.
     nodes: Vec<Node>,
-    /// The node the next call starts at: the last one that answered.
-    preferred: AtomicUsize,
+    endpoints: Endpoints,
     request_timeout: Duration,
     retry: RetryPolicy,
 }
@@ -107,6 +128,7 @@ const fn once(name: &'static str) -> Op {
 }
 
 fn normalize(address: &str) -> String {
+    let address = address.trim();
     if address.contains("://") {
         address.to_owned()
     } else {
@@ -119,13 +141,36 @@ impl Client {
     /// nodes that are not up yet. Must be called inside a Tokio runtime.
     ///
     /// # Errors
-    /// [`Error::InvalidEndpoint`] when the list is empty or an address is not a valid URI;
-    /// [`Error::InvalidArgument`] for a retry policy that allows no attempt.
+    /// [`Error::InvalidEndpoint`] when the list is empty or longer than
+    /// `limits::ENDPOINTS_MAX`, or an address is empty or not a valid URI;
+    /// [`Error::InvalidArgument`] for a retry policy that allows no attempt or a home endpoint
+    /// beyond the list.
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
         if config.endpoints.is_empty() {
             return Err(Error::InvalidEndpoint {
                 address: String::new(),
                 message: "at least one endpoint is needed".to_owned(),
+            });
+        }
+        if config.endpoints.len() > limits::ENDPOINTS_MAX {
+            return Err(Error::InvalidEndpoint {
+                address: config.endpoints[limits::ENDPOINTS_MAX].clone(),
+                message: format!(
+                    "at most {} endpoints, got {}",
+                    limits::ENDPOINTS_MAX,
+                    config.endpoints.len()
+                ),
+            });
+        }
+        if let Some(home) = config.home_endpoint
+            && home >= config.endpoints.len()
+        {
+            return Err(Error::InvalidArgument {
+                field: Some("home_endpoint".to_owned()),
+                message: format!(
+                    "must be an index below {}, the number of endpoints; got {home}",
+                    config.endpoints.len()
+                ),
             });
         }
         if config.retry.attempts_max == 0 {
@@ -140,6 +185,12 @@ impl Client {
             config.request_timeout + Duration::from_secs(u64::from(limits::WAIT_SECONDS_MAX));
         let mut nodes = Vec::with_capacity(config.endpoints.len());
         for address in &config.endpoints {
+            if address.trim().is_empty() {
+                return Err(Error::InvalidEndpoint {
+                    address: address.clone(),
+                    message: "an endpoint address is empty".to_owned(),
+                });
+            }
             let address = normalize(address);
             let endpoint = Endpoint::from_shared(address.clone())
                 .map_err(|e| Error::InvalidEndpoint {
@@ -157,10 +208,14 @@ impl Client {
                 .max_encoding_message_size(limits::ENCODE_MESSAGE_BYTES_MAX);
             nodes.push(Node { address, rpc });
         }
+        let home = config
+            .home_endpoint
+            .unwrap_or_else(|| endpoints::next_home(nodes.len()));
+        let endpoints = Endpoints::new(nodes.len(), home, config.endpoint_down);
         Ok(Self {
             inner: Arc::new(Inner {
                 nodes,
-                preferred: AtomicUsize::new(0),
+                endpoints,
                 request_timeout: config.request_timeout,
                 retry: config.retry,
             }),
@@ -180,8 +235,18 @@ impl Client {
         self.inner.nodes.iter().map(|n| n.address.as_str())
     }
 
+    /// The address this client's calls go to while it answers (see
+    /// [`ClientConfig::home_endpoint`]).
+    pub fn home_endpoint(&self) -> &str {
+        &self.inner.nodes[self.inner.endpoints.home()].address
+    }
+
     /// Runs one call with retries. `attempt` sends `request` to one node; `timeout` bounds each
     /// attempt.
+    ///
+    /// Attempts go round the endpoints from home, up ones first (`Endpoints::pick`), without a
+    /// pause while some endpoint is untried; once all have been tried the call backs off before
+    /// the next round. The attempt cap and the deadline bound all of it.
     async fn call<Req, Resp, F, Fut>(
         &self,
         op: Op,
@@ -198,12 +263,16 @@ impl Client {
         let inner = &*self.inner;
         let policy = inner.retry;
         let count = inner.nodes.len();
-        let first = inner.preferred.load(Ordering::Relaxed) % count;
         // One full attempt always fits, whatever the policy's budget.
         let deadline = Instant::now() + policy.deadline.max(timeout);
         let mut tries: u32 = 0;
+        let mut backoffs: u32 = 0;
+        let mut round = Tried::default();
+        // The last failure on the way to a node of each endpoint tried, in first-tried order.
+        let mut failures: Vec<(usize, Error)> = Vec::new();
         loop {
-            let index = (first + tries as usize) % count;
+            let index = inner.endpoints.pick(Instant::now(), round);
+            round.insert(index);
             let node = &inner.nodes[index];
             let remaining = deadline.saturating_duration_since(Instant::now());
             let attempt_timeout = timeout.min(remaining);
@@ -216,7 +285,7 @@ impl Client {
             tries += 1;
             let (error, failure) = match outcome {
                 Ok(Ok(response)) => {
-                    inner.preferred.store(index, Ordering::Relaxed);
+                    inner.endpoints.succeeded(index);
                     return Ok(response.into_inner());
                 }
                 Ok(Err(status)) => {
@@ -238,20 +307,40 @@ impl Client {
                 ),
             };
             let now = Instant::now();
-            if !failure.retryable(op.idempotence) || tries >= policy.attempts_max || now >= deadline
-            {
+            if failure == Failure::Refused {
+                // The node answered: it is up, and asking elsewhere gets the same answer.
+                inner.endpoints.succeeded(index);
                 return Err(error);
             }
-            // Later calls start at the next node rather than the one that just failed.
-            inner
-                .preferred
-                .store((index + 1) % count, Ordering::Relaxed);
-            let delay = policy
-                .backoff
-                .delay(tries - 1, &mut rand::rng())
-                .min(deadline.saturating_duration_since(now));
-            debug!(op = op.name, node = %node.address, error = %error, retry_in_ms = delay.as_millis() as u64, "retrying");
-            tokio::time::sleep(delay).await;
+            if let Some(down_for) = inner.endpoints.failed(index, now, &mut rand::rng()) {
+                debug!(op = op.name, node = %node.address, error = %error, down_ms = down_for.as_millis() as u64, "endpoint marked down");
+            }
+            match failures.iter_mut().find(|(tried, _)| *tried == index) {
+                Some((_, last)) => *last = error,
+                None => failures.push((index, error)),
+            }
+            if !failure.retryable(op.idempotence) || tries >= policy.attempts_max || now >= deadline
+            {
+                return Err(no_endpoint_available(failures));
+            }
+            if round.covers(count) {
+                // Every endpoint failed this round: wait before the next, as a lone node's
+                // client waits between its attempts.
+                round = Tried::default();
+                let delay = policy
+                    .backoff
+                    .delay(backoffs, &mut rand::rng())
+                    .min(deadline.saturating_duration_since(now));
+                backoffs += 1;
+                debug!(
+                    op = op.name,
+                    retry_in_ms = delay.as_millis() as u64,
+                    "every endpoint failed; retrying"
+                );
+                tokio::time::sleep(delay).await;
+            } else {
+                debug!(op = op.name, node = %node.address, "moving to the next endpoint");
+            }
         }
     }
 
@@ -537,7 +626,11 @@ impl Client {
     // ---- Messages. ----
 
     /// Sends one message. Retried only when it carries a deduplication id (the node then stores
-    /// it once however often it arrives) or when no node was reached.
+    /// it once however often it arrives) or when no node was reached. Without one, an error
+    /// after the request may have reached a node ([`Error::Unavailable`], [`Error::Timeout`], or
+    /// [`Error::NoEndpointAvailable`] ending in one of them) does not prove that nothing was
+    /// stored: sending the message again may store it twice, which at-least-once delivery
+    /// allows.
     ///
     /// # Errors
     /// [`Error::QueueNotFound`], [`Error::InvalidArgument`] (empty or oversized body, bad
@@ -860,6 +953,18 @@ impl Client {
             )
             .await?;
         Ok(reply.moved)
+    }
+}
+
+/// The error of a call whose attempts all failed on the way to a node: the one failure itself
+/// when a single endpoint was tried, else [`Error::NoEndpointAvailable`] naming each endpoint.
+fn no_endpoint_available(mut failures: Vec<(usize, Error)>) -> Error {
+    assert!(!failures.is_empty(), "a failed call made an attempt");
+    if failures.len() == 1 {
+        return failures.pop().expect("one failure").1;
+    }
+    Error::NoEndpointAvailable {
+        failures: failures.into_iter().map(|(_, error)| error).collect(),
     }
 }
 

@@ -128,6 +128,18 @@ pub enum Error {
         /// How long the client waited.
         after: Duration,
     },
+    /// A call tried more than one endpoint and every attempt failed on the way to a node: no
+    /// endpoint was reachable, available and answering in time, as far as this call could tell.
+    /// A call that may repeat its request (see `RetryPolicy`) tries every endpoint before it
+    /// gives up; one that may not stops at the first attempt that may have reached a node, and
+    /// that attempt may still have taken effect (a send without a deduplication id may have
+    /// stored its message).
+    #[error("no endpoint available: {}", display_failures(.failures))]
+    NoEndpointAvailable {
+        /// The last failure on each endpoint tried, in the order they were first tried: each an
+        /// [`Error::Unavailable`] or [`Error::Timeout`] that names its endpoint.
+        failures: Vec<Error>,
+    },
     /// An endpoint address could not be used.
     #[error("endpoint {address} is not usable: {message}")]
     InvalidEndpoint {
@@ -152,6 +164,14 @@ pub enum Error {
         /// The node's explanation.
         message: String,
     },
+}
+
+fn display_failures(failures: &[Error]) -> String {
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn display_queue(queue: &Option<QueueName>) -> String {
@@ -211,6 +231,7 @@ impl Error {
             Error::ResourceExhausted { .. } => "ResourceExhausted",
             Error::Unavailable { .. } => "Unavailable",
             Error::Timeout { .. } => "Timeout",
+            Error::NoEndpointAvailable { .. } => "NoEndpointAvailable",
             Error::InvalidEndpoint { .. } => "InvalidEndpoint",
             Error::Protocol { .. } => "Protocol",
             Error::Server { .. } => "Server",
@@ -359,6 +380,13 @@ impl Error {
                 address: address.to_owned(),
                 message,
             },
+            // tonic's report of a connection that broke mid-call: the node went away.
+            Code::Unknown | Code::Internal if crate::retry::is_broken_connection(status) => {
+                Self::Unavailable {
+                    address: address.to_owned(),
+                    message,
+                }
+            }
             // tonic reports its own request timeout as CANCELLED ("Timeout expired"), made up
             // locally and so without the response headers a node's status carries. The caller
             // knows how long it waited and fills in `after`.
@@ -750,6 +778,44 @@ mod tests {
             map_node(Code::NotFound, "SomethingNewer", "x"),
             Error::QueueNotFound { queue: Some(_), .. }
         ));
+    }
+
+    #[test]
+    fn a_connection_broken_mid_call_is_unavailable() {
+        match map(Code::Unknown, "connection closed before message completed") {
+            Error::Unavailable { address, .. } => assert_eq!(address, "http://n1:7100"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            map(Code::Internal, "failed to decode Protobuf message"),
+            Error::Server { .. }
+        ));
+    }
+
+    #[test]
+    fn no_endpoint_available_names_every_endpoint_tried() {
+        let error = Error::NoEndpointAvailable {
+            failures: vec![
+                Error::Unavailable {
+                    address: "http://n1:7100".to_owned(),
+                    message: "tcp connect error".to_owned(),
+                },
+                Error::Timeout {
+                    address: "http://n2:7100".to_owned(),
+                    after: Duration::from_millis(500),
+                },
+            ],
+        };
+        let text = error.to_string();
+        assert!(
+            text.contains("http://n1:7100") && text.contains("tcp connect error"),
+            "{text}"
+        );
+        assert!(
+            text.contains("http://n2:7100") && text.contains("500 ms"),
+            "{text}"
+        );
+        assert_eq!(error.kind(), "NoEndpointAvailable");
     }
 
     #[test]

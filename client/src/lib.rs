@@ -5,6 +5,18 @@
 //! retry a call whose repetition could change its effect (a receive, a send without a
 //! deduplication id) once that call may have reached a node.
 //!
+//! A client is given every node of a cluster (any node serves any call) and spreads over them:
+//! each client has a home endpoint and stays there while it answers. An endpoint whose attempt
+//! failed on the way (connection refused, node unavailable, no answer in time) is skipped for a
+//! growing, jittered period and then probed again; the call moves on to the next endpoint at
+//! once when it may be repeated, and fails with [`Error::NoEndpointAvailable`], naming every
+//! endpoint tried, when none answers within its attempts and deadline ([`RetryPolicy`]).
+//!
+//! Delivery is at least once, and the client adds a way to see a message twice: a send without
+//! a deduplication id whose attempt may have reached a node is never repeated, so its error may
+//! hide a message that was stored, and an application that sends it again then stores it twice.
+//! Give a send a deduplication id to make any repetition, the client's or yours, store it once.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), trireme_client::Error> {
 //! use trireme_client::{Client, QueueAttributes, QueueName, ReceiveOptions, SendMessage};
@@ -24,6 +36,7 @@
 
 mod backoff;
 mod client;
+mod endpoints;
 mod error;
 pub mod limits;
 mod retry;

@@ -44,6 +44,17 @@ pub const KEEPALIVE_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
 /// How long a keepalive ping may go unanswered before the connection is dropped.
 pub const KEEPALIVE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 
+/// Endpoints one client may be given: enough for a nine-node cluster many times over, and what
+/// a call's record of the endpoints it tried holds (one bit each in a `u64`).
+pub const ENDPOINTS_MAX: usize = 64;
+
+/// First ceiling of the period a failed endpoint is skipped for; it doubles with each failure
+/// in a row, and the period is drawn from the upper half of the ceiling.
+pub const ENDPOINT_DOWN_BASE_DEFAULT: Duration = Duration::from_secs(1);
+
+/// Largest ceiling of that period: a node that comes back gets traffic again within it.
+pub const ENDPOINT_DOWN_CAP_DEFAULT: Duration = Duration::from_secs(30);
+
 /// Attempts of one idempotent call, across all nodes, the first included.
 pub const ATTEMPTS_DEFAULT: u32 = 4;
 
@@ -92,3 +103,6 @@ const _: () = assert!(KEEPALIVE_TIMEOUT_DEFAULT.as_secs() < KEEPALIVE_INTERVAL_D
 const _: () =
     assert!(RETRY_BACKOFF_BASE_DEFAULT.as_millis() <= RETRY_BACKOFF_CAP_DEFAULT.as_millis());
 const _: () = assert!(ATTEMPTS_DEFAULT >= 1);
+const _: () = assert!(ENDPOINTS_MAX <= u64::BITS as usize);
+const _: () =
+    assert!(ENDPOINT_DOWN_BASE_DEFAULT.as_millis() <= ENDPOINT_DOWN_CAP_DEFAULT.as_millis());

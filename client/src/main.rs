@@ -28,7 +28,9 @@ use trireme_client::{
     about = "Command-line client for Trireme message queues"
 )]
 struct Cli {
-    /// Node address; repeat for several nodes (calls that may be repeated fail over).
+    /// Node address; several nodes of a cluster repeated or comma-separated (`a:7100,b:7100`),
+    /// used by every command, `worker` and `bench` included. A node that cannot be reached is
+    /// skipped for a while and the call moves to the next one.
     #[arg(long = "endpoint", env = "TRIREME_ENDPOINT", value_delimiter = ',', default_value = DEFAULT_ENDPOINT, global = true)]
     endpoints: Vec<String>,
 

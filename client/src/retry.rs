@@ -5,8 +5,12 @@
 //! attributes, a send with a deduplication id), or the attempt provably never reached a node
 //! (the connection could not be opened). A receive is never retried after it may have reached a
 //! node: a lost reply there has already made messages invisible, and a second receive would hide
-//! more. Every retry goes to the next node in the list, after a capped, fully jittered backoff,
-//! and stops at an attempt cap or the call's deadline, whichever comes first.
+//! more. A retry goes to the next endpoint that is up (`endpoints.rs` picks it) at once, and
+//! after a capped, fully jittered backoff once every endpoint has failed; retries stop at an
+//! attempt cap or the call's deadline, whichever comes first. A repeated send without a
+//! deduplication id could store its message twice, which is why it is never repeated after it
+//! may have reached a node; at-least-once delivery allows the duplicate an application's own
+//! resend after such an error may make.
 
 use std::time::Duration;
 
@@ -64,7 +68,8 @@ pub(crate) enum Idempotence {
 pub(crate) enum Failure {
     /// The connection could not be opened: the request never left this process.
     NotSent,
-    /// The node may or may not have acted: unavailable mid-call, or no answer in time.
+    /// The node may or may not have acted: unavailable mid-call, the connection broken
+    /// mid-call, or no answer in time.
     Transient,
     /// The node answered with a refusal; asking again gets the same answer.
     Refused,
@@ -84,6 +89,7 @@ impl Failure {
                 Self::NotSent
             }
             Code::Unavailable | Code::DeadlineExceeded | Code::Aborted => Self::Transient,
+            _ if is_broken_connection(status) => Self::Transient,
             // tonic's own request timeout surfaces as CANCELLED ("Timeout expired").
             Code::Cancelled if status.metadata().is_empty() => Self::Transient,
             _ => Self::Refused,
@@ -98,6 +104,19 @@ impl Failure {
             Self::Refused => false,
         }
     }
+}
+
+/// Whether a status is tonic's own report of a connection that broke while a call was on it
+/// (the node died or the socket was reset mid-call): no response headers, and the code tonic
+/// gives an HTTP/2 or I/O failure, UNKNOWN (a closed connection, a reset, a broken pipe) or
+/// INTERNAL with its "h2 protocol error" wording. The request may have reached the node.
+pub(crate) fn is_broken_connection(status: &Status) -> bool {
+    status.metadata().is_empty()
+        && match status.code() {
+            Code::Unknown => true,
+            Code::Internal => status.message().starts_with("h2 protocol error"),
+            _ => false,
+        }
 }
 
 /// Whether a locally made status message is a connector's failure to open the connection.
@@ -164,6 +183,34 @@ mod tests {
         assert_eq!(
             Failure::of_status(&Status::deadline_exceeded("late")),
             Failure::Transient
+        );
+    }
+
+    #[test]
+    fn a_connection_broken_mid_call_is_transient() {
+        for status in [
+            Status::unknown("transport error"),
+            Status::unknown("connection closed before message completed"),
+            Status::unknown("h2 protocol error: stream closed because of a broken pipe"),
+            Status::internal("h2 protocol error: error reading a body from connection"),
+        ] {
+            let failure = Failure::of_status(&status);
+            assert_eq!(failure, Failure::Transient, "{status:?}");
+            assert!(failure.retryable(Idempotence::Idempotent));
+            assert!(!failure.retryable(Idempotence::NotIdempotent));
+        }
+        // A node's own INTERNAL (it has headers) and a local decoding failure are refusals.
+        assert_eq!(
+            Failure::of_status(&from_node(Code::Internal, "storage failed")),
+            Failure::Refused
+        );
+        assert_eq!(
+            Failure::of_status(&from_node(Code::Unknown, "h2 protocol error")),
+            Failure::Refused
+        );
+        assert_eq!(
+            Failure::of_status(&Status::internal("failed to decode Protobuf message")),
+            Failure::Refused
         );
     }
 

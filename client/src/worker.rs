@@ -530,6 +530,7 @@ fn recoverable(error: &Error) -> bool {
     matches!(
         error,
         Error::Unavailable { .. }
+            | Error::NoEndpointAvailable { .. }
             | Error::Timeout { .. }
             | Error::ResourceExhausted { .. }
             | Error::Server { .. }
@@ -878,6 +879,9 @@ mod tests {
         assert!(recoverable(&Error::Unavailable {
             address: "a".into(),
             message: "x".into()
+        }));
+        assert!(recoverable(&Error::NoEndpointAvailable {
+            failures: Vec::new()
         }));
         assert!(!recoverable(&Error::QueueNotFound {
             queue: None,

@@ -504,8 +504,12 @@ async fn a_cancelled_redrive_reports_what_it_moved() {
 #[tokio::test]
 async fn a_node_that_is_down_is_skipped_for_every_call() {
     let node = TestNode::start().await;
-    let closed = fake::closed_address().await;
-    let client = Client::new(ClientConfig::new([closed, node.address.clone()])).unwrap();
+    let closed = fake::closed_port();
+    let client = Client::new(ClientConfig::new([
+        closed.address.clone(),
+        node.address.clone(),
+    ]))
+    .unwrap();
     let name = queue_name("failover");
     create_queue(&client, &name).await;
     send(&client, &name, "through").await;

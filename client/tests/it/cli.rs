@@ -234,10 +234,13 @@ async fn send_receive_and_delete_from_the_command_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_endpoint_list_comes_from_the_environment() {
     let node = TestNode::start().await;
-    let closed = fake::closed_address().await;
+    let closed = fake::closed_port();
     let name = queue_name("cli-env");
     let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
-    command.env("TRIREME_ENDPOINT", format!("{closed},{}", node.address));
+    command.env(
+        "TRIREME_ENDPOINT",
+        format!("{},{}", closed.address, node.address),
+    );
     command.args(["--json", "queue", "create", name.as_str()]);
     assert_eq!(json(command).await["created"], true);
     node.client().get_queue(&name).await.unwrap();
@@ -341,7 +344,8 @@ async fn worker_exec_settles_by_exit_status() {
             value["message_id"].as_str().unwrap().to_owned(),
         ));
     }
-    // "fail" was copied by the worker; "retry" is moved by the node at its third receive.
+    // "fail" was moved by the worker's dead-letter-now; "retry" by the node at its third
+    // receive.
     let mut dead = Vec::new();
     for _ in 0..10 {
         let options = ReceiveOptions {
@@ -381,4 +385,119 @@ async fn worker_exec_settles_by_exit_status() {
     assert_eq!(summary["totals"]["processed"], 1);
     assert_eq!(summary["totals"]["dead_lettered"], 1);
     assert_eq!(summary["totals"]["retried"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_takes_several_endpoints_and_gets_past_a_closed_one() {
+    let node = TestNode::start().await;
+    let closed = fake::closed_port();
+    let client = node.client();
+    let name = queue_name("cli-many");
+    let q = name.as_str();
+    // Repeated: `--endpoint A --endpoint B`.
+    let repeated = |list: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
+        command
+            .env_remove("TRIREME_ENDPOINT")
+            .args(["--endpoint", &closed.address, "--endpoint", &node.address])
+            .args(list)
+            .kill_on_drop(true);
+        command
+    };
+    // Comma-separated: `--endpoint A,B`.
+    let both = format!("{},{}", closed.address, node.address);
+    let listed = |list: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
+        command
+            .env_remove("TRIREME_ENDPOINT")
+            .args(["--endpoint", &both])
+            .args(list)
+            .kill_on_drop(true);
+        command
+    };
+    assert_eq!(
+        json(repeated(&["--json", "queue", "create", q])).await["created"],
+        true
+    );
+    let sent = json(listed(&["--json", "send", q, "through"])).await;
+    let read = json(repeated(&[
+        "--json", "receive", q, "--wait", "5", "--delete",
+    ]))
+    .await;
+    assert_eq!(read[0]["body"], "through");
+    assert_eq!(read[0]["message_id"], sent["message_id"]);
+
+    // The bench gives each endpoint clients of its own, so some start at the closed port.
+    let report = json(listed(&[
+        "--json",
+        "bench",
+        "--queue",
+        q,
+        "--phases",
+        "sync",
+        "--warmup",
+        "2",
+        "--sync-count",
+        "10",
+        "--body-bytes",
+        "64",
+        "--connections",
+        "1",
+        "--no-progress",
+    ]))
+    .await;
+    let endpoints: Vec<&str> = report["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(endpoints, [closed.address.as_str(), node.address.as_str()]);
+    let phases = report["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 1, "{report}");
+    assert_eq!(phases[0]["errors"], serde_json::json!({}), "{report}");
+    // What the bench left in the queue, for the worker to take.
+    let mut worker = listed(&[
+        "--json",
+        "worker",
+        q,
+        "--exec",
+        "cat >/dev/null",
+        "--wait",
+        "1",
+    ]);
+    worker.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    let left = client.queue_stats(&name).await.unwrap().ready;
+    let marker = send(&client, &name, "last").await.message_id;
+    let mut child = worker.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut processed = 0;
+    let mut saw_marker = false;
+    while !saw_marker {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the worker printed nothing for 60 s")
+            .unwrap()
+            .expect("the worker exited early");
+        let value: Value = serde_json::from_str(&line).unwrap();
+        if value["event"] == "processed" {
+            processed += 1;
+            saw_marker |= value["message_id"] == marker.as_str();
+        }
+    }
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(processed <= left + 1, "{processed} of {left} + 1");
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tonic::{Code, Request, Response, Status};
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::queue_service_server::{QueueService, QueueServiceServer};
@@ -39,6 +39,11 @@ impl FakeNode {
 /// Starts a fake node on a loopback port. It lives until the test's runtime ends.
 pub async fn start(behaviour: Behaviour) -> FakeNode {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve(listener, behaviour)
+}
+
+/// Starts a fake node on `listener`. It lives until the test's runtime ends.
+pub fn serve(listener: TcpListener, behaviour: Behaviour) -> FakeNode {
     let address = format!("http://{}", listener.local_addr().unwrap());
     let calls = Arc::new(AtomicU32::new(0));
     let service = Fake {
@@ -55,12 +60,41 @@ pub async fn start(behaviour: Behaviour) -> FakeNode {
     FakeNode { address, calls }
 }
 
-/// An address where nothing listens: bound once, then released.
-pub async fn closed_address() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address: SocketAddr = listener.local_addr().unwrap();
-    drop(listener);
-    format!("http://{address}")
+/// A loopback port where nothing listens, held for as long as this lives: its socket is bound
+/// but not listening, so a connection is refused at once and no other test can take the port.
+pub struct ClosedPort {
+    pub address: String,
+    socket: TcpSocket,
+}
+
+impl ClosedPort {
+    /// Starts listening on the port: from now on it is open, and `serve` can answer on it.
+    pub fn open(self) -> TcpListener {
+        self.socket.listen(128).unwrap()
+    }
+}
+
+/// A fresh closed port on 127.0.0.1.
+pub fn closed_port() -> ClosedPort {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    ClosedPort {
+        address: format!("http://{}", socket.local_addr().unwrap()),
+        socket,
+    }
+}
+
+/// Holds `address`'s port closed from now on, as [`closed_port`] does: for the port of a node
+/// that was just killed, so probes of it keep being refused. `SO_REUSEADDR` lets it bind while
+/// the dead node's connections linger in TIME_WAIT.
+pub fn hold_closed(address: SocketAddr) -> ClosedPort {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind(address).unwrap();
+    ClosedPort {
+        address: format!("http://{address}"),
+        socket,
+    }
 }
 
 struct Fake {

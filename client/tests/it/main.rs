@@ -4,6 +4,7 @@
 mod bench;
 mod calls;
 mod cli;
+mod failover;
 mod fake;
 mod node;
 mod retry;

@@ -43,6 +43,71 @@ impl TestNode {
     }
 }
 
+/// A node on a runtime of its own, so that a test can kill it: [`KillableNode::kill`] ends the
+/// runtime and with it every task of the node (its server, its open connections, its engine)
+/// at once, with no graceful shutdown, as a crashed process would end.
+pub struct KillableNode {
+    pub address: String,
+    runtime: Option<tokio::runtime::Runtime>,
+    // Kept until the node is gone: the database lives here.
+    _dir: tempfile::TempDir,
+}
+
+impl KillableNode {
+    /// Starts a node with the default configuration on a free loopback port.
+    pub async fn start() -> KillableNode {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::with_data_dir(dir.path());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (started, address) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let storage = trireme_node::open_storage(&config).unwrap();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = format!("http://{}", listener.local_addr().unwrap());
+            let incoming = trireme_node::tcp_incoming(listener);
+            let node = Node::start(&config, storage, incoming, Arc::new(SystemClock)).unwrap();
+            started.send(address).unwrap();
+            // The node runs until its runtime ends.
+            std::future::pending::<()>().await;
+            drop(node);
+        });
+        KillableNode {
+            address: address.await.unwrap(),
+            runtime: Some(runtime),
+            _dir: dir,
+        }
+    }
+
+    /// A client of this node alone.
+    pub fn client(&self) -> Client {
+        Client::new(ClientConfig::new([self.address.clone()])).unwrap()
+    }
+
+    /// Kills the node: returns once its runtime's threads have ended (within a generous
+    /// bound), so its listener and connections are closed.
+    pub async fn kill(&mut self) {
+        let runtime = self.runtime.take().expect("a node is killed once");
+        tokio::task::spawn_blocking(move || {
+            runtime.shutdown_timeout(std::time::Duration::from_secs(30))
+        })
+        .await
+        .unwrap();
+    }
+}
+
+impl Drop for KillableNode {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which a test's async context does not allow.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// A queue name unique within the test binary.
 pub fn queue_name(prefix: &str) -> QueueName {
     use std::sync::atomic::{AtomicU32, Ordering};
