@@ -140,6 +140,15 @@ pub enum Error {
         /// [`Error::Unavailable`] or [`Error::Timeout`] that names its endpoint.
         failures: Vec<Error>,
     },
+    /// The node is a cluster member, and this version serves the call only on a node running
+    /// alone. Every member answers the same, so it is not tried elsewhere.
+    #[error("node {address} does not serve this call in a cluster: {message}")]
+    NotServedByCluster {
+        /// The node's address.
+        address: String,
+        /// The node's explanation.
+        message: String,
+    },
     /// An endpoint address could not be used.
     #[error("endpoint {address} is not usable: {message}")]
     InvalidEndpoint {
@@ -232,6 +241,7 @@ impl Error {
             Error::Unavailable { .. } => "Unavailable",
             Error::Timeout { .. } => "Timeout",
             Error::NoEndpointAvailable { .. } => "NoEndpointAvailable",
+            Error::NotServedByCluster { .. } => "NotServedByCluster",
             Error::InvalidEndpoint { .. } => "InvalidEndpoint",
             Error::Protocol { .. } => "Protocol",
             Error::Server { .. } => "Server",
@@ -288,7 +298,13 @@ impl Error {
             "QueueLimit" | "InflightLimit" | "WaiterLimit" | "RedriveTaskLimit" => {
                 Self::ResourceExhausted { message }
             }
-            "ShuttingDown" => Self::Unavailable {
+            // A cluster member without a quorum of replicas in time: the call may still have
+            // taken effect, as after any failure on the way (retry.rs treats it so).
+            "ShuttingDown" | "ReplicasUnavailable" => Self::Unavailable {
+                address: address.to_owned(),
+                message,
+            },
+            "NotServedByCluster" => Self::NotServedByCluster {
                 address: address.to_owned(),
                 message,
             },
@@ -562,7 +578,7 @@ mod tests {
     }
 
     /// Every reason a node sends, the code it comes with, and the variant it becomes.
-    const REASONS: [(&str, Code, &str); 30] = [
+    const REASONS: [(&str, Code, &str); 32] = [
         ("QueueNotFound", Code::NotFound, "QueueNotFound"),
         ("QueueNameExists", Code::AlreadyExists, "QueueExists"),
         (
@@ -658,6 +674,12 @@ mod tests {
             "ResourceExhausted",
         ),
         ("ShuttingDown", Code::Unavailable, "Unavailable"),
+        ("ReplicasUnavailable", Code::Unavailable, "Unavailable"),
+        (
+            "NotServedByCluster",
+            Code::Unimplemented,
+            "NotServedByCluster",
+        ),
         ("StorageFailed", Code::Internal, "Server"),
         ("MessageIdExists", Code::Internal, "Server"),
         ("WaiterExists", Code::Internal, "Server"),
@@ -689,6 +711,7 @@ mod tests {
             Code::FailedPrecondition => "FAILED_PRECONDITION",
             Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
             Code::Unavailable => "UNAVAILABLE",
+            Code::Unimplemented => "UNIMPLEMENTED",
             Code::Internal => "INTERNAL",
             other => panic!("no reason has code {other:?}"),
         };

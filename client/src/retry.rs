@@ -222,6 +222,7 @@ mod tests {
             Code::FailedPrecondition,
             Code::AlreadyExists,
             Code::ResourceExhausted,
+            Code::Unimplemented,
             Code::Internal,
         ] {
             let failure = Failure::of_status(&from_node(code, "no"));
