@@ -1,4 +1,6 @@
-//! A rough send + receive + delete throughput figure for one node, measured through the client.
+//! A rough send + receive + delete throughput figure for one node or several, measured through
+//! the client. With several endpoints each producer and consumer has its own client, and their
+//! home endpoints spread over the list.
 //!
 //! Producers send `--messages` messages (in batches of `--batch`) while consumers receive and
 //! delete them (batches of the same size); the figure is messages fully processed per second,
@@ -23,9 +25,9 @@ use trireme_client::{
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// The node.
-    #[arg(long, default_value = DEFAULT_ENDPOINT)]
-    endpoint: String,
+    /// The nodes: repeated or comma-separated.
+    #[arg(long = "endpoint", value_delimiter = ',', default_value = DEFAULT_ENDPOINT)]
+    endpoints: Vec<String>,
     /// Messages to push through.
     #[arg(long, default_value_t = 10_000)]
     messages: u64,
@@ -46,7 +48,7 @@ async fn main() -> Result<()> {
     if !(1..=10).contains(&args.batch) {
         bail!("--batch must be 1-10");
     }
-    let client = Client::connect([args.endpoint.clone()])?;
+    let client = Client::connect(args.endpoints.clone())?;
     let queue = QueueName::new(format!("throughput-{}", std::process::id()))?;
     client
         .create_queue(&queue, &QueueAttributes::default())
@@ -61,7 +63,7 @@ async fn main() -> Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..args.concurrency {
         let (client, queue, body, next_call) = (
-            client.clone(),
+            Client::connect(args.endpoints.clone())?,
             queue.clone(),
             body.clone(),
             next_call.clone(),
@@ -84,7 +86,11 @@ async fn main() -> Result<()> {
     }
     let total = calls * batch;
     for _ in 0..args.concurrency {
-        let (client, queue, deleted) = (client.clone(), queue.clone(), deleted.clone());
+        let (client, queue, deleted) = (
+            Client::connect(args.endpoints.clone())?,
+            queue.clone(),
+            deleted.clone(),
+        );
         tasks.spawn(async move {
             let options = ReceiveOptions {
                 max_messages: u32::try_from(batch)?,
