@@ -50,8 +50,8 @@ pub struct ClientConfig {
     pub home_endpoint: Option<usize>,
     /// How long an endpoint is skipped after an attempt on it failed on the way to a node: the
     /// period is drawn from the upper half of `endpoint_down.ceiling(n)` for the `n`-th failure
-    /// in a row, and ends early for nothing but its time. Once it ends, the next call probes
-    /// the endpoint; an answer makes it healthy again.
+    /// in a row. Only time ends it; the next call then probes the endpoint, and an answer makes
+    /// it healthy again.
     pub endpoint_down: Backoff,
     /// How long opening a connection to one node may take.
     pub connect_timeout: Duration,
@@ -1025,8 +1025,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn endpoint_lists_are_checked_for_size_blanks_and_home() {
+        let many: Vec<String> = (0..=limits::ENDPOINTS_MAX)
+            .map(|i| format!("http://n{i}:7100"))
+            .collect();
+        assert!(matches!(
+            Client::connect(many.clone()),
+            Err(Error::InvalidEndpoint { ref message, .. }) if message.contains("at most 64")
+        ));
+        assert!(Client::connect(&many[..limits::ENDPOINTS_MAX]).is_ok());
+        // "a,,b" from a command line.
+        assert!(matches!(
+            Client::connect(["n1:7100", " ", "n2:7100"]),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+        let mut config = ClientConfig::new(["n1:7100", "n2:7100"]);
+        config.home_endpoint = Some(1);
+        assert_eq!(
+            Client::new(config).unwrap().home_endpoint(),
+            "http://n2:7100"
+        );
+    }
+
+    #[tokio::test]
     async fn bare_addresses_get_the_http_scheme() {
-        let client = Client::connect(["127.0.0.1:7100", "https://n2:7100"]).unwrap();
+        let client = Client::connect([" 127.0.0.1:7100", "https://n2:7100"]).unwrap();
         let endpoints: Vec<&str> = client.endpoints().collect();
         assert_eq!(endpoints, ["http://127.0.0.1:7100", "https://n2:7100"]);
     }
