@@ -227,10 +227,15 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 impl Node {
     /// Starts a node on `storage`, serving gRPC on the connections of `incoming` (a TCP
     /// listener's stream in production, turmoil's in simulation), reading time from `clock`.
+    /// With `config.cluster` set it also opens the replica store in the data directory (its
+    /// committer is an OS thread: not for the simulation) and joins the cluster; the peers are
+    /// served once [`Node::serve_peers`] is called.
     ///
     /// # Errors
     /// `Storage` when the handle key or records cannot be read, `HandleKey` for a short
-    /// configured key, `Engine` when the engine cannot start.
+    /// configured key, `Engine` when the engine cannot start; for a member, `WrongNode` when
+    /// the data directory belongs to another node id, `Replica` when the replica store cannot
+    /// be opened, `Cluster` when the membership is refused.
     pub fn start<I, IO, IE>(
         config: &Config,
         mut storage: Storage,

@@ -463,3 +463,64 @@ fn a_message_received_too_often_moves_to_the_dead_letter_queue_with_its_id() {
         );
     });
 }
+
+/// Nodes as the binary starts them — `Node::start` with a cluster configured, peers served by
+/// `Node::serve_peers` — in one runtime: a send coordinated by one is durable on two replicas
+/// or more, and after a graceful shutdown every replica store is closed (its directory opens
+/// again, as its node) and holds what it acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_nodes_replicate_and_close_their_replica_stores_on_shutdown() {
+    use trireme_node::Node;
+    use trireme_node::config::{ClusterConfig, Config, derive_handle_key};
+
+    let mut reserved = super::loopback::reserve(1..=3);
+    let addresses = super::loopback::addresses(&reserved);
+    let dirs: Vec<TempDir> = (1..=3).map(|_| TempDir::new().unwrap()).collect();
+    let mut nodes = Vec::new();
+    for (node, dir) in (1..=3).zip(&dirs) {
+        let mut config = Config::with_data_dir(dir.path());
+        config.handle_key = Some(derive_handle_key(b"the cluster's shared secret"));
+        config.cluster = Some(ClusterConfig {
+            node: NodeId(node),
+            peer_listen: addresses[&node],
+            peers: settings(node, &addresses).peers,
+            operation_timeout_ms: 20_000,
+            anti_entropy_period_s: 3_600,
+            collection_period_s: 3_600,
+            collection_rows_per_round_max: 1_000,
+        });
+        let storage = trireme_node::open_storage(&config).unwrap();
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let clock = Arc::new(SystemClock);
+        let mut started = Node::start(&config, storage, tcp_incoming(grpc), clock).unwrap();
+        let peers = super::loopback::listener(reserved.remove(&node), addresses[&node]);
+        started.serve_peers(tcp_incoming(peers));
+        nodes.push(started);
+    }
+    let cluster = nodes[0].cluster().expect("node 1 is a member").clone();
+    assert_eq!(cluster.node(), NodeId(1));
+    let answer = cluster
+        .send(
+            &queue("wired"),
+            INCARNATION,
+            MessageId(5),
+            birth("m5", SystemClock.now()),
+        )
+        .await;
+    assert_eq!(answer, SendAnswer::Sent);
+    // A clone held past the shutdown would keep node 1's store open.
+    drop(cluster);
+    for node in nodes {
+        node.shutdown().await;
+    }
+    let mut holding = 0;
+    for (node, dir) in (1..=3).zip(&dirs) {
+        let (store, closed) = ReplicaStore::open(dir.path(), NodeId(node), 0)
+            .expect("the shutdown closed the replica store");
+        let records = store.records().unwrap();
+        holding += usize::from(records.iter().any(|(key, _)| key.message == MessageId(5)));
+        drop(store);
+        closed.wait();
+    }
+    assert!(holding >= 2, "the sent message is on {holding} replicas");
+}
