@@ -60,29 +60,12 @@ fn assert_exercised(report: &Report) {
     );
 }
 
-/// Finding F1 (open; sim/README.md, *Findings*): a claim that lost its race on two replicas
-/// stays on the third, and the merge of two claims of one `seq` keeps the greater
-/// `(coordinator, nonce)`, so read repair can make the losing claim current. The delivered
-/// handle then deletes as `Stale`, and the message comes back at the losing claim's deadline,
-/// inside the delivered one's visibility timeout (I4). Until the protocol changes, the sweep
-/// reports a seed whose only violations are I4 breaches as this finding instead of failing it,
-/// and `regression_seed_10_a_losing_claim_repaired_over_the_delivered_one` pins it.
-fn only_the_known_finding(report: &Report) -> bool {
-    report.error.is_none()
-        && !report.violations.is_empty()
-        && report
-            .violations
-            .iter()
-            .all(|v| matches!(v, Violation::DeliveredWhileInvisible { .. }))
-}
-
 #[test]
 fn cluster_seed_sweep() {
     let count = env_u64("TRIREME_SIM_SEEDS").unwrap_or(SWEEP_SEEDS_DEFAULT);
     let base = env_u64("TRIREME_SIM_SEED_BASE").unwrap_or(0);
     let started = Instant::now();
     let mut failures = Vec::new();
-    let mut known = Vec::new();
     let mut total = (0, 0, 0);
     for seed in base..base + count {
         match run_named(&Options::seed(seed)) {
@@ -96,9 +79,6 @@ fn cluster_seed_sweep() {
                 total = (total.0 + sends, total.1 + delivered, total.2 + deletes);
                 if report.passed() {
                     assert_exercised(&report);
-                } else if only_the_known_finding(&report) {
-                    known.push(seed);
-                    println!("  known finding F1; replay: {}", replay_command(seed));
                 } else {
                     eprintln!(
                         "FAILED {}replay: {}",
@@ -115,8 +95,7 @@ fn cluster_seed_sweep() {
         }
     }
     println!(
-        "{count} cluster seeds in {:.1} s: {} sends, {} deliveries, {} deletes acknowledged; \
-         known finding F1 in seeds {known:?}",
+        "{count} cluster seeds in {:.1} s: {} sends, {} deliveries, {} deletes acknowledged",
         started.elapsed().as_secs_f64(),
         total.0,
         total.1,
@@ -155,7 +134,7 @@ fn replay() {
         }
     }
     assert!(
-        report.passed() || only_the_known_finding(&report),
+        report.passed(),
         "{}replay: {}",
         report.summary(),
         replay_command(seed)
@@ -163,37 +142,73 @@ fn replay() {
     assert_exercised(&report);
 }
 
-/// Seed 10 found F1 with no crash at all: two receives claim one new message at once; each
-/// coordinator's own replica acks its claim first, one claim wins the other two replicas and
-/// is delivered (count 1, 4 s), the other stays on its coordinator's replica; a later read
-/// merges the two, the greater claim is the undelivered one, and repair spreads it. The
-/// holder's delete at 678 ms is refused as `Stale`, and the message is delivered again at
-/// 2540 ms, 1.8 s before its visibility timeout ends. The race in the history: client 2's
-/// receive (388–414 ms, 4 s) delivered it, client 1's (392–416 ms, 2 s) came back empty, and
-/// the redelivery starts at 2517 ms, just after the losing claim's deadline. When the protocol fixes F1 this test
-/// fails: then it asserts the seed passes.
-#[test]
-fn regression_seed_10_a_losing_claim_repaired_over_the_delivered_one() {
-    let report = run_named(&Options::seed(10)).unwrap_or_else(|failure| panic!("{failure}"));
-    print!("{}", report.summary());
-    assert!(
-        only_the_known_finding(&report),
-        "seed 10 shows F1 and nothing else: {}replay: {}",
-        report.summary(),
-        replay_command(10)
-    );
-    let stale_delete_of_the_delivered_handle = report.history.ops.iter().any(|op| {
+/// Whether the delete of the handle delivered first in seed 10's race (receive count 1, invoked
+/// before 1 s) was refused as stale (`refused_stale`), or else acknowledged.
+fn seed_10_holder_delete(report: &Report, refused_stale: bool) -> bool {
+    report.history.ops.iter().any(|op| {
         matches!(
             &op.call,
             Call::Delete {
                 receive_count: 1,
                 ..
             }
-        ) && matches!(op.outcome(), Outcome::Refused { code } if code == "Stale")
-            && op.invoked_at_ms < 1_000
-    });
+        ) && op.invoked_at_ms < 1_000
+            && if refused_stale {
+                matches!(op.outcome(), Outcome::Refused { code } if code == "Stale")
+            } else {
+                matches!(op.outcome(), Outcome::Ok)
+            }
+    })
+}
+
+/// Seed 10 found F1 with no crash at all (sim/README.md, *Findings*): two receives claim one new
+/// message at once; each coordinator's own replica acks its claim first, one claim wins the
+/// other two replicas and is delivered (count 1, 4 s), the other stays on its coordinator's
+/// replica. Before the fix a later read merged the two, the greater claim was the undelivered
+/// one, repair spread it, the holder's delete at 678 ms was refused as `Stale`, and the message
+/// came back at 2540 ms, 1.8 s inside its visibility timeout (client 2's receive 388–414 ms
+/// delivered it, client 1's 392–416 ms came back empty). Now a handle is valid by its version and
+/// the losing claim's lease never outranks the holder's: the same race leaves the holder's delete
+/// acknowledged and the seed passes.
+#[test]
+fn regression_seed_10_the_holder_of_a_raced_version_deletes_it_and_nothing_comes_back_early() {
+    let report = run_named(&Options::seed(10)).unwrap_or_else(|failure| panic!("{failure}"));
+    print!("{}", report.summary());
     assert!(
-        stale_delete_of_the_delivered_handle,
+        report.passed(),
+        "seed 10 passes: {}replay: {}",
+        report.summary(),
+        replay_command(10)
+    );
+    assert_exercised(&report);
+    assert!(
+        seed_10_holder_delete(&report, false),
+        "the delivered handle's delete is acknowledged"
+    );
+}
+
+/// The protocol before F1 was answered, planted: seed 10 shows the finding again, and only it
+/// (every violation an early redelivery, the holder's delete refused as stale). This is what
+/// the regression test above would see if the fix were undone.
+#[test]
+fn the_old_claim_merge_brings_f1_back_at_seed_10() {
+    plant(Some(Bug::WholeClaimFirst));
+    let report = run_named(&Options::seed(10));
+    plant(None);
+    let report = report.unwrap_or_else(|failure| panic!("{failure}"));
+    print!("WholeClaimFirst at seed 10: {}", report.summary());
+    assert!(report.error.is_none(), "the run itself finished");
+    assert!(
+        !report.violations.is_empty()
+            && report
+                .violations
+                .iter()
+                .all(|v| matches!(v, Violation::DeliveredWhileInvisible { .. })),
+        "seed 10 under the old merge shows early redeliveries and nothing else: {}",
+        report.summary()
+    );
+    assert!(
+        seed_10_holder_delete(&report, true),
         "the delivered handle's delete is refused as stale"
     );
 }
@@ -239,7 +254,7 @@ fn caught_within(bug: Bug, seeds: u64) -> (u64, Report) {
     for seed in 0..seeds {
         let report = run_named(&Options::seed(seed));
         match report {
-            Ok(report) if !report.violations.is_empty() && !only_the_known_finding(&report) => {
+            Ok(report) if !report.violations.is_empty() => {
                 outcome = Some((seed, report));
                 break;
             }

@@ -794,7 +794,14 @@ impl HandleOp {
             .flatten();
         // Valid by version (spec/replication.md#delete, step 4): the merged lease may be of a
         // claim that lost the race for the handle's `seq`; nobody holds that one.
-        let Some(held) = current.filter(|held| held.claim.same_version(&handle.claim)) else {
+        let valid = |held: &Held| {
+            if planted(Bug::WholeClaimFirst) {
+                held.claim == handle.claim
+            } else {
+                held.claim.same_version(&handle.claim)
+            }
+        };
+        let Some(held) = current.filter(valid) else {
             let answer = self.stale();
             return self.finish(answer);
         };

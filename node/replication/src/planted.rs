@@ -17,6 +17,11 @@ pub enum Bug {
     /// Receives, deletes and visibility changes read one replica instead of two, so a read
     /// need not meet the last write's quorum.
     ReadQuorumOfOne,
+    /// The protocol before spec/replication.md's F1: leases ordered by the whole claim first
+    /// (then counter and deadline), and handles checked by the whole claim at the coordinator
+    /// and the replicas, so a claim that lost the race for a version refuses its holder and
+    /// brings the message back at its own deadline.
+    WholeClaimFirst,
 }
 
 #[cfg(feature = "sim-bugs")]

@@ -12,6 +12,7 @@ use thiserror::Error;
 use trireme_core::{Incarnation, Millis, QueueName};
 
 use crate::ids::{Generation, NodeId};
+use crate::planted::{Bug, planted};
 
 /// The replicated form of a receipt handle: one receive of one generation.
 ///
@@ -290,7 +291,11 @@ impl Record {
                     birth: a.birth.clone(),
                     entered_at: a.entered_at.max(b.entered_at),
                     hidden_through: a.hidden_through.max(b.hidden_through),
-                    held: a.held.max(b.held),
+                    held: if planted(Bug::WholeClaimFirst) {
+                        whole_claim_first(a.held, b.held)
+                    } else {
+                        a.held.max(b.held)
+                    },
                     receive_count: a.receive_count.max(b.receive_count),
                     first_received_at: earliest(a.first_received_at, b.first_received_at),
                 })
@@ -332,6 +337,15 @@ pub fn covers(held: Option<&Record>, incoming: Option<&Record>) -> bool {
         (_, None) => true,
         (None, Some(_)) => false,
         (Some(a), Some(b)) => a.covers(b),
+    }
+}
+
+/// The lease order before F1 (planted bug `WholeClaimFirst` only): the whole claim first.
+fn whole_claim_first(a: Option<Held>, b: Option<Held>) -> Option<Held> {
+    let key = |h: &Held| (h.claim, h.change_counter, h.deadline, h.received_at);
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if key(&b) > key(&a) { b } else { a }),
+        (one, None) | (None, one) => one,
     }
 }
 

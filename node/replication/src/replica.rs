@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use trireme_core::Millis;
 
 use crate::ids::Generation;
+use crate::planted::{Bug, planted};
 use crate::record::{Body, Claim, Divergence, Held, Record, Tombstone, merge_held};
 
 /// A write a coordinator asks a replica to make.
@@ -107,7 +108,7 @@ pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
                 Position::Behind => true,
                 Position::Same(body) => match body {
                     Body::Tombstone(_) => true,
-                    Body::Live(live) => version(live.held) <= expect.map(|c| c.seq),
+                    Body::Live(live) => no_later_version(live.held, *expect),
                 },
             };
             if accept {
@@ -129,7 +130,7 @@ pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
                 Position::Behind => true,
                 Position::Same(body) => match body {
                     Body::Tombstone(_) => false,
-                    Body::Live(live) => version(live.held) <= Some(claim.seq),
+                    Body::Live(live) => no_later_version(live.held, Some(claim)),
                 },
             };
             if accept {
@@ -157,9 +158,13 @@ pub fn within_horizon(sent_at: Millis, now: Millis, horizon_ms: u64) -> bool {
     now.0.saturating_sub(sent_at.0) <= horizon_ms
 }
 
-/// The version (`seq`) of the claim a replica holds; `None` (never received) is below every one.
-fn version(held: Option<Held>) -> Option<u32> {
-    held.map(|h| h.claim.seq)
+/// The delete's replica condition (spec/replication.md#delete, step 4): the claim the replica
+/// holds is of no later version (`seq`) than `expect`; never received is below every claim.
+fn no_later_version(held: Option<Held>, expect: Option<Claim>) -> bool {
+    if planted(Bug::WholeClaimFirst) {
+        return held.map(|h| h.claim) <= expect;
+    }
+    held.map(|h| h.claim.seq) <= expect.map(|c| c.seq)
 }
 
 enum Position<'a> {
