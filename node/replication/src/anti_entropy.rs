@@ -16,9 +16,12 @@ use std::hash::{Hash, Hasher};
 
 use serde::{Deserialize, Serialize};
 
+use trireme_core::QueueName;
+
 use crate::ids::NodeId;
 use crate::key::RecordKey;
-use crate::placement::Placement;
+use crate::name::NameRecord;
+use crate::placement::{Placement, Ring};
 use crate::record::{Record, merge_held};
 
 /// What two replicas compare for one partition: how many records, and the sum of their hashes.
@@ -35,6 +38,13 @@ impl Digest {
     pub fn add(&mut self, key: &RecordKey, record: &Record) {
         self.records += 1;
         self.sum = self.sum.wrapping_add(entry_hash(key, record));
+    }
+
+    /// Adds one queue name's record (spec/replication.md §1: its votes, tombstone, registers
+    /// and watermark are all hashed, so records that differ in any of them differ here).
+    pub fn add_name(&mut self, name: &QueueName, record: &NameRecord) {
+        self.records += 1;
+        self.sum = self.sum.wrapping_add(name_hash(name, record));
     }
 
     /// Whether no record was added.
@@ -77,6 +87,53 @@ pub fn differing(mine: &BTreeMap<u16, Digest>, theirs: &BTreeMap<u16, Digest>) -
 pub fn shared(placement: &impl Placement, a: NodeId, b: NodeId, key: &RecordKey) -> bool {
     let replicas = placement.replicas(&key.queue, key.message);
     replicas.contains(&a) && replicas.contains(&b)
+}
+
+/// Whether a pair exchanges the record of queue name `name`: only when both nodes are among
+/// the name's three replicas.
+#[must_use]
+pub fn shares_name(ring: &Ring, a: NodeId, b: NodeId, name: &QueueName) -> bool {
+    let replicas = ring.name_replicas(name);
+    replicas.contains(&a) && replicas.contains(&b)
+}
+
+/// Which name records go which way, given what each replica holds of one range of names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamesReconciled {
+    /// Names the peer lacks something of: this replica's record, to be merged there.
+    pub to_peer: Vec<(QueueName, NameRecord)>,
+    /// Names this replica lacks something of: the peer's record, to be merged here.
+    pub to_me: Vec<(QueueName, NameRecord)>,
+}
+
+/// Which name records go which way (the name records' [`reconcile`]): merging `to_me` into
+/// `mine` and `to_peer` into `theirs` leaves both holding the join of the two.
+#[must_use]
+pub fn reconcile_names(
+    mine: &BTreeMap<QueueName, NameRecord>,
+    theirs: &BTreeMap<QueueName, NameRecord>,
+) -> NamesReconciled {
+    let names: BTreeSet<&QueueName> = mine.keys().chain(theirs.keys()).collect();
+    let mut reconciled = NamesReconciled::default();
+    for name in names {
+        let (held, peer) = (mine.get(name), theirs.get(name));
+        let merged = match (held, peer) {
+            (Some(held), Some(peer)) => held.merge(peer),
+            (Some(only), None) | (None, Some(only)) => only.clone(),
+            (None, None) => unreachable!("the name came from one of the two maps"),
+        };
+        if let Some(held) = held
+            && Some(&merged) != peer
+        {
+            reconciled.to_peer.push((name.clone(), held.clone()));
+        }
+        if let Some(peer) = peer
+            && Some(&merged) != held
+        {
+            reconciled.to_me.push((name.clone(), peer.clone()));
+        }
+    }
+    reconciled
 }
 
 /// What one exchange of a range of records moves between two replicas.
@@ -132,6 +189,18 @@ fn entry_hash(key: &RecordKey, record: &Record) -> u128 {
     record.hash(&mut low);
     key.hash(&mut high);
     record.hash(&mut high);
+    (u128::from(high.finish()) << 64) | u128::from(low.finish())
+}
+
+fn name_hash(name: &QueueName, record: &NameRecord) -> u128 {
+    let mut low = Fnv::new(0xcbf2_9ce4_8422_2325);
+    let mut high = Fnv::new(0x8422_2325_cbf2_9ce4);
+    // A tag keeps a name's hash apart from a message key's of the same bytes.
+    for hasher in [&mut low, &mut high] {
+        hasher.write(b"name");
+        name.hash(hasher);
+        record.hash(hasher);
+    }
     (u128::from(high.finish()) << 64) | u128::from(low.finish())
 }
 
@@ -328,5 +397,43 @@ mod tests {
             shared_keys > 0 && shared_keys < 256,
             "five members: some keys, not all"
         );
+    }
+
+    fn voted(slots: &[usize]) -> NameRecord {
+        let proposal = crate::name::Proposal {
+            incarnation: crate::name::QueueIncarnation {
+                hlc_ms: 7,
+                node: NodeId(1),
+                nonce: 3,
+            },
+            ..crate::name::Proposal::default()
+        };
+        slots.iter().fold(NameRecord::default(), |held, slot| {
+            held.merge(&crate::name::vote(&held, *slot, 0, &proposal).0)
+        })
+    }
+
+    #[test]
+    fn name_records_that_differ_only_in_votes_have_different_digests_and_exchange_to_the_join() {
+        let name = QueueName::try_from("jobs".to_owned()).unwrap();
+        let (one, two) = (voted(&[0]), voted(&[0, 1]));
+        let digest = |record: &NameRecord| {
+            let mut digest = Digest::default();
+            digest.add_name(&name, record);
+            digest
+        };
+        assert_ne!(digest(&one), digest(&two));
+        assert_eq!(digest(&two), digest(&voted(&[1, 0])));
+        let mine = BTreeMap::from([(name.clone(), one.clone())]);
+        let theirs = BTreeMap::from([(name.clone(), two.clone())]);
+        let reconciled = reconcile_names(&mine, &theirs);
+        assert!(
+            reconciled.to_peer.is_empty(),
+            "the peer holds the join already"
+        );
+        assert_eq!(reconciled.to_me, vec![(name.clone(), two.clone())]);
+        let only_mine = reconcile_names(&mine, &BTreeMap::new());
+        assert_eq!(only_mine.to_peer, vec![(name, one)]);
+        assert!(only_mine.to_me.is_empty());
     }
 }

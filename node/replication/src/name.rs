@@ -228,6 +228,10 @@ pub enum NameRequest {
     },
     /// Merge the record in; ack.
     Write(NameRecord),
+    /// A settled record for the receiver's local view (spec §11, the push after a create,
+    /// delete or change settles), sent to every node, replica of the name or not. It never
+    /// touches a replica's record and is answered `Ack` without being awaited.
+    View(NameRecord),
 }
 
 /// What a replica of a name answers.
@@ -237,6 +241,9 @@ pub enum NameReply {
     Record(NameRecord),
     /// The write is durable.
     Ack,
+    /// The request was refused: the receiver is not a replica of the name, or the request is
+    /// older than the horizon by its sender's clock. An operation treats it as silence.
+    Refused,
 }
 
 /// One request to one replica of the name (its slot is its place in the name's replicas).
@@ -276,7 +283,46 @@ pub enum DeleteQueueAnswer {
     Unavailable,
 }
 
-/// What a create or delete does once its read is settled.
+/// The answer to a settled read of a name (spec §11, a local miss or a stale view).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadAnswer {
+    /// The merge of two replies, now held by two replicas.
+    Settled(NameRecord),
+    /// No settled read by the deadline.
+    Unavailable,
+}
+
+/// An attribute and tag change of one incarnation (spec §1, *SetQueueAttributes, TagQueue,
+/// UntagQueue*): blind writes of named registers, `None` removing the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The incarnation the caller resolved; another live one (or none) answers `Gone`.
+    pub incarnation: QueueIncarnation,
+    /// Attributes to set (`Some`) or to put back to their default (`None`).
+    pub attributes: BTreeMap<String, Option<String>>,
+    /// Tags to set (`Some`) or to remove (`None`).
+    pub tags: BTreeMap<String, Option<String>>,
+    /// The tag cap, checked against the read (spec §1: concurrent changes may pass it).
+    pub tags_max: usize,
+}
+
+/// The answer to an attribute or tag change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChangeAnswer {
+    /// The changed registers are durable on two replicas, stamped `hlc_ms`.
+    Changed {
+        /// The stamp of every register the change wrote.
+        hlc_ms: u64,
+    },
+    /// The named incarnation is not the live one (`QueueDoesNotExist`); nothing was written.
+    Gone,
+    /// The change adds a tag beyond the cap (spec §1: checked against the read).
+    TooManyTags,
+    /// No quorum by the deadline; the change may still take effect.
+    Unavailable,
+}
+
+/// What an operation on a name does once its read is settled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Purpose {
     Create {
@@ -285,6 +331,11 @@ enum Purpose {
         epochs_tried: u32,
     },
     Delete,
+    Read,
+    Change {
+        change: Change,
+        me: NodeId,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -303,12 +354,20 @@ enum Phase {
     },
     Tombstone {
         incarnation: QueueIncarnation,
+        record: NameRecord,
+        acks: Vec<NodeId>,
+    },
+    /// Writing `record`, whose changed registers are stamped `hlc_ms`.
+    Registers {
+        hlc_ms: u64,
+        record: NameRecord,
         acks: Vec<NodeId>,
     },
     Answered,
 }
 
-/// A create or delete of a queue (spec §1, *Actions*), from its settled read to its answer.
+/// An operation on a queue name (spec §1, *Actions*): a create, a delete, an attribute or tag
+/// change, or a settled read alone, from its settled read to its answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NameOp {
     replicas: [NodeId; REPLICAS],
@@ -316,15 +375,53 @@ pub struct NameOp {
     purpose: Purpose,
     round: u32,
     phase: Phase,
+    /// The last record this operation knows two replicas hold: what it acted on, or what its
+    /// tombstone or register write made durable on two.
+    settled: Option<NameRecord>,
 }
 
-/// Either answer of a [`NameOp`].
+/// The answer of a [`NameOp`], by its kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NameAnswer {
     /// A create's answer.
     Create(CreateAnswer),
     /// A delete's answer.
     Delete(DeleteQueueAnswer),
+    /// A settled read's answer.
+    Read(ReadAnswer),
+    /// An attribute or tag change's answer.
+    Change(ChangeAnswer),
+}
+
+/// The key incarnation of a queue incarnation: what message keys and receipt handles carry
+/// (`RecordKey::incarnation`). The one place the two types meet.
+///
+/// Today's `trireme_core::Incarnation` is one `u64`, too narrow for `(hlc_ms, node, nonce)`, so
+/// this is a fixed 64-bit hash of the three (FNV-1a with the splitmix64 finaliser, as
+/// placement's): distinct incarnations collide with probability about 2^-64 per pair, not
+/// never. Once the core's type is the triple, this becomes the identity.
+#[must_use]
+pub fn key_incarnation(incarnation: QueueIncarnation) -> trireme_core::Incarnation {
+    let mut bytes = [0u8; 18];
+    bytes[..8].copy_from_slice(&incarnation.hlc_ms.to_le_bytes());
+    bytes[8..10].copy_from_slice(&incarnation.node.0.to_le_bytes());
+    bytes[10..].copy_from_slice(&incarnation.nonce.to_le_bytes());
+    trireme_core::Incarnation(crate::placement::hash64(&bytes))
+}
+
+/// The greatest hybrid-clock stamp a record holds: its incarnations' and its registers'.
+fn stamps_max(record: &NameRecord) -> u64 {
+    let votes = record
+        .votes
+        .iter()
+        .flatten()
+        .map(|vote| vote.incarnation.hlc_ms);
+    let registers = record
+        .attributes
+        .values()
+        .chain(record.tags.values())
+        .map(|register| register.hlc_ms);
+    votes.chain(registers).max().unwrap_or(0)
 }
 
 impl NameOp {
@@ -358,6 +455,53 @@ impl NameOp {
         NameOp::start(replicas, now, Purpose::Delete)
     }
 
+    /// Starts a settled read of the name whose replicas are `replicas` (spec §1, *Settled
+    /// read*): it answers with the merge once two replicas hold it.
+    #[must_use]
+    pub fn read(
+        replicas: [NodeId; REPLICAS],
+        now: Millis,
+    ) -> (NameOp, Effects<NameAnswer, NameOutgoing>) {
+        NameOp::start(replicas, now, Purpose::Read)
+    }
+
+    /// Starts an attribute and tag change by coordinator `me`, whose clock reads `now`. With
+    /// `view`, a fresh settled record from the local view, the read is skipped if the view's
+    /// live incarnation is the change's; otherwise the change starts with a settled read.
+    #[must_use]
+    pub fn change(
+        replicas: [NodeId; REPLICAS],
+        me: NodeId,
+        change: Change,
+        now: Millis,
+        view: Option<&NameRecord>,
+    ) -> (NameOp, Effects<NameAnswer, NameOutgoing>) {
+        let incarnation = change.incarnation;
+        let purpose = Purpose::Change { change, me };
+        match view {
+            Some(record) if record.live().map(|live| live.incarnation) == Some(incarnation) => {
+                let mut op = NameOp {
+                    replicas,
+                    now,
+                    purpose,
+                    round: 0,
+                    phase: Phase::Answered,
+                    settled: Some(record.clone()),
+                };
+                let effects = op.act(record);
+                (op, effects)
+            }
+            _ => NameOp::start(replicas, now, purpose),
+        }
+    }
+
+    /// The last record this operation knows two replicas hold (the settled read it acted on,
+    /// or the tombstone or registers it wrote to two), for the local view and the push.
+    #[must_use]
+    pub fn settled(&self) -> Option<&NameRecord> {
+        self.settled.as_ref()
+    }
+
     fn start(
         replicas: [NodeId; REPLICAS],
         now: Millis,
@@ -371,6 +515,7 @@ impl NameOp {
             phase: Phase::Read {
                 replies: BTreeMap::new(),
             },
+            settled: None,
         };
         let sends = op.to_all(&NameRequest::Read);
         (op, Effects::sends(sends))
@@ -444,13 +589,40 @@ impl NameOp {
                 }
                 Effects::none()
             }
-            (Phase::Tombstone { incarnation, acks }, NameReply::Ack) => {
+            (
+                Phase::Tombstone {
+                    incarnation,
+                    record,
+                    acks,
+                },
+                NameReply::Ack,
+            ) => {
                 if !acks.contains(&from) {
                     acks.push(from);
                 }
                 if acks.len() >= WRITE_QUORUM {
                     let incarnation = *incarnation;
+                    self.settled = Some(record.clone());
                     self.finish(NameAnswer::Delete(DeleteQueueAnswer::Deleted(incarnation)))
+                } else {
+                    Effects::none()
+                }
+            }
+            (
+                Phase::Registers {
+                    hlc_ms,
+                    record,
+                    acks,
+                },
+                NameReply::Ack,
+            ) => {
+                if !acks.contains(&from) {
+                    acks.push(from);
+                }
+                if acks.len() >= WRITE_QUORUM {
+                    let hlc_ms = *hlc_ms;
+                    self.settled = Some(record.clone());
+                    self.finish(NameAnswer::Change(ChangeAnswer::Changed { hlc_ms }))
                 } else {
                     Effects::none()
                 }
@@ -467,6 +639,8 @@ impl NameOp {
         let answer = match self.purpose {
             Purpose::Create { .. } => NameAnswer::Create(CreateAnswer::Unavailable),
             Purpose::Delete => NameAnswer::Delete(DeleteQueueAnswer::Unavailable),
+            Purpose::Read => NameAnswer::Read(ReadAnswer::Unavailable),
+            Purpose::Change { .. } => NameAnswer::Change(ChangeAnswer::Unavailable),
         };
         self.finish(answer)
     }
@@ -500,6 +674,7 @@ impl NameOp {
     }
 
     fn act(&mut self, record: &NameRecord) -> Effects<NameAnswer, NameOutgoing> {
+        self.settled = Some(record.clone());
         match &self.purpose {
             Purpose::Create {
                 proposal, reuse_ms, ..
@@ -532,13 +707,69 @@ impl NameOp {
                 let mut tombstone = record.clone();
                 tombstone.deleted_at = Some(self.now);
                 self.round += 1;
+                let sends = self.to_all(&NameRequest::Write(tombstone.clone()));
                 self.phase = Phase::Tombstone {
                     incarnation,
+                    record: tombstone,
                     acks: Vec::new(),
                 };
-                Effects::sends(self.to_all(&NameRequest::Write(tombstone)))
+                Effects::sends(sends)
+            }
+            Purpose::Read => self.finish(NameAnswer::Read(ReadAnswer::Settled(record.clone()))),
+            Purpose::Change { change, me } => {
+                let (change, me) = (change.clone(), *me);
+                self.write_registers(record, &change, me)
             }
         }
+    }
+
+    /// The change's write (spec §1): the settled record with every changed register stamped
+    /// above this coordinator's clock and above every stamp the record holds, to all three.
+    fn write_registers(
+        &mut self,
+        record: &NameRecord,
+        change: &Change,
+        me: NodeId,
+    ) -> Effects<NameAnswer, NameOutgoing> {
+        if record.live().map(|live| live.incarnation) != Some(change.incarnation) {
+            return self.finish(NameAnswer::Change(ChangeAnswer::Gone));
+        }
+        let tags_now = record.current_tags().expect("a live record has tags");
+        let adds_tag = change
+            .tags
+            .iter()
+            .any(|(key, value)| value.is_some() && !tags_now.contains_key(key));
+        let mut tags_after = tags_now;
+        for (key, value) in &change.tags {
+            match value {
+                Some(value) => tags_after.insert(key.clone(), value.clone()),
+                None => tags_after.remove(key),
+            };
+        }
+        if adds_tag && tags_after.len() > change.tags_max {
+            return self.finish(NameAnswer::Change(ChangeAnswer::TooManyTags));
+        }
+        let hlc_ms = self.now.0.max(stamps_max(record)) + 1;
+        let register = |value: &Option<String>| Register {
+            hlc_ms,
+            node: me,
+            value: value.clone(),
+        };
+        let mut written = record.clone();
+        for (name, value) in &change.attributes {
+            written.attributes.insert(name.clone(), register(value));
+        }
+        for (key, value) in &change.tags {
+            written.tags.insert(key.clone(), register(value));
+        }
+        self.round += 1;
+        let sends = self.to_all(&NameRequest::Write(written.clone()));
+        self.phase = Phase::Registers {
+            hlc_ms,
+            record: written,
+            acks: Vec::new(),
+        };
+        Effects::sends(sends)
     }
 
     fn propose(&mut self, epoch: u32) -> Effects<NameAnswer, NameOutgoing> {
@@ -619,6 +850,7 @@ mod tests {
                     self.held[slot] = self.held[slot].merge(record);
                     NameReply::Ack
                 }
+                NameRequest::View(_) => NameReply::Refused,
             }
         }
 
@@ -816,6 +1048,222 @@ mod tests {
             joined.current_attributes().unwrap()["VisibilityTimeout"],
             "20"
         );
+    }
+
+    fn change(incarnation: QueueIncarnation) -> Change {
+        Change {
+            incarnation,
+            attributes: BTreeMap::new(),
+            tags: BTreeMap::new(),
+            tags_max: 2,
+        }
+    }
+
+    fn set(pairs: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+            .collect()
+    }
+
+    fn created() -> (Replicas, Proposal) {
+        let mut replicas = Replicas::default();
+        let a = proposal(1, 1, "30");
+        replicas.run(NameOp::create(R, a.clone(), Millis(5), REUSE_MS));
+        (replicas, a)
+    }
+
+    #[test]
+    fn a_change_writes_registers_stamped_above_the_clock_and_the_read_on_two_replicas() {
+        let (mut replicas, a) = created();
+        let mut first = change(a.incarnation);
+        first.attributes = set(&[("VisibilityTimeout", Some("45"))]);
+        first.tags = set(&[("team", Some("blue"))]);
+        // The coordinator's clock (10) is behind the incarnation's stamp (1,000).
+        let (op, effects) = NameOp::change(R, NodeId(2), first, Millis(10), None);
+        assert!(
+            effects
+                .sends
+                .iter()
+                .all(|out| out.request == NameRequest::Read)
+        );
+        let answer = replicas.run((op, effects));
+        assert_eq!(
+            answer,
+            NameAnswer::Change(ChangeAnswer::Changed { hlc_ms: 1_001 })
+        );
+        let held: Vec<&NameRecord> = replicas
+            .held
+            .iter()
+            .filter(|held| {
+                held.current_attributes()
+                    .and_then(|current| current.get("VisibilityTimeout").cloned())
+                    .as_deref()
+                    == Some("45")
+            })
+            .collect();
+        assert!(held.len() >= 2, "the change is on two replicas");
+        assert_eq!(held[0].current_tags().unwrap()["team"], "blue");
+        assert_eq!(held[0].attributes["VisibilityTimeout"].node, NodeId(2));
+
+        // A later change through a node whose clock is further behind still wins: its read
+        // saw the first change's stamp.
+        let mut second = change(a.incarnation);
+        second.attributes = set(&[("VisibilityTimeout", None)]);
+        let answer = replicas.run(NameOp::change(R, NodeId(1), second, Millis(3), None));
+        assert_eq!(
+            answer,
+            NameAnswer::Change(ChangeAnswer::Changed { hlc_ms: 1_002 })
+        );
+        let merged = join(replicas.held.iter().cloned());
+        assert!(
+            !merged
+                .current_attributes()
+                .unwrap()
+                .contains_key("VisibilityTimeout"),
+            "the register holds the removal"
+        );
+    }
+
+    #[test]
+    fn a_change_of_another_or_no_incarnation_writes_nothing() {
+        let (mut replicas, a) = created();
+        let mut other = a.incarnation;
+        other.nonce += 100;
+        let before = replicas.held.clone();
+        let mut gone = change(other);
+        gone.attributes = set(&[("DelaySeconds", Some("5"))]);
+        assert_eq!(
+            replicas.run(NameOp::change(R, NodeId(1), gone, Millis(50), None)),
+            NameAnswer::Change(ChangeAnswer::Gone)
+        );
+        assert_eq!(replicas.held, before);
+        replicas.run(NameOp::delete(R, Millis(60)));
+        let mut late = change(a.incarnation);
+        late.attributes = set(&[("DelaySeconds", Some("5"))]);
+        assert_eq!(
+            replicas.run(NameOp::change(R, NodeId(1), late, Millis(70), None)),
+            NameAnswer::Change(ChangeAnswer::Gone)
+        );
+    }
+
+    #[test]
+    fn a_fresh_view_skips_the_read_and_a_view_of_another_incarnation_does_not() {
+        let (mut replicas, a) = created();
+        let view = join(replicas.held.iter().cloned());
+        let (_, effects) =
+            NameOp::change(R, NodeId(1), change(a.incarnation), Millis(50), Some(&view));
+        assert!(
+            effects
+                .sends
+                .iter()
+                .all(|out| matches!(out.request, NameRequest::Write(_))),
+            "straight to the write"
+        );
+        let stale = NameRecord::default();
+        let (_, effects) = NameOp::change(
+            R,
+            NodeId(1),
+            change(a.incarnation),
+            Millis(50),
+            Some(&stale),
+        );
+        assert!(
+            effects
+                .sends
+                .iter()
+                .all(|out| out.request == NameRequest::Read)
+        );
+        let answer = replicas.run(NameOp::change(
+            R,
+            NodeId(1),
+            change(a.incarnation),
+            Millis(50),
+            Some(&view),
+        ));
+        assert!(matches!(
+            answer,
+            NameAnswer::Change(ChangeAnswer::Changed { .. })
+        ));
+    }
+
+    #[test]
+    fn a_tag_beyond_the_cap_is_refused_but_changing_a_held_tag_is_not() {
+        let (mut replicas, a) = created();
+        let mut two = change(a.incarnation);
+        two.tags = set(&[("a", Some("1")), ("b", Some("2"))]);
+        assert!(matches!(
+            replicas.run(NameOp::change(R, NodeId(1), two, Millis(50), None)),
+            NameAnswer::Change(ChangeAnswer::Changed { .. })
+        ));
+        let mut third = change(a.incarnation);
+        third.tags = set(&[("c", Some("3"))]);
+        assert_eq!(
+            replicas.run(NameOp::change(R, NodeId(1), third, Millis(51), None)),
+            NameAnswer::Change(ChangeAnswer::TooManyTags)
+        );
+        let mut swap = change(a.incarnation);
+        swap.tags = set(&[("a", None), ("c", Some("3"))]);
+        assert!(matches!(
+            replicas.run(NameOp::change(R, NodeId(1), swap, Millis(52), None)),
+            NameAnswer::Change(ChangeAnswer::Changed { .. })
+        ));
+        let mut retag = change(a.incarnation);
+        retag.tags_max = 1;
+        retag.tags = set(&[("b", Some("22"))]);
+        assert!(
+            matches!(
+                replicas.run(NameOp::change(R, NodeId(1), retag, Millis(53), None)),
+                NameAnswer::Change(ChangeAnswer::Changed { .. })
+            ),
+            "over the cap, a held tag still changes"
+        );
+    }
+
+    #[test]
+    fn a_settled_read_writes_a_decision_back_until_two_replicas_hold_it() {
+        let mut replicas = Replicas::default();
+        let a = proposal(1, 1, "30");
+        // Replicas 1 and 2 voted for `a`, each holding only its own vote.
+        for slot in 0..2 {
+            replicas.held[slot] = vote(&replicas.held[slot], slot, 0, &a).0;
+        }
+        let (mut op, effects) = NameOp::read(R, Millis(5));
+        let mut writes = Vec::new();
+        for out in &effects.sends[..2] {
+            let reply = replicas.answer(out);
+            let step = op.on_reply(out.to, out.round, &reply);
+            assert_eq!(step.answer, None, "two single votes are not yet settled");
+            writes.extend(step.sends);
+        }
+        assert_eq!(writes.len(), REPLICAS, "the merge goes to all three");
+        let mut answer = None;
+        for out in &writes {
+            let reply = replicas.answer(out);
+            answer = answer.or(op.on_reply(out.to, out.round, &reply).answer);
+        }
+        let Some(NameAnswer::Read(ReadAnswer::Settled(record))) = answer else {
+            panic!("a settled read answers: {answer:?}");
+        };
+        assert_eq!(record.live().map(|p| p.incarnation), Some(a.incarnation));
+        assert_eq!(op.settled(), Some(&record));
+    }
+
+    #[test]
+    fn key_incarnations_differ_for_incarnations_that_differ_in_any_field() {
+        let a = proposal(1, 1, "30").incarnation;
+        let mut by_node = a;
+        by_node.node = NodeId(2);
+        let mut by_nonce = a;
+        by_nonce.nonce = 2;
+        let mut by_clock = a;
+        by_clock.hlc_ms += 1;
+        let keys: std::collections::BTreeSet<_> = [a, by_node, by_nonce, by_clock]
+            .into_iter()
+            .map(key_incarnation)
+            .collect();
+        assert_eq!(keys.len(), 4);
+        assert_eq!(key_incarnation(a), key_incarnation(a));
     }
 
     fn record() -> impl Strategy<Value = NameRecord> {

@@ -71,11 +71,16 @@ impl Ring {
     pub fn members(&self) -> BTreeSet<NodeId> {
         self.points.iter().map(|(_, member)| *member).collect()
     }
-}
 
-impl Placement for Ring {
-    fn replicas(&self, queue: &QueueName, message: MessageId) -> [NodeId; REPLICAS] {
-        let position = key_position(queue, message);
+    /// The three replicas of the queue name's own record (spec/replication.md §1), in ring
+    /// order: slot `r` of the record is `name_replicas(name)[r]`.
+    #[must_use]
+    pub fn name_replicas(&self, name: &QueueName) -> [NodeId; REPLICAS] {
+        self.clockwise_from(name_position(name))
+    }
+
+    /// The first three distinct members clockwise from `position`.
+    fn clockwise_from(&self, position: u64) -> [NodeId; REPLICAS] {
         let start = self.points.partition_point(|(point, _)| *point < position);
         let mut chosen: Vec<NodeId> = Vec::with_capacity(REPLICAS);
         for offset in 0..self.points.len() {
@@ -93,6 +98,12 @@ impl Placement for Ring {
     }
 }
 
+impl Placement for Ring {
+    fn replicas(&self, queue: &QueueName, message: MessageId) -> [NodeId; REPLICAS] {
+        self.clockwise_from(key_position(queue, message))
+    }
+}
+
 /// The ring position of `(queue, message)`.
 #[must_use]
 pub fn key_position(queue: &QueueName, message: MessageId) -> u64 {
@@ -103,6 +114,16 @@ pub fn key_position(queue: &QueueName, message: MessageId) -> u64 {
     hash64(&bytes)
 }
 
+/// The ring position of a queue name's own record: the hash of the name behind a two-byte tag
+/// (`0xff`, `n`) that no queue name starts with, so names spread over the ring as keys do.
+#[must_use]
+pub fn name_position(name: &QueueName) -> u64 {
+    let mut bytes = Vec::with_capacity(name.as_str().len() + 2);
+    bytes.extend_from_slice(b"\xffn");
+    bytes.extend_from_slice(name.as_str().as_bytes());
+    hash64(&bytes)
+}
+
 /// The partition of a key (spec/replication.md §12): the first 16 bits of its ring position.
 #[must_use]
 pub fn partition(queue: &QueueName, message: MessageId) -> u16 {
@@ -110,7 +131,7 @@ pub fn partition(queue: &QueueName, message: MessageId) -> u16 {
 }
 
 /// FNV-1a over the bytes, then the splitmix64 finaliser so nearby inputs land far apart.
-fn hash64(bytes: &[u8]) -> u64 {
+pub(crate) fn hash64(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash = OFFSET;
@@ -174,6 +195,22 @@ mod tests {
                 b.replicas(&queue(), MessageId(id))
             );
         }
+    }
+
+    #[test]
+    fn a_name_has_three_distinct_replicas_placed_alike_on_every_node() {
+        let a = Ring::new((1..=5).map(NodeId)).unwrap();
+        let b = Ring::new([5, 3, 1, 4, 2].map(NodeId)).unwrap();
+        let mut first: BTreeSet<NodeId> = BTreeSet::new();
+        for i in 0..100 {
+            let name = QueueName::try_from(format!("queue-{i}")).unwrap();
+            let replicas = a.name_replicas(&name);
+            assert_eq!(replicas, b.name_replicas(&name));
+            let distinct: BTreeSet<NodeId> = replicas.iter().copied().collect();
+            assert_eq!(distinct.len(), REPLICAS);
+            first.insert(replicas[0]);
+        }
+        assert_eq!(first.len(), 5, "names spread over every member");
     }
 
     #[test]
