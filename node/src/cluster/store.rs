@@ -14,8 +14,18 @@
 //!
 //! The local view indexes the live records this replica holds by queue, so a coordinator can
 //! pick receive candidates without a network round; it is rebuilt from the records at open.
-//! This module must never decide protocol questions: `trireme_replication::replica::accept`
-//! does.
+//!
+//! Queue names' records (spec/replication.md §1) live in a table of their own and go through the
+//! same committer: a name request of a batch is applied in order with the batch's message
+//! requests, in the same transaction, and answered after the same fsync (a vote's reply too).
+//! The name view ([`NameView`], §11) holds every name record this node knows: its replica's own
+//! (loaded at open, updated after every commit) and the settled records its coordinator and its
+//! peers' pushes bring. A record with a tombstone adds its incarnation to a durable list of
+//! deleted incarnations in the same commit; a message write under a listed incarnation is
+//! acknowledged and not stored, and [`ReplicaStore::drop_deleted`] removes what is left.
+//!
+//! This module must never decide protocol questions: `trireme_replication::replica::accept` and
+//! `trireme_replication::name::vote` do.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -26,10 +36,15 @@ use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
 };
 use thiserror::Error;
+use tokio::sync::watch;
 use tokio::sync::{mpsc, oneshot};
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::name::{
+    NameRecord, NameReply, NameRequest, QueueIncarnation, key_incarnation, vote,
+};
+use trireme_replication::placement::REPLICAS;
 use trireme_replication::record::Record;
 use trireme_replication::replica::{Verdict, accept};
 use trireme_replication::{NodeId, RecordKey};
@@ -38,6 +53,11 @@ use crate::codec::{self, CodecError};
 
 /// Records by stored key (`RecordKey::encode`), framed and checksummed by the codec.
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_records");
+/// Queue names' records by name, framed and checksummed by the codec (spec/replication.md §1).
+const NAMES: TableDefinition<&str, &[u8]> = TableDefinition::new("replica_names");
+/// Every deleted incarnation this node learned of (`deleted_key`), with its delete's time (u64
+/// LE): the messages whose key names one are dropped, and stay dropped.
+const DELETED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_deleted_incarnations");
 /// The replica's identity.
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("replica_meta");
 const META_NODE_ID: &str = "node_id";
@@ -115,9 +135,52 @@ pub struct Entry {
     pub request: Request,
 }
 
+/// One name request of a batch, to this node as the name's replica in `slot`.
+#[derive(Clone, Debug)]
+pub struct NameEntry {
+    /// Which name.
+    pub name: QueueName,
+    /// This replica's place among the name's three (the vote slot it owns).
+    pub slot: usize,
+    /// What is asked: a read, a vote or a write (a push is [`ReplicaStore::learn`]).
+    pub request: NameRequest,
+}
+
+enum Work {
+    /// Requests of one batch, answered in order.
+    Apply {
+        entries: Vec<Entry>,
+        names: Vec<NameEntry>,
+    },
+    /// Settled name records for the view, learned at `now` by this node's clock.
+    Learn {
+        records: Vec<(QueueName, NameRecord)>,
+        now: Millis,
+    },
+    /// Message records of deleted incarnations to remove.
+    Drop { keys: Vec<RecordKey> },
+}
+
+impl Work {
+    fn len(&self) -> usize {
+        match self {
+            Work::Apply { entries, names } => entries.len() + names.len(),
+            Work::Learn { records, .. } => records.len(),
+            Work::Drop { keys } => keys.len(),
+        }
+    }
+}
+
+/// What one job is answered with: a reply per message request and per name request.
+#[derive(Debug, Default)]
+struct Answers {
+    replies: Vec<Reply>,
+    names: Vec<NameReply>,
+}
+
 struct Job {
-    entries: Vec<Entry>,
-    answer: oneshot::Sender<Result<Vec<Reply>, Arc<StoreError>>>,
+    work: Work,
+    answer: oneshot::Sender<Result<Answers, Arc<StoreError>>>,
 }
 
 /// What the local view knows of one live record.
@@ -192,6 +255,112 @@ impl LocalView {
     }
 }
 
+/// What the name view knows of one name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Viewed {
+    /// The join of every copy of the name's record this node has seen.
+    pub record: NameRecord,
+    /// When (by this node's clock) a settled source last confirmed the record's live
+    /// incarnation: a settled read or operation of this node, or a push. `None` when no settled
+    /// source has, or a merge from an unsettled one changed the live incarnation since
+    /// (spec/replication.md §11: such a record may be listed, never served as a hit).
+    pub confirmed_at: Option<Millis>,
+}
+
+/// The local view of queue names (spec/replication.md §11), and the incarnations known deleted.
+#[derive(Debug, Default)]
+pub struct NameView {
+    names: BTreeMap<QueueName, Viewed>,
+    /// Deleted incarnations as message keys name them (`key_incarnation`).
+    deleted: BTreeSet<(QueueName, Incarnation)>,
+}
+
+fn live_incarnation(record: &NameRecord) -> Option<QueueIncarnation> {
+    record.live().map(|live| live.incarnation)
+}
+
+/// The incarnation a record's tombstone ends, if it holds one.
+fn tombstoned(record: &NameRecord) -> Option<QueueIncarnation> {
+    record.deleted_at?;
+    record.decided().map(|decided| decided.incarnation)
+}
+
+impl NameView {
+    /// What the view knows of `name`.
+    #[must_use]
+    pub fn get(&self, name: &QueueName) -> Option<&Viewed> {
+        self.names.get(name)
+    }
+
+    /// The names with a live incarnation in the view, in name order.
+    #[must_use]
+    pub fn live_names(&self) -> Vec<QueueName> {
+        self.names
+            .iter()
+            .filter(|(_, viewed)| viewed.record.live().is_some())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Whether the message key names an incarnation known deleted.
+    #[must_use]
+    pub fn is_deleted(&self, key: &RecordKey) -> bool {
+        self.deleted.contains(&(key.queue.clone(), key.incarnation))
+    }
+
+    /// Whether any incarnation is known deleted.
+    #[must_use]
+    pub fn any_deleted(&self) -> bool {
+        !self.deleted.is_empty()
+    }
+
+    /// Merges `record` into the view; `settled_at` when it comes from a settled source.
+    fn merge(&mut self, name: &QueueName, record: &NameRecord, settled_at: Option<Millis>) {
+        if let Some(incarnation) = tombstoned(record) {
+            self.deleted
+                .insert((name.clone(), key_incarnation(incarnation)));
+        }
+        let viewed = self.names.entry(name.clone()).or_default();
+        let before = live_incarnation(&viewed.record);
+        viewed.record = viewed.record.merge(record);
+        let after = live_incarnation(&viewed.record);
+        match settled_at {
+            Some(now) if after.is_some() && after == live_incarnation(record) => {
+                viewed.confirmed_at = Some(now);
+            }
+            _ if after != before => viewed.confirmed_at = None,
+            _ => {}
+        }
+    }
+}
+
+/// The stored key of a deleted incarnation: name length (u8) and name, then the incarnation's
+/// `hlc_ms` (u64 BE), node (u16 BE) and nonce (u64 BE).
+fn deleted_key(name: &QueueName, incarnation: QueueIncarnation) -> Vec<u8> {
+    let bytes = name.as_str().as_bytes();
+    let mut key = Vec::with_capacity(1 + bytes.len() + 18);
+    key.push(u8::try_from(bytes.len()).expect("queue names are at most 80 bytes"));
+    key.extend_from_slice(bytes);
+    key.extend_from_slice(&incarnation.hlc_ms.to_be_bytes());
+    key.extend_from_slice(&incarnation.node.0.to_be_bytes());
+    key.extend_from_slice(&incarnation.nonce.to_be_bytes());
+    key
+}
+
+fn decode_deleted_key(key: &[u8]) -> Option<(QueueName, QueueIncarnation)> {
+    let (&len, rest) = key.split_first()?;
+    let (name, rest) = rest.split_at_checked(usize::from(len))?;
+    let name = QueueName::try_from(String::from_utf8(name.to_vec()).ok()?).ok()?;
+    let (hlc, rest) = rest.split_at_checked(8)?;
+    let (node, nonce) = rest.split_at_checked(2)?;
+    let incarnation = QueueIncarnation {
+        hlc_ms: u64::from_be_bytes(hlc.try_into().ok()?),
+        node: NodeId(u16::from_be_bytes(node.try_into().ok()?)),
+        nonce: u64::from_be_bytes(nonce.try_into().ok()?),
+    };
+    (deleted_key(&name, incarnation) == key).then_some((name, incarnation))
+}
+
 /// One step of a bounded walk over the records.
 #[derive(Debug)]
 pub struct Walk {
@@ -219,11 +388,20 @@ impl StoreClosed {
     }
 }
 
+/// What the committer updates after each commit: the two views, and the count of deletions
+/// learned (which wakes [`ReplicaStore::deletions`] watchers).
+#[derive(Clone)]
+struct Views {
+    records: Arc<Mutex<LocalView>>,
+    names: Arc<Mutex<NameView>>,
+    deletions: watch::Sender<u64>,
+}
+
 /// The replica's store: cheap to clone, every clone feeds the one committer.
 #[derive(Clone)]
 pub struct ReplicaStore {
     jobs: mpsc::Sender<Job>,
-    view: Arc<Mutex<LocalView>>,
+    views: Views,
     disk_id: u64,
     /// Shared with the committer, for read-only scans (redb serialises writers, not readers).
     db: Arc<Database>,
@@ -251,7 +429,7 @@ impl ReplicaStore {
             source,
         })?;
         let (store, queue) = ReplicaStore::on_database(db, node, new_disk_id)?;
-        let view = Arc::clone(&store.view);
+        let views = store.views.clone();
         let db = Arc::clone(&store.db);
         let committer = std::thread::Builder::new()
             .name(format!("replica-store-{}", node.0))
@@ -259,7 +437,7 @@ impl ReplicaStore {
                 let mut queue = queue;
                 while let Some(first) = queue.blocking_recv() {
                     let group = take_group(first, &mut queue);
-                    commit_group(&db, group, &view);
+                    commit_group(&db, group, &views);
                 }
                 // The queue closes only when every store clone (each holds a sender and a
                 // reference to the database) is gone, so this is the last reference: the file
@@ -292,12 +470,12 @@ impl ReplicaStore {
             .create_with_backend(backend)
             .map_err(StoreError::Backend)?;
         let (store, mut queue) = ReplicaStore::on_database(db, node, new_disk_id)?;
-        let view = Arc::clone(&store.view);
+        let views = store.views.clone();
         let db = Arc::clone(&store.db);
         let committer = tokio::spawn(async move {
             while let Some(first) = queue.recv().await {
                 let group = take_group(first, &mut queue);
-                commit_group(&db, group, &view);
+                commit_group(&db, group, &views);
             }
         });
         Ok((store, committer))
@@ -310,12 +488,16 @@ impl ReplicaStore {
         new_disk_id: u64,
     ) -> Result<(ReplicaStore, mpsc::Receiver<Job>), StoreError> {
         let disk_id = identify(&db, node, new_disk_id)?;
-        let view = Arc::new(Mutex::new(rebuild_view(&db)?));
+        let views = Views {
+            records: Arc::new(Mutex::new(rebuild_view(&db)?)),
+            names: Arc::new(Mutex::new(rebuild_name_view(&db)?)),
+            deletions: watch::Sender::new(0),
+        };
         let (jobs, queue) = mpsc::channel(BATCHES_QUEUED_MAX);
         Ok((
             ReplicaStore {
                 jobs,
-                view,
+                views,
                 disk_id,
                 db: Arc::new(db),
             },
@@ -335,12 +517,141 @@ impl ReplicaStore {
     /// The store's error when the group's commit failed (nothing of it is durable, nothing is
     /// acknowledged), or `Closed`.
     pub async fn apply(&self, entries: Vec<Entry>) -> Result<Vec<Reply>, Arc<StoreError>> {
+        let answers = self
+            .submit(Work::Apply {
+                entries,
+                names: Vec::new(),
+            })
+            .await?;
+        Ok(answers.replies)
+    }
+
+    /// Applies name requests in order and answers each, after the fsync that makes them
+    /// durable (spec/replication.md §1: a replica fsyncs its vote before it replies).
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::apply`].
+    pub async fn apply_names(
+        &self,
+        names: Vec<NameEntry>,
+    ) -> Result<Vec<NameReply>, Arc<StoreError>> {
+        let answers = self
+            .submit(Work::Apply {
+                entries: Vec::new(),
+                names,
+            })
+            .await?;
+        Ok(answers.names)
+    }
+
+    /// Applies a peer's batch: its message requests, then its name requests, in one group, and
+    /// answers each after the fsync.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::apply`].
+    pub async fn apply_batch(
+        &self,
+        entries: Vec<Entry>,
+        names: Vec<NameEntry>,
+    ) -> Result<(Vec<Reply>, Vec<NameReply>), Arc<StoreError>> {
+        let answers = self.submit(Work::Apply { entries, names }).await?;
+        Ok((answers.replies, answers.names))
+    }
+
+    /// Merges settled name records into the name view at `now` (this node's clock), making any
+    /// deletion they show durable in the deleted list first. Returns once that is committed.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::apply`].
+    pub async fn learn(
+        &self,
+        records: Vec<(QueueName, NameRecord)>,
+        now: Millis,
+    ) -> Result<(), Arc<StoreError>> {
+        self.submit(Work::Learn { records, now }).await?;
+        Ok(())
+    }
+
+    /// Removes the message records of `keys` whose incarnation is known deleted (others are
+    /// kept); returns how many were removed.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::apply`].
+    pub async fn drop_deleted(&self, keys: Vec<RecordKey>) -> Result<usize, Arc<StoreError>> {
+        let answers = self.submit(Work::Drop { keys }).await?;
+        Ok(answers.replies.len())
+    }
+
+    async fn submit(&self, work: Work) -> Result<Answers, Arc<StoreError>> {
         let (answer, answered) = oneshot::channel();
         self.jobs
-            .send(Job { entries, answer })
+            .send(Job { work, answer })
             .await
             .map_err(|_| Arc::new(StoreError::Closed))?;
         answered.await.map_err(|_| Arc::new(StoreError::Closed))?
+    }
+
+    /// A counter of the deletions this store learned, bumped after each commit that learned
+    /// one: a watcher wakes to drop their messages.
+    #[must_use]
+    pub fn deletions(&self) -> watch::Receiver<u64> {
+        self.views.deletions.subscribe()
+    }
+
+    /// Every name record this replica holds, in name order (inspection, convergence checks and
+    /// anti-entropy's pages), those passing `select` only. Blocking: call it off the async
+    /// runtime for more than a handful of names.
+    ///
+    /// # Errors
+    /// The redb variants when the scan fails; `Corrupt` for a record that does not decode.
+    pub fn name_records(
+        &self,
+        after: Option<&QueueName>,
+        limit: usize,
+        mut select: impl FnMut(&QueueName) -> bool,
+    ) -> Result<(Vec<(QueueName, NameRecord)>, bool), StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(NAMES)?;
+        let lower = after.map_or(Bound::Unbounded, |after| Bound::Excluded(after.as_str()));
+        let mut page = Vec::new();
+        for row in table.range::<&str>((lower, Bound::Unbounded))? {
+            let (name, value) = row?;
+            let (name, record) = decode_name_row(name.value(), value.value())?;
+            if select(&name) {
+                if page.len() == limit {
+                    return Ok((page, true));
+                }
+                page.push((name, record));
+            }
+        }
+        Ok((page, false))
+    }
+
+    /// The anti-entropy digest of every name record passing `shared`. Blocking.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::name_records`].
+    pub fn name_digest(&self, shared: impl Fn(&QueueName) -> bool) -> Result<Digest, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(NAMES)?;
+        let mut digest = Digest::default();
+        for row in table.iter()? {
+            let (name, value) = row?;
+            let (name, record) = decode_name_row(name.value(), value.value())?;
+            if shared(&name) {
+                digest.add_name(&name, &record);
+            }
+        }
+        Ok(digest)
+    }
+
+    /// Runs `f` on the name view.
+    pub fn names<T>(&self, f: impl FnOnce(&NameView) -> T) -> T {
+        f(&self
+            .views
+            .names
+            .lock()
+            .expect("the name view lock is never poisoned: updates do not panic"))
     }
 
     /// Every record this replica holds, in key order (inspection and convergence checks).
@@ -489,10 +800,25 @@ impl ReplicaStore {
     /// Runs `f` on the local view.
     pub fn view<T>(&self, f: impl FnOnce(&LocalView) -> T) -> T {
         f(&self
-            .view
+            .views
+            .records
             .lock()
             .expect("the view lock is never poisoned: updates do not panic"))
     }
+}
+
+fn decode_name_row(name: &str, value: &[u8]) -> Result<(QueueName, NameRecord), StoreError> {
+    let corrupt = |source| StoreError::Corrupt {
+        key: format!("name {name:?}"),
+        source,
+    };
+    let queue = QueueName::try_from(name.to_owned()).map_err(|_| {
+        corrupt(CodecError::Malformed {
+            reason: "not a queue name".to_owned(),
+        })
+    })?;
+    let record = codec::decode_framed(value).map_err(corrupt)?;
+    Ok((queue, record))
 }
 
 fn decode_row(key: &[u8], value: &[u8]) -> Result<(RecordKey, Record), StoreError> {
@@ -569,6 +895,8 @@ fn identify(db: &Database, node: NodeId, new_disk_id: u64) -> Result<u64, StoreE
         disk.unwrap_or(new_disk_id)
     };
     txn.open_table(RECORDS)?;
+    txn.open_table(NAMES)?;
+    txn.open_table(DELETED)?;
     txn.commit()?;
     Ok(disk_id)
 }
@@ -597,14 +925,39 @@ fn rebuild_view(db: &Database) -> Result<LocalView, StoreError> {
     Ok(view)
 }
 
+/// The name view as the stored name records and deleted list make it.
+fn rebuild_name_view(db: &Database) -> Result<NameView, StoreError> {
+    let txn = db.begin_read()?;
+    let mut view = NameView::default();
+    let names = txn.open_table(NAMES)?;
+    for row in names.iter()? {
+        let (name, value) = row?;
+        let (name, record) = decode_name_row(name.value(), value.value())?;
+        view.merge(&name, &record, None);
+    }
+    let deleted = txn.open_table(DELETED)?;
+    for row in deleted.iter()? {
+        let (key, _) = row?;
+        let (name, incarnation) =
+            decode_deleted_key(key.value()).ok_or_else(|| StoreError::Corrupt {
+                key: format!("deleted incarnation {:?}", key.value()),
+                source: CodecError::Malformed {
+                    reason: "not a deleted incarnation's key".to_owned(),
+                },
+            })?;
+        view.deleted.insert((name, key_incarnation(incarnation)));
+    }
+    Ok(view)
+}
+
 /// `first` and every job waiting behind it, up to `GROUP_REQUESTS_MAX` requests: one group.
 fn take_group(first: Job, queue: &mut mpsc::Receiver<Job>) -> Vec<Job> {
-    let mut requests = first.entries.len();
+    let mut requests = first.work.len();
     let mut group = vec![first];
     while requests < GROUP_REQUESTS_MAX {
         match queue.try_recv() {
             Ok(job) => {
-                requests += job.entries.len();
+                requests += job.work.len();
                 group.push(job);
             }
             Err(_) => break,
@@ -614,19 +967,39 @@ fn take_group(first: Job, queue: &mut mpsc::Receiver<Job>) -> Vec<Job> {
 }
 
 /// Applies and commits `group`, then answers each of its jobs: after the fsync, or with the
-/// error when the commit failed.
-fn commit_group(db: &Database, group: Vec<Job>, view: &Mutex<LocalView>) {
-    match apply_group(db, &group) {
-        Ok((replies, changed)) => {
+/// error when the commit failed. The views change only after the commit.
+fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
+    match apply_group(db, &group, &views.names) {
+        Ok(applied) => {
             {
-                let mut view = view.lock().expect("the view lock is never poisoned");
-                for (key, record) in &changed {
+                let mut view = views
+                    .records
+                    .lock()
+                    .expect("the view lock is never poisoned");
+                for (key, record) in &applied.records {
                     view.update(key, record.as_ref());
                 }
             }
-            for (job, replies) in group.into_iter().zip(replies) {
+            {
+                let mut names = views
+                    .names
+                    .lock()
+                    .expect("the name view lock is never poisoned");
+                for (name, record) in &applied.names {
+                    names.merge(name, record, None);
+                }
+                for (name, record, now) in &applied.learned {
+                    names.merge(name, record, Some(*now));
+                }
+            }
+            if applied.deletions > 0 {
+                views
+                    .deletions
+                    .send_modify(|count| *count += applied.deletions);
+            }
+            for (job, answers) in group.into_iter().zip(applied.answers) {
                 // A caller that gave up no longer listens; its writes are durable anyway.
-                let _ = job.answer.send(Ok(replies));
+                let _ = job.answer.send(Ok(answers));
             }
         }
         Err(error) => {
@@ -639,64 +1012,189 @@ fn commit_group(db: &Database, group: Vec<Job>, view: &Mutex<LocalView>) {
     }
 }
 
-type Changed = Vec<(RecordKey, Option<Record>)>;
+/// What a group changed, for the views once it is committed.
+#[derive(Default)]
+struct Applied {
+    answers: Vec<Answers>,
+    records: Vec<(RecordKey, Option<Record>)>,
+    names: Vec<(QueueName, NameRecord)>,
+    learned: Vec<(QueueName, NameRecord, Millis)>,
+    deletions: u64,
+}
 
-fn apply_group(db: &Database, group: &[Job]) -> Result<(Vec<Vec<Reply>>, Changed), StoreError> {
+/// Whether `key` names an incarnation known deleted (as of the last commit: the view changes
+/// only after one).
+fn deleted(names: &Mutex<NameView>, key: &RecordKey) -> bool {
+    names
+        .lock()
+        .expect("the name view lock is never poisoned")
+        .is_deleted(key)
+}
+
+fn apply_group(
+    db: &Database,
+    group: &[Job],
+    names_view: &Mutex<NameView>,
+) -> Result<Applied, StoreError> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
-    let mut all_replies = Vec::with_capacity(group.len());
-    let mut changed: Changed = Vec::new();
+    let mut applied = Applied::default();
     {
-        let mut table = txn.open_table(RECORDS)?;
+        let mut tables = Tables {
+            records: txn.open_table(RECORDS)?,
+            names: txn.open_table(NAMES)?,
+            deleted: txn.open_table(DELETED)?,
+        };
         for job in group {
-            let mut replies = Vec::with_capacity(job.entries.len());
-            for entry in &job.entries {
-                let stored_key = entry.key.encode();
-                let held: Option<Record> = match table.get(stored_key.as_slice())? {
-                    Some(value) => Some(codec::decode_framed(value.value()).map_err(|source| {
-                        StoreError::Corrupt {
-                            key: format!("{:?}", entry.key),
-                            source,
-                        }
-                    })?),
-                    None => None,
-                };
-                let reply = match &entry.request {
-                    Request::Read => Reply::Record(held),
-                    Request::Write { write, .. } => {
-                        let verdict = accept(held.as_ref(), write.as_ref());
-                        let acks = verdict.acks();
-                        match verdict {
-                            Verdict::Store(Some(record)) => {
-                                let value = codec::encode_framed(&record);
-                                table.insert(stored_key.as_slice(), value.as_slice())?;
-                                changed.push((entry.key.clone(), Some(record)));
-                            }
-                            Verdict::Store(None) => {
-                                table.remove(stored_key.as_slice())?;
-                                changed.push((entry.key.clone(), None));
-                            }
-                            Verdict::Diverged(divergence) => {
-                                tracing::error!(key = ?entry.key, %divergence, "writers of one generation disagree; write refused");
-                            }
-                            Verdict::Unchanged | Verdict::Refused => {}
-                        }
-                        if acks { Reply::Ack } else { Reply::Refused }
+            let answers = match &job.work {
+                Work::Apply { entries, names } => {
+                    let mut answers = Answers::default();
+                    for entry in entries {
+                        let reply = apply_entry(&mut tables, entry, names_view, &mut applied)?;
+                        answers.replies.push(reply);
                     }
-                };
-                replies.push(reply);
-            }
-            all_replies.push(replies);
+                    for entry in names {
+                        let reply = apply_name(&mut tables, entry, &mut applied)?;
+                        answers.names.push(reply);
+                    }
+                    answers
+                }
+                Work::Learn { records, now } => {
+                    for (name, record) in records {
+                        note_deletion(&mut tables, name, record, &mut applied)?;
+                        applied.learned.push((name.clone(), record.clone(), *now));
+                    }
+                    Answers::default()
+                }
+                Work::Drop { keys } => {
+                    let mut answers = Answers::default();
+                    for key in keys {
+                        if !deleted(names_view, key) {
+                            continue;
+                        }
+                        if tables.records.remove(key.encode().as_slice())?.is_some() {
+                            applied.records.push((key.clone(), None));
+                            answers.replies.push(Reply::Ack);
+                        }
+                    }
+                    answers
+                }
+            };
+            applied.answers.push(answers);
         }
     }
-    if changed.is_empty() {
+    if applied.records.is_empty() && applied.names.is_empty() && applied.deletions == 0 {
         // Nothing new to make durable: what the reads saw and the acks confirm was committed
         // by an earlier group.
         txn.abort()?;
     } else {
         txn.commit()?;
     }
-    Ok((all_replies, changed))
+    Ok(applied)
+}
+
+struct Tables<'txn> {
+    records: redb::Table<'txn, &'static [u8], &'static [u8]>,
+    names: redb::Table<'txn, &'static str, &'static [u8]>,
+    deleted: redb::Table<'txn, &'static [u8], &'static [u8]>,
+}
+
+fn apply_entry(
+    tables: &mut Tables<'_>,
+    entry: &Entry,
+    names_view: &Mutex<NameView>,
+    applied: &mut Applied,
+) -> Result<Reply, StoreError> {
+    let stored_key = entry.key.encode();
+    let held: Option<Record> = match tables.records.get(stored_key.as_slice())? {
+        Some(value) => {
+            Some(
+                codec::decode_framed(value.value()).map_err(|source| StoreError::Corrupt {
+                    key: format!("{:?}", entry.key),
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let write = match &entry.request {
+        Request::Read => return Ok(Reply::Record(held)),
+        Request::Write { write, .. } => write,
+    };
+    if deleted(names_view, &entry.key) {
+        // spec/replication.md §1: a late write under a deleted incarnation is dropped again;
+        // its message went with its queue.
+        return Ok(Reply::Ack);
+    }
+    let verdict = accept(held.as_ref(), write.as_ref());
+    let acks = verdict.acks();
+    match verdict {
+        Verdict::Store(Some(record)) => {
+            let value = codec::encode_framed(&record);
+            tables
+                .records
+                .insert(stored_key.as_slice(), value.as_slice())?;
+            applied.records.push((entry.key.clone(), Some(record)));
+        }
+        Verdict::Store(None) => {
+            tables.records.remove(stored_key.as_slice())?;
+            applied.records.push((entry.key.clone(), None));
+        }
+        Verdict::Diverged(divergence) => {
+            tracing::error!(key = ?entry.key, %divergence, "writers of one generation disagree; write refused");
+        }
+        Verdict::Unchanged | Verdict::Refused => {}
+    }
+    Ok(if acks { Reply::Ack } else { Reply::Refused })
+}
+
+fn apply_name(
+    tables: &mut Tables<'_>,
+    entry: &NameEntry,
+    applied: &mut Applied,
+) -> Result<NameReply, StoreError> {
+    assert!(entry.slot < REPLICAS, "a name has three replicas");
+    let name = entry.name.as_str();
+    let held: NameRecord = match tables.names.get(name)? {
+        Some(value) => decode_name_row(name, value.value())?.1,
+        None => NameRecord::default(),
+    };
+    let (record, reply) = match &entry.request {
+        NameRequest::Read => return Ok(NameReply::Record(held)),
+        NameRequest::Vote { epoch, proposal } => {
+            let (record, _) = vote(&held, entry.slot, *epoch, proposal);
+            (record.clone(), NameReply::Record(record))
+        }
+        NameRequest::Write(incoming) => (held.merge(incoming), NameReply::Ack),
+        NameRequest::View(_) => unreachable!("a push goes to the view (ReplicaStore::learn)"),
+    };
+    if record != held {
+        let value = codec::encode_framed(&record);
+        tables.names.insert(name, value.as_slice())?;
+        note_deletion(tables, &entry.name, &record, applied)?;
+        applied.names.push((entry.name.clone(), record));
+    }
+    Ok(reply)
+}
+
+/// Makes the deletion `record` shows durable in the deleted list, if it is new.
+fn note_deletion(
+    tables: &mut Tables<'_>,
+    name: &QueueName,
+    record: &NameRecord,
+    applied: &mut Applied,
+) -> Result<(), StoreError> {
+    let (Some(incarnation), Some(deleted_at)) = (tombstoned(record), record.deleted_at) else {
+        return Ok(());
+    };
+    let key = deleted_key(name, incarnation);
+    if tables.deleted.get(key.as_slice())?.is_none() {
+        tables
+            .deleted
+            .insert(key.as_slice(), deleted_at.0.to_le_bytes().as_slice())?;
+        applied.deletions += 1;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -778,5 +1276,146 @@ mod tests {
         committer
             .await
             .expect("the committer task ends when the store is gone");
+    }
+
+    fn name() -> QueueName {
+        QueueName::try_from("jobs".to_owned()).expect("a valid queue name")
+    }
+
+    fn proposal() -> trireme_replication::name::Proposal {
+        trireme_replication::name::Proposal {
+            incarnation: QueueIncarnation {
+                hlc_ms: 1_000,
+                node: NodeId(1),
+                nonce: 9,
+            },
+            ..trireme_replication::name::Proposal::default()
+        }
+    }
+
+    fn name_entry(slot: usize, request: NameRequest) -> NameEntry {
+        NameEntry {
+            name: name(),
+            slot,
+            request,
+        }
+    }
+
+    #[test]
+    fn name_records_and_deletions_survive_a_restart_and_drop_their_messages() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let (store, closed) = ReplicaStore::open(dir.path(), NodeId(1), 5).expect("opens");
+        let incarnation = proposal().incarnation;
+        let message = RecordKey {
+            queue: name(),
+            incarnation: key_incarnation(incarnation),
+            message: MessageId(3),
+        };
+        let send = |body: &[u8]| Entry {
+            key: message.clone(),
+            request: Request::Write {
+                write: Box::new(trireme_replication::replica::Write::Merge(Record::sent(
+                    Birth {
+                        payload: body.to_vec(),
+                        sent_at: Millis(5),
+                        visible_from: Millis(0),
+                        source_queue: None,
+                        dedup_id: None,
+                    },
+                ))),
+                ack: true,
+            },
+        };
+        runtime.block_on(async {
+            let vote = NameRequest::Vote {
+                epoch: 0,
+                proposal: proposal(),
+            };
+            let replies = store
+                .apply_names(vec![name_entry(0, vote)])
+                .await
+                .expect("the vote commits");
+            let NameReply::Record(voted) = &replies[0] else {
+                panic!("a vote answers with the record: {replies:?}");
+            };
+            assert_eq!(voted.votes[0].as_deref(), Some(&proposal()));
+            assert!(voted.live().is_none(), "one vote decides nothing");
+            assert_eq!(
+                store.apply(vec![send(b"a")]).await.unwrap(),
+                vec![Reply::Ack]
+            );
+            assert_eq!(store.records().unwrap().len(), 1);
+
+            // The settled tombstone arrives as a push.
+            let mut tombstone = voted.clone();
+            tombstone.votes[1] = Some(Box::new(proposal()));
+            tombstone.deleted_at = Some(Millis(2_000));
+            let deletions = store.deletions();
+            store
+                .learn(vec![(name(), tombstone.clone())], Millis(2_001))
+                .await
+                .expect("learned");
+            assert!(deletions.has_changed().unwrap(), "the sweeper is woken");
+            assert!(store.names(|view| view.is_deleted(&message)));
+            assert!(store.names(NameView::live_names).is_empty());
+            // A late write under the deleted incarnation is acknowledged and not stored.
+            assert_eq!(
+                store.apply(vec![send(b"a")]).await.unwrap(),
+                vec![Reply::Ack]
+            );
+        });
+        drop(store);
+        closed.wait();
+
+        let (store, closed) = ReplicaStore::open(dir.path(), NodeId(1), 6).expect("opens again");
+        runtime.block_on(async {
+            assert!(
+                store.names(|view| view.is_deleted(&message)),
+                "the deleted list is durable"
+            );
+            let viewed = store.names(|view| view.get(&name()).cloned()).unwrap();
+            assert_eq!(viewed.record.votes[0].as_deref(), Some(&proposal()));
+            assert_eq!(
+                viewed.confirmed_at, None,
+                "a record loaded at open is unconfirmed"
+            );
+            assert_eq!(store.drop_deleted(vec![message.clone()]).await.unwrap(), 1);
+            assert!(store.records().unwrap().is_empty());
+            assert_eq!(
+                store.view(|view| view.live(&name(), message.incarnation)),
+                0
+            );
+        });
+        drop(store);
+        closed.wait();
+    }
+
+    #[test]
+    fn a_settled_record_confirms_the_view_and_an_unsettled_change_of_incarnation_clears_it() {
+        let mut view = NameView::default();
+        let decided = |slots: &[usize]| {
+            let mut record = NameRecord::default();
+            for slot in slots {
+                record.votes[*slot] = Some(Box::new(proposal()));
+            }
+            record
+        };
+        view.merge(&name(), &decided(&[0, 1]), None);
+        assert_eq!(view.get(&name()).unwrap().confirmed_at, None);
+        assert_eq!(
+            view.live_names(),
+            vec![name()],
+            "listed, though unconfirmed"
+        );
+        view.merge(&name(), &decided(&[0, 1]), Some(Millis(10)));
+        assert_eq!(view.get(&name()).unwrap().confirmed_at, Some(Millis(10)));
+        let mut deleted = decided(&[0, 1]);
+        deleted.deleted_at = Some(Millis(11));
+        view.merge(&name(), &deleted, None);
+        assert_eq!(view.get(&name()).unwrap().confirmed_at, None);
+        assert!(view.live_names().is_empty());
     }
 }
