@@ -1,7 +1,8 @@
 //! Channels to the other members (the internal service's clients).
 //!
 //! One link per peer, connected lazily, with `TCP_NODELAY`, HTTP/2 keepalive, a connect timeout
-//! and a per-call timeout. Requests to one peer are batched: whatever is waiting when a call
+//! and a per-call timeout. Requests to one peer (about messages' records and about queue names'
+//! own records alike) are batched: whatever is waiting when a call
 //! can go is sent as one `Exchange`, and several calls may be in flight at once, so a slow call
 //! does not hold the next batch. A dead peer costs its requests a failed answer at the call's
 //! timeout (or at once when the connection is refused), never a wait of the operation beyond
@@ -15,9 +16,11 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tonic::transport::{Channel, Endpoint};
 use tracing::debug;
+use trireme_core::QueueName;
 use trireme_proto::replica::v1 as pb;
 use trireme_proto::replica::v1::replica_client::ReplicaClient;
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::name::{NameReply, NameRequest};
 use trireme_replication::{NodeId, RecordKey};
 
 use super::wire::{self, Sender};
@@ -55,10 +58,31 @@ pub enum PeerError {
     Call { peer: NodeId, reason: String },
 }
 
-struct Pending {
-    key: RecordKey,
-    request: Request,
-    answer: oneshot::Sender<Result<Reply, PeerError>>,
+enum Pending {
+    Record {
+        key: RecordKey,
+        request: Request,
+        answer: oneshot::Sender<Result<Reply, PeerError>>,
+    },
+    Name {
+        name: QueueName,
+        request: NameRequest,
+        answer: oneshot::Sender<Result<NameReply, PeerError>>,
+    },
+}
+
+impl Pending {
+    fn fail(self, error: PeerError) {
+        // Whoever sent it may have stopped listening; the failure is silence to it anyway.
+        match self {
+            Pending::Record { answer, .. } => {
+                let _ = answer.send(Err(error));
+            }
+            Pending::Name { answer, .. } => {
+                let _ = answer.send(Err(error));
+            }
+        }
+    }
 }
 
 /// The links to every peer.
@@ -161,22 +185,48 @@ impl Peers {
         request: Request,
     ) -> oneshot::Receiver<Result<Reply, PeerError>> {
         let (answer, answered) = oneshot::channel();
+        self.enqueue(
+            peer,
+            Pending::Record {
+                key,
+                request,
+                answer,
+            },
+        );
+        answered
+    }
+
+    /// Sends one request about a queue name's record to `peer`; the answer arrives on the
+    /// returned channel.
+    pub fn send_name(
+        &self,
+        peer: NodeId,
+        name: QueueName,
+        request: NameRequest,
+    ) -> oneshot::Receiver<Result<NameReply, PeerError>> {
+        let (answer, answered) = oneshot::channel();
+        self.enqueue(
+            peer,
+            Pending::Name {
+                name,
+                request,
+                answer,
+            },
+        );
+        answered
+    }
+
+    fn enqueue(&self, peer: NodeId, pending: Pending) {
         let Some(link) = self.links.get(&peer) else {
-            let _ = answer.send(Err(PeerError::Call {
+            pending.fail(PeerError::Call {
                 peer,
                 reason: "not a member".to_owned(),
-            }));
-            return answered;
+            });
+            return;
         };
-        if let Err(error) = link.try_send(Pending {
-            key,
-            request,
-            answer,
-        }) {
-            let pending = error.into_inner();
-            let _ = pending.answer.send(Err(PeerError::Busy(peer)));
+        if let Err(error) = link.try_send(pending) {
+            error.into_inner().fail(PeerError::Busy(peer));
         }
-        answered
     }
 }
 
@@ -201,35 +251,60 @@ async fn run_link(
             .await
             .expect("the semaphore is never closed");
         let mut client = client.clone();
+        let (mut entries, mut names) = (Vec::new(), Vec::new());
+        for pending in &batch {
+            match pending {
+                Pending::Record { key, request, .. } => entries.push(wire::entry(key, request)),
+                Pending::Name { name, request, .. } => {
+                    names.push(wire::name_entry(name, request));
+                }
+            }
+        }
+        let (sent, names_sent) = (entries.len(), names.len());
         let request = pb::Batch {
             request_id: request_ids.fetch_add(1, Ordering::Relaxed),
             sender: Some(identity.now().into()),
-            entries: batch
-                .iter()
-                .map(|p| wire::entry(&p.key, &p.request))
-                .collect(),
+            entries,
+            names,
         };
         tokio::spawn(async move {
             let outcome = client.exchange(request).await;
             drop(permit);
             let replies = match outcome {
-                Ok(response) => wire::replies(&response.into_inner().replies, batch.len())
-                    .map_err(|error| error.to_string()),
+                Ok(response) => {
+                    let response = response.into_inner();
+                    wire::replies(&response.replies, sent)
+                        .and_then(|replies| {
+                            wire::name_replies(&response.name_replies, names_sent)
+                                .map(|names| (replies, names))
+                        })
+                        .map_err(|error| error.to_string())
+                }
                 Err(status) => Err(format!("{}: {}", status.code(), status.message())),
             };
             match replies {
-                Ok(replies) => {
-                    for (pending, reply) in batch.into_iter().zip(replies) {
-                        let _ = pending.answer.send(Ok(reply));
+                Ok((replies, names)) => {
+                    let (mut replies, mut names) = (replies.into_iter(), names.into_iter());
+                    for pending in batch {
+                        match pending {
+                            Pending::Record { answer, .. } => {
+                                let reply = replies.next().expect("one reply per entry, counted");
+                                let _ = answer.send(Ok(reply));
+                            }
+                            Pending::Name { answer, .. } => {
+                                let reply = names.next().expect("one reply per name, counted");
+                                let _ = answer.send(Ok(reply));
+                            }
+                        }
                     }
                 }
                 Err(reason) => {
                     debug!(%peer, %reason, "peer call failed");
                     for pending in batch {
-                        let _ = pending.answer.send(Err(PeerError::Call {
+                        pending.fail(PeerError::Call {
                             peer,
                             reason: reason.clone(),
-                        }));
+                        });
                     }
                 }
             }

@@ -2,21 +2,26 @@
 //! side of every operation. It refuses anyone who is not a member (and says so in the log), and
 //! every request older than the horizon by its sender's clock
 //! (spec/replication.md#tombstones-and-their-collection, *Horizon rule*). Anti-entropy's reads
-//! (`Digests`, `Records`) answer only with records both the caller and this node replicate.
+//! (`Digests`, `Records`, `NameDigest`, `NameRecords`) answer only with records both the caller
+//! and this node replicate. A request about a queue name's record is answered only by the
+//! name's replicas (others refuse it); a push of a settled name record goes to the name view of
+//! any member.
 
 use std::collections::BTreeSet;
 
 use tonic::{Request, Response, Status};
 use tracing::warn;
+use trireme_core::QueueName;
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::NodeId;
-use trireme_replication::anti_entropy::shared;
+use trireme_replication::anti_entropy::{shared, shares_name};
 use trireme_replication::coordinator::{self, Reply};
+use trireme_replication::name::{NameReply, NameRequest};
 use trireme_replication::placement::Ring;
 use trireme_replication::replica::within_horizon;
 
 use super::peers::Identity;
-use super::store::{Entry, ReplicaStore};
+use super::store::{Entry, NameEntry, ReplicaStore};
 use super::wire;
 
 /// The replica side of this node.
@@ -47,16 +52,15 @@ impl pb::replica_server::Replica for ReplicaService {
         let sender = self.member(remote, batch.sender.as_ref())?;
         let entries = wire::entries(&batch.entries)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let names = wire::name_entries(&batch.names)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let now = self.me.clock.now();
-        let replies = if within_horizon(sender.clock, now, self.horizon_ms) {
+        let (replies, name_replies) = if within_horizon(sender.clock, now, self.horizon_ms) {
             let entries = entries
                 .into_iter()
                 .map(|(key, request)| Entry { key, request })
                 .collect();
-            self.store
-                .apply(entries)
-                .await
-                .map_err(|error| Status::unavailable(format!("replica store: {error}")))?
+            self.apply(entries, names).await?
         } else {
             warn!(
                 node = sender.node.0,
@@ -64,19 +68,74 @@ impl pb::replica_server::Replica for ReplicaService {
                 now_ms = now.0,
                 "refused a batch older than the horizon"
             );
-            entries
+            let replies = entries
                 .iter()
                 .map(|(_, request)| match request {
                     coordinator::Request::Read | coordinator::Request::Write { .. } => {
                         Reply::Refused
                     }
                 })
-                .collect()
+                .collect();
+            (replies, vec![NameReply::Refused; names.len()])
         };
         Ok(Response::new(pb::BatchReply {
             request_id: batch.request_id,
             sender: Some(self.me.now().into()),
             replies: replies.iter().map(wire::reply).collect(),
+            name_replies: name_replies.iter().map(wire::name_reply).collect(),
+        }))
+    }
+
+    async fn name_digest(
+        &self,
+        request: Request<pb::NameDigestRequest>,
+    ) -> Result<Response<pb::NameDigestReply>, Status> {
+        let remote = request.remote_addr();
+        let sender = self.member(remote, request.get_ref().sender.as_ref())?;
+        let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
+        let digest = tokio::task::spawn_blocking(move || {
+            store.name_digest(|name| shares_name(&ring, me, sender.node, name))
+        })
+        .await
+        .expect("a name digest scan does not panic")
+        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        Ok(Response::new(wire::name_digest(self.me.now(), digest)))
+    }
+
+    async fn name_records(
+        &self,
+        request: Request<pb::NameRecordsRequest>,
+    ) -> Result<Response<pb::NameRecordsReply>, Status> {
+        let remote = request.remote_addr();
+        let request = request.into_inner();
+        let sender = self.member(remote, request.sender.as_ref())?;
+        let after =
+            if request.after_name.is_empty() {
+                None
+            } else {
+                Some(QueueName::try_from(request.after_name).map_err(|_| {
+                    Status::invalid_argument("after_name is not a valid queue name")
+                })?)
+            };
+        let limit = usize::try_from(request.limit)
+            .unwrap_or(usize::MAX)
+            .clamp(1, NAMES_PER_PAGE_MAX);
+        let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
+        let (page, more) = tokio::task::spawn_blocking(move || {
+            store.name_records(after.as_ref(), limit, |name| {
+                shares_name(&ring, me, sender.node, name)
+            })
+        })
+        .await
+        .expect("a name page scan does not panic")
+        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        Ok(Response::new(pb::NameRecordsReply {
+            sender: Some(self.me.now().into()),
+            records: page
+                .iter()
+                .map(|(name, record)| wire::stored_name(name, record))
+                .collect(),
+            more,
         }))
     }
 
@@ -155,7 +214,55 @@ impl pb::replica_server::Replica for ReplicaService {
     }
 }
 
+/// Name records one anti-entropy page holds at most: a name record with its attributes and tags
+/// is a few KiB at most, so a page stays well under tonic's 4 MiB message limit.
+pub const NAMES_PER_PAGE_MAX: usize = 256;
+
 impl ReplicaService {
+    /// Applies a batch within the horizon: its message entries and the name entries this node
+    /// is a replica of in one group commit; pushes into the name view; a name request for a
+    /// name this node does not replicate is refused.
+    async fn apply(
+        &self,
+        entries: Vec<Entry>,
+        names: Vec<(QueueName, NameRequest)>,
+    ) -> Result<(Vec<Reply>, Vec<NameReply>), Status> {
+        let unavailable = |error| Status::unavailable(format!("replica store: {error}"));
+        let mut name_replies = vec![NameReply::Refused; names.len()];
+        let (mut stored, mut stored_at, mut pushed) = (Vec::new(), Vec::new(), Vec::new());
+        for (index, (name, request)) in names.into_iter().enumerate() {
+            if let NameRequest::View(record) = request {
+                pushed.push((name, record));
+                name_replies[index] = NameReply::Ack;
+                continue;
+            }
+            let replicas = self.ring.name_replicas(&name);
+            if let Some(slot) = replicas.iter().position(|node| *node == self.me.node) {
+                stored.push(NameEntry {
+                    name,
+                    slot,
+                    request,
+                });
+                stored_at.push(index);
+            }
+        }
+        if !pushed.is_empty() {
+            self.store
+                .learn(pushed, self.me.clock.now())
+                .await
+                .map_err(unavailable)?;
+        }
+        let (replies, answers) = self
+            .store
+            .apply_batch(entries, stored)
+            .await
+            .map_err(unavailable)?;
+        for (index, answer) in stored_at.into_iter().zip(answers) {
+            name_replies[index] = answer;
+        }
+        Ok((replies, name_replies))
+    }
+
     /// The sender of a peer's call, if it is another member; refused (and logged) otherwise.
     fn member(
         &self,

@@ -1,12 +1,13 @@
 //! The internal service's messages as the protocol's values: framing of requests and replies
 //! (the node's codec), and the sender's identity. Wire types stop here.
 
-use trireme_core::Millis;
+use trireme_core::{Millis, QueueName};
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::NodeId;
 use trireme_replication::RecordKey;
 use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::name::{NameRecord, NameReply, NameRequest};
 use trireme_replication::record::Record;
 
 use crate::codec::{self, CodecError};
@@ -44,6 +45,9 @@ pub enum WireError {
     /// A key that is not a record key.
     #[error("entry {index} has a malformed key")]
     Key { index: usize },
+    /// A name that is not a valid queue name.
+    #[error("name entry {index} names no valid queue")]
+    Name { index: usize },
     /// A request or reply that does not decode.
     #[error("entry {index} does not decode: {source}")]
     Body {
@@ -182,6 +186,108 @@ pub fn stored_records(records: &[pb::StoredRecord]) -> Result<Vec<(RecordKey, Re
             let record = codec::decode_framed(&stored.record)
                 .map_err(|source| WireError::Body { index, source })?;
             Ok((key, record))
+        })
+        .collect()
+}
+
+/// One name request of a batch, encoded.
+#[must_use]
+pub fn name_entry(name: &QueueName, request: &NameRequest) -> pb::NameEntry {
+    pb::NameEntry {
+        name: name.as_str().to_owned(),
+        request: codec::encode_framed(request),
+    }
+}
+
+fn queue_name(name: &str, index: usize) -> Result<QueueName, WireError> {
+    QueueName::try_from(name.to_owned()).map_err(|_| WireError::Name { index })
+}
+
+/// The name requests of a batch, decoded.
+///
+/// # Errors
+/// `Name` or `Body` for the first malformed entry.
+pub fn name_entries(entries: &[pb::NameEntry]) -> Result<Vec<(QueueName, NameRequest)>, WireError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let name = queue_name(&entry.name, index)?;
+            let request = codec::decode_framed(&entry.request)
+                .map_err(|source| WireError::Body { index, source })?;
+            Ok((name, request))
+        })
+        .collect()
+}
+
+/// A name reply, encoded.
+#[must_use]
+pub fn name_reply(reply: &NameReply) -> Vec<u8> {
+    codec::encode_framed(reply)
+}
+
+/// The name replies of a batch of `sent` name requests, decoded.
+///
+/// # Errors
+/// `Count` when the number differs; `Body` for the first malformed reply.
+pub fn name_replies(replies: &[Vec<u8>], sent: usize) -> Result<Vec<NameReply>, WireError> {
+    if replies.len() != sent {
+        return Err(WireError::Count {
+            sent,
+            got: replies.len(),
+        });
+    }
+    replies
+        .iter()
+        .enumerate()
+        .map(|(index, bytes)| {
+            codec::decode_framed(bytes).map_err(|source| WireError::Body { index, source })
+        })
+        .collect()
+}
+
+/// The digest of the name records a pair shares, encoded.
+#[must_use]
+pub fn name_digest(sender: Sender, digest: Digest) -> pb::NameDigestReply {
+    pb::NameDigestReply {
+        sender: Some(sender.into()),
+        records: digest.records,
+        sum_high: (digest.sum >> 64) as u64,
+        sum_low: digest.sum as u64,
+    }
+}
+
+/// A peer's name digest, decoded.
+#[must_use]
+pub fn name_digest_of(reply: &pb::NameDigestReply) -> Digest {
+    Digest {
+        records: reply.records,
+        sum: (u128::from(reply.sum_high) << 64) | u128::from(reply.sum_low),
+    }
+}
+
+/// One name record, encoded for an anti-entropy page.
+#[must_use]
+pub fn stored_name(name: &QueueName, record: &NameRecord) -> pb::StoredName {
+    pb::StoredName {
+        name: name.as_str().to_owned(),
+        record: codec::encode_framed(record),
+    }
+}
+
+/// A peer's page of name records, decoded.
+///
+/// # Errors
+/// `Name` or `Body` for the first malformed record.
+pub fn stored_names(records: &[pb::StoredName]) -> Result<Vec<(QueueName, NameRecord)>, WireError> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(index, stored)| {
+            let name = queue_name(&stored.name, index)?;
+            let record = codec::decode_framed(&stored.record)
+                .map_err(|source| WireError::Body { index, source })?;
+            Ok((name, record))
         })
         .collect()
 }
