@@ -5,6 +5,11 @@
 //! `Write::Merge` requests through `Exchange`, what this node lacks is merged into its own store.
 //! A replica that was away catches up through this and read repair alone.
 //!
+//! A round starts with the queue names' own records (spec/replication.md §1, §13): one digest
+//! of every name record the pair replicates, and when the two differ, every such record in pages
+//! in name order, both keeping the merge (names are few, and a whole record is compared, votes
+//! included). Then the messages' records as above.
+//!
 //! Every node runs a round with every peer, so each pair is compared twice per period (once from
 //! each end); either end alone converges the pair. A round's work is bounded: it stops after
 //! `partitions_per_round_max` differing partitions or `records_per_round_max` records compared,
@@ -19,15 +24,20 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
+use trireme_core::QueueName;
 use trireme_proto::replica::v1 as pb;
-use trireme_replication::anti_entropy::{differing, reconcile, shared};
+use trireme_replication::anti_entropy::{
+    differing, reconcile, reconcile_names, shared, shares_name,
+};
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::name::{NameRecord, NameReply, NameRequest};
 use trireme_replication::record::Record;
 use trireme_replication::replica::Write;
 use trireme_replication::{NodeId, RecordKey};
 
 use super::Cluster;
-use super::store::Entry;
+use super::service::NAMES_PER_PAGE_MAX;
+use super::store::{Entry, NameEntry};
 use super::wire;
 
 /// Partitions in the key space (a partition is the first 16 bits of a ring position).
@@ -70,6 +80,14 @@ impl Default for AntiEntropySettings {
 /// What one round with one peer did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RoundReport {
+    /// Whether the name digests differed, so the pair's name records were exchanged.
+    pub names_exchanged: bool,
+    /// Name records compared, both sides together (0 when the digests agreed).
+    pub names_compared: usize,
+    /// Name records the peer lacked something of, pushed and acknowledged.
+    pub names_pushed: usize,
+    /// Name records this node lacked something of, merged here.
+    pub names_pulled: usize,
     /// Non-empty partitions compared (either side's).
     pub partitions_compared: usize,
     /// Partitions whose digests differed and whose records were exchanged.
@@ -189,7 +207,7 @@ impl Cluster {
     }
 
     /// The other members, in id order.
-    fn peer_ids(&self) -> Vec<NodeId> {
+    pub(super) fn peer_ids(&self) -> Vec<NodeId> {
         self.inner
             .ring
             .members()
@@ -219,6 +237,7 @@ impl Cluster {
             .client(peer)
             .ok_or(AntiEntropyError::NotAMember(peer))?;
         let mut report = RoundReport::default();
+        self.exchange_names(&mut client, peer, &mut report).await?;
         let step = u32::from(settings.partitions_per_call);
         for first in (0..PARTITIONS).step_by(step as usize) {
             let last = (first + step - 1).min(PARTITIONS - 1);
@@ -265,6 +284,136 @@ impl Cluster {
         }
         report.complete = true;
         Ok(report)
+    }
+
+    /// Compares the name digests with `peer` and, when they differ, exchanges every name record
+    /// the pair replicates, page by page.
+    async fn exchange_names(
+        &self,
+        client: &mut pb::replica_client::ReplicaClient<tonic::transport::Channel>,
+        peer: NodeId,
+        report: &mut RoundReport,
+    ) -> Result<(), AntiEntropyError> {
+        let theirs = client
+            .name_digest(pb::NameDigestRequest {
+                sender: Some(self.inner.me.now().into()),
+            })
+            .await
+            .map_err(|status| AntiEntropyError::Call { peer, status })?
+            .into_inner();
+        let mine = self
+            .blocking(move |cluster| {
+                let (ring, me) = (&cluster.inner.ring, cluster.inner.me.node);
+                cluster
+                    .inner
+                    .store
+                    .name_digest(|name| shares_name(ring, me, peer, name))
+            })
+            .await
+            .map_err(std::sync::Arc::new)?;
+        if mine == wire::name_digest_of(&theirs) {
+            return Ok(());
+        }
+        report.names_exchanged = true;
+        let mut after: Option<QueueName> = None;
+        // Bounded: every page moves `after` forward through a finite, ordered set of names.
+        loop {
+            let page = client
+                .name_records(pb::NameRecordsRequest {
+                    sender: Some(self.inner.me.now().into()),
+                    after_name: after
+                        .as_ref()
+                        .map(|name| name.as_str().to_owned())
+                        .unwrap_or_default(),
+                    limit: u32::try_from(NAMES_PER_PAGE_MAX).expect("a small page"),
+                })
+                .await
+                .map_err(|status| AntiEntropyError::Call { peer, status })?
+                .into_inner();
+            let theirs: BTreeMap<QueueName, NameRecord> = wire::stored_names(&page.records)
+                .map_err(|source| AntiEntropyError::Wire { peer, source })?
+                .into_iter()
+                .collect();
+            // This node's names of the same range: after the page's start, through its last
+            // name when the peer has more, to the end otherwise.
+            let through = if page.more {
+                theirs.keys().next_back().cloned()
+            } else {
+                None
+            };
+            let range = (after.clone(), through.clone());
+            let mine: BTreeMap<QueueName, NameRecord> = self
+                .blocking(move |cluster| {
+                    let (ring, me) = (&cluster.inner.ring, cluster.inner.me.node);
+                    cluster
+                        .inner
+                        .store
+                        .name_records(range.0.as_ref(), usize::MAX, |name| {
+                            range.1.as_ref().is_none_or(|last| name <= last)
+                                && shares_name(ring, me, peer, name)
+                        })
+                        .map(|(records, _)| records)
+                })
+                .await
+                .map_err(std::sync::Arc::new)?
+                .into_iter()
+                .collect();
+            report.names_compared += mine.len() + theirs.len();
+            let reconciled = reconcile_names(&mine, &theirs);
+            report.names_pulled += self.merge_names_here(reconciled.to_me).await?;
+            report.names_pushed += self.push_names(peer, reconciled.to_peer).await;
+            match through {
+                Some(last) => after = Some(last),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Merges name records into this node's replica records; returns how many it accepted.
+    async fn merge_names_here(
+        &self,
+        records: Vec<(QueueName, NameRecord)>,
+    ) -> Result<usize, AntiEntropyError> {
+        let me = self.inner.me.node;
+        let entries: Vec<NameEntry> = records
+            .into_iter()
+            .map(|(name, record)| NameEntry {
+                slot: self
+                    .name_replicas(&name)
+                    .iter()
+                    .position(|node| *node == me)
+                    .expect("a pair exchanges only names both replicate"),
+                name,
+                request: NameRequest::Write(record),
+            })
+            .collect();
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let replies = self.inner.store.apply_names(entries).await?;
+        Ok(replies
+            .iter()
+            .filter(|reply| **reply == NameReply::Ack)
+            .count())
+    }
+
+    /// Pushes name records to `peer` as ordinary merges; returns how many it acknowledged.
+    async fn push_names(&self, peer: NodeId, records: Vec<(QueueName, NameRecord)>) -> usize {
+        let answers: Vec<_> = records
+            .into_iter()
+            .map(|(name, record)| {
+                self.inner
+                    .peers
+                    .send_name(peer, name, NameRequest::Write(record))
+            })
+            .collect();
+        let mut acked = 0;
+        for answer in answers {
+            if matches!(answer.await, Ok(Ok(NameReply::Ack))) {
+                acked += 1;
+            }
+        }
+        acked
     }
 
     /// Exchanges one partition with `peer`, page by page: the peer's page, this node's records

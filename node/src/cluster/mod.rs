@@ -10,11 +10,14 @@
 //! - `anti_entropy`: every pair's periodic comparison of partition digests and exchange of the
 //!   records that differ;
 //! - `collection`: the background collection of tombstones after the horizon;
+//! - `names`: queues in the cluster: create, delete, attribute and tag changes, the name view,
+//!   and the sweep of deleted queues' messages;
 //! - `peers`: batched, lazily connected links to the peers;
 //! - `wire`: the internal service's messages as protocol values.
 
 pub mod anti_entropy;
 pub mod collection;
+pub mod names;
 pub mod peers;
 pub mod service;
 pub mod store;
@@ -113,8 +116,13 @@ struct Inner {
     /// Collection's state across rounds: its walk and the tombstones waiting out the horizon.
     /// One round at a time holds it.
     collector: tokio::sync::Mutex<collection::Collector>,
-    /// Claim nonces.
+    /// Claim and proposal nonces.
     nonces: Mutex<ChaCha20Rng>,
+    /// The hybrid logical clock's last stamp (spec/replication.md §1): queue incarnations and
+    /// attribute registers this node stamps.
+    hlc: Mutex<u64>,
+    /// Drops deleted incarnations' message records; stops with the cluster.
+    _sweeper: names::Sweeper,
 }
 
 impl Cluster {
@@ -165,6 +173,7 @@ impl Cluster {
             Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ 0x6e6f_6e63_655f_7365),
             None => ChaCha20Rng::from_os_rng(),
         };
+        let sweeper_store = store.clone();
         let service = ReplicaService {
             store: store.clone(),
             members,
@@ -182,6 +191,8 @@ impl Cluster {
                 horizon_ms: settings.horizon_ms,
                 collector: tokio::sync::Mutex::new(collection::Collector::default()),
                 nonces: Mutex::new(nonces),
+                hlc: Mutex::new(0),
+                _sweeper: names::Sweeper::spawn(sweeper_store),
             }),
         };
         Ok((cluster, service))

@@ -1,0 +1,475 @@
+//! Queues in the cluster (spec/replication.md §1, §11): the driver of the name operations of
+//! `trireme_replication::name` and the node's local view of queue names.
+//!
+//! A create, delete, attribute or tag change, or settled read runs as a `NameOp` against the
+//! name's three replicas (`Ring::name_replicas`), through this node's store for its own replica
+//! and the peer links for the others, until it answers or the operation timeout passes. Every
+//! record an operation settles enters this node's name view; a create, delete or change that
+//! took effect is then pushed to every other member's view, unacknowledged. `queue` answers from
+//! the view while a settled source confirmed its live incarnation within `VIEW_REFRESH_MS`, and
+//! does a settled read otherwise (§11, a local miss never answers from the view).
+//!
+//! A background sweeper drops the message records of deleted incarnations once their tombstone
+//! is in the view (§1, *Delete*). This module decides nothing the crate decides: it runs
+//! operations, feeds them replies, keeps the view and the hybrid clock.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+use trireme_core::{Millis, QueueName};
+use trireme_replication::NodeId;
+use trireme_replication::coordinator::Effects;
+use trireme_replication::name::{
+    Change, ChangeAnswer, CreateAnswer, DeleteQueueAnswer, NameAnswer, NameOp, NameOutgoing,
+    NameRecord, NameReply, NameRequest, Proposal, QueueIncarnation, ReadAnswer,
+};
+use trireme_replication::placement::REPLICAS;
+
+use super::Cluster;
+use super::store::{NameEntry, NameView, ReplicaStore};
+
+/// `VIEW_REFRESH` (spec §1): the view answers for a name at most this long after a settled
+/// source last confirmed it.
+pub const VIEW_REFRESH_MS: u64 = 10_000;
+/// Rows of the store one step of the sweeper's walk reads.
+const SWEEP_ROWS_PER_STEP: usize = 4_096;
+
+/// A live queue as the cluster knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueState {
+    /// The live incarnation (the decided proposal's).
+    pub incarnation: QueueIncarnation,
+    /// The current attributes: the create's, with every change on top (SQS names and values).
+    pub attributes: BTreeMap<String, String>,
+    /// The current tags.
+    pub tags: BTreeMap<String, String>,
+    /// `CreatedTimestamp`: the incarnation's `hlc_ms`.
+    pub created_at: Millis,
+    /// `LastModifiedTimestamp`: the greatest stamp of the attribute registers, or the creation.
+    pub modified_at: Millis,
+    /// The purge watermark (spec §2), `None` if never purged.
+    pub purge_watermark: Option<Millis>,
+}
+
+impl QueueState {
+    /// The live queue `record` shows, if any.
+    #[must_use]
+    pub fn of(record: &NameRecord) -> Option<QueueState> {
+        let live = record.live()?;
+        let created_at = Millis(live.incarnation.hlc_ms);
+        let modified_at = record
+            .attributes
+            .values()
+            .map(|register| Millis(register.hlc_ms))
+            .fold(created_at, Millis::max);
+        Some(QueueState {
+            incarnation: live.incarnation,
+            attributes: record
+                .current_attributes()
+                .expect("a live record has attributes"),
+            tags: record.current_tags().expect("a live record has tags"),
+            created_at,
+            modified_at,
+            purge_watermark: record.purge_watermark,
+        })
+    }
+}
+
+/// No settled read of the name by the operation timeout: fewer than two of its replicas
+/// answered. The client may retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the queue name's replicas did not answer in time")]
+pub struct NameUnavailable;
+
+/// Why an attribute or tag change was not made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeQueueError {
+    /// The incarnation is not the live one, or nothing is live (`QueueDoesNotExist`). Nothing
+    /// was written.
+    #[error("the queue is gone")]
+    Gone,
+    /// The change would add a tag beyond the 50-tag cap.
+    #[error("too many tags")]
+    TooManyTags,
+    /// No quorum by the operation timeout; the change may still take effect.
+    #[error("the queue name's replicas did not answer in time")]
+    Unavailable,
+}
+
+/// The sweeper of one node; dropping it stops the task.
+pub(super) struct Sweeper(JoinHandle<()>);
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Sweeper {
+    /// Starts the sweeper on `store`: a walk at once if any incarnation is known deleted (a
+    /// restart resumes an unfinished drop), and one after every commit that learned a deletion.
+    pub(super) fn spawn(store: ReplicaStore) -> Sweeper {
+        let mut deletions = store.deletions();
+        Sweeper(tokio::spawn(async move {
+            if store.names(NameView::any_deleted) {
+                sweep(&store).await;
+            }
+            // The sender lives in the store this task holds: `changed` never fails here.
+            while deletions.changed().await.is_ok() {
+                sweep(&store).await;
+            }
+        }))
+    }
+}
+
+/// One walk over every message record, dropping those of deleted incarnations, in steps of
+/// `SWEEP_ROWS_PER_STEP` rows; returns how many it dropped. A failure is logged; the next
+/// deletion (or restart) walks again.
+async fn sweep(store: &ReplicaStore) -> usize {
+    let mut after: Option<Vec<u8>> = None;
+    let mut dropped = 0;
+    loop {
+        let (walker, from) = (store.clone(), after.take());
+        let walk = tokio::task::spawn_blocking(move || {
+            walker.scan(from.as_deref(), SWEEP_ROWS_PER_STEP, |key, _| {
+                walker.names(|view| view.is_deleted(key))
+            })
+        })
+        .await
+        .expect("a store walk does not panic");
+        let walk = match walk {
+            Ok(walk) => walk,
+            Err(error) => {
+                warn!(%error, "the sweep of deleted queues' messages failed");
+                return dropped;
+            }
+        };
+        let keys: Vec<_> = walk.selected.into_iter().map(|(key, _)| key).collect();
+        if !keys.is_empty() {
+            match store.drop_deleted(keys).await {
+                Ok(count) => dropped += count,
+                Err(error) => {
+                    warn!(%error, "dropping deleted queues' messages failed");
+                    return dropped;
+                }
+            }
+        }
+        match walk.last {
+            Some(last) => after = Some(last),
+            None => break,
+        }
+    }
+    debug!(dropped, "swept the messages of deleted queues");
+    dropped
+}
+
+impl Cluster {
+    /// The three replicas of the queue name's own record, in slot order.
+    #[must_use]
+    pub fn name_replicas(&self, name: &QueueName) -> [NodeId; REPLICAS] {
+        self.inner.ring.name_replicas(name)
+    }
+
+    /// Creates the queue `name` with `attributes` (SQS attribute names to SQS string values,
+    /// opaque here) and `tags` (spec/replication.md §1, *Create*). `Created` also when another
+    /// create with the same attributes won; `NameExists` when the live queue's attributes
+    /// differ; `DeletedRecently` within 60 s of a delete; `Unavailable` when no decision came
+    /// by the operation timeout (the create may still take effect).
+    pub async fn create_queue(
+        &self,
+        name: &QueueName,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> CreateAnswer {
+        let now = self.inner.me.clock.now();
+        let proposal = Proposal {
+            incarnation: QueueIncarnation {
+                hlc_ms: self.next_hlc(now),
+                node: self.inner.me.node,
+                nonce: self.nonce(),
+            },
+            attributes,
+            tags,
+        };
+        let reuse_ms = trireme_core::limits::queue_name_reuse_ms;
+        let (op, effects) = NameOp::create(self.name_replicas(name), proposal, now, reuse_ms);
+        let (answer, settled) = self.run_name(name, op, effects).await;
+        let NameAnswer::Create(answer) = answer else {
+            unreachable!("a create answers as a create");
+        };
+        if let Some(record) = settled {
+            self.learn(name, &record).await;
+            if matches!(answer, CreateAnswer::Created(_)) {
+                self.push_to_views(name, &record);
+            }
+        }
+        answer
+    }
+
+    /// Deletes the queue `name` (spec §1, *Delete*): `Deleted` once its tombstone is on two
+    /// replicas, then pushed to every member's view; `DoesNotExist` when nothing is live.
+    pub async fn delete_queue(&self, name: &QueueName) -> DeleteQueueAnswer {
+        let now = self.inner.me.clock.now();
+        let (op, effects) = NameOp::delete(self.name_replicas(name), now);
+        let (answer, settled) = self.run_name(name, op, effects).await;
+        let NameAnswer::Delete(answer) = answer else {
+            unreachable!("a delete answers as a delete");
+        };
+        if let Some(record) = settled {
+            self.learn(name, &record).await;
+            if matches!(answer, DeleteQueueAnswer::Deleted(_)) {
+                self.push_to_views(name, &record);
+            }
+        }
+        answer
+    }
+
+    /// The live queue `name`, if any: from the view while a settled source confirmed it within
+    /// `VIEW_REFRESH_MS`, otherwise by a settled read (spec §11: a miss asks a quorum).
+    ///
+    /// # Errors
+    /// [`NameUnavailable`] when the settled read did not complete by the operation timeout.
+    pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueState>, NameUnavailable> {
+        let now = self.inner.me.clock.now();
+        if let Some(state) = self.fresh(name, now, QueueState::of) {
+            return Ok(Some(state));
+        }
+        self.queue_settled(name).await
+    }
+
+    /// The live queue `name`, if any, by a settled read whatever the view holds (spec §1,
+    /// *Settled read*): it sees every change acknowledged before it started.
+    ///
+    /// # Errors
+    /// [`NameUnavailable`] when the settled read did not complete by the operation timeout.
+    pub async fn queue_settled(
+        &self,
+        name: &QueueName,
+    ) -> Result<Option<QueueState>, NameUnavailable> {
+        let now = self.inner.me.clock.now();
+        let (op, effects) = NameOp::read(self.name_replicas(name), now);
+        match self.run_name(name, op, effects).await.0 {
+            NameAnswer::Read(ReadAnswer::Settled(record)) => {
+                self.learn(name, &record).await;
+                Ok(QueueState::of(&record))
+            }
+            NameAnswer::Read(ReadAnswer::Unavailable) => Err(NameUnavailable),
+            _ => unreachable!("a read answers as a read"),
+        }
+    }
+
+    /// Sets (`Some`) or clears (`None`) attributes and tags of the queue's `incarnation` (spec §1,
+    /// *SetQueueAttributes, TagQueue, UntagQueue*), from a fresh view or a settled read.
+    ///
+    /// # Errors
+    /// `Gone` when `incarnation` is not the live one; `TooManyTags` past the tag cap;
+    /// `Unavailable` without two acks by the operation timeout.
+    pub async fn change_queue(
+        &self,
+        name: &QueueName,
+        incarnation: QueueIncarnation,
+        attributes: BTreeMap<String, Option<String>>,
+        tags: BTreeMap<String, Option<String>>,
+    ) -> Result<(), ChangeQueueError> {
+        let now = self.inner.me.clock.now();
+        let view = self.fresh(name, now, |record| Some(record.clone()));
+        let change = Change {
+            incarnation,
+            attributes,
+            tags,
+            tags_max: trireme_core::limits::tags_per_queue_max,
+        };
+        let clock = Millis(self.hlc_now(now));
+        let (op, effects) = NameOp::change(
+            self.name_replicas(name),
+            self.inner.me.node,
+            change,
+            clock,
+            view.as_ref(),
+        );
+        let (answer, settled) = self.run_name(name, op, effects).await;
+        let NameAnswer::Change(answer) = answer else {
+            unreachable!("a change answers as a change");
+        };
+        if let ChangeAnswer::Changed { hlc_ms } = answer {
+            self.observe_hlc(hlc_ms);
+        }
+        if let Some(record) = settled {
+            self.learn(name, &record).await;
+            if matches!(answer, ChangeAnswer::Changed { .. }) {
+                self.push_to_views(name, &record);
+            }
+        }
+        match answer {
+            ChangeAnswer::Changed { .. } => Ok(()),
+            ChangeAnswer::Gone => Err(ChangeQueueError::Gone),
+            ChangeAnswer::TooManyTags => Err(ChangeQueueError::TooManyTags),
+            ChangeAnswer::Unavailable => Err(ChangeQueueError::Unavailable),
+        }
+    }
+
+    /// Walks this node's message records once now and drops those of every incarnation its view
+    /// knows deleted (what the background sweeper does after each deletion it learns); returns
+    /// how many it dropped.
+    pub async fn sweep_deleted(&self) -> usize {
+        sweep(&self.inner.store).await
+    }
+
+    /// The live names in this node's view, in name order (spec §11, `ListQueues`: a snapshot
+    /// of the view, no quorum).
+    #[must_use]
+    pub fn queue_names(&self) -> Vec<QueueName> {
+        self.inner.store.names(NameView::live_names)
+    }
+
+    /// `f` of the view's record of `name` if its live incarnation was confirmed within
+    /// `VIEW_REFRESH_MS` of `now`.
+    fn fresh<T>(
+        &self,
+        name: &QueueName,
+        now: Millis,
+        f: impl FnOnce(&NameRecord) -> Option<T>,
+    ) -> Option<T> {
+        self.inner.store.names(|view| {
+            let viewed = view.get(name)?;
+            let confirmed_at = viewed.confirmed_at?;
+            if viewed.record.live().is_none()
+                || now.0.saturating_sub(confirmed_at.0) >= VIEW_REFRESH_MS
+            {
+                return None;
+            }
+            f(&viewed.record)
+        })
+    }
+
+    /// Merges a settled record into this node's view.
+    async fn learn(&self, name: &QueueName, record: &NameRecord) {
+        let learned = self
+            .inner
+            .store
+            .learn(
+                vec![(name.clone(), record.clone())],
+                self.inner.me.clock.now(),
+            )
+            .await;
+        if let Err(error) = learned {
+            warn!(%error, queue = %name.as_str(), "the name view did not take a settled record");
+        }
+    }
+
+    /// Pushes a settled record to every other member's view, unacknowledged (spec §11, 1).
+    fn push_to_views(&self, name: &QueueName, record: &NameRecord) {
+        for peer in self.peer_ids() {
+            // Nobody awaits the answer: a lost push costs that view a later settled read.
+            drop(
+                self.inner
+                    .peers
+                    .send_name(peer, name.clone(), NameRequest::View(record.clone())),
+            );
+        }
+    }
+
+    /// A hybrid-clock reading strictly above every one this node drew or observed, and at
+    /// least the clock's `now`.
+    fn next_hlc(&self, now: Millis) -> u64 {
+        let mut last = self
+            .inner
+            .hlc
+            .lock()
+            .expect("the hlc lock is never poisoned");
+        *last = (*last + 1).max(now.0);
+        *last
+    }
+
+    /// The hybrid clock now: the clock, or the last stamp if that is ahead.
+    fn hlc_now(&self, now: Millis) -> u64 {
+        let last = self
+            .inner
+            .hlc
+            .lock()
+            .expect("the hlc lock is never poisoned");
+        now.0.max(*last)
+    }
+
+    fn observe_hlc(&self, stamp_ms: u64) {
+        let mut last = self
+            .inner
+            .hlc
+            .lock()
+            .expect("the hlc lock is never poisoned");
+        *last = (*last).max(stamp_ms);
+    }
+
+    /// Runs a name operation from its first `effects` to its answer or the operation timeout;
+    /// returns the answer and the record the operation last settled.
+    async fn run_name(
+        &self,
+        name: &QueueName,
+        mut op: NameOp,
+        mut effects: Effects<NameAnswer, NameOutgoing>,
+    ) -> (NameAnswer, Option<NameRecord>) {
+        let (replies, mut incoming) = mpsc::unbounded_channel();
+        let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
+        loop {
+            if let Some(answer) = effects.answer.take() {
+                return (answer, op.settled().cloned());
+            }
+            self.dispatch_names(name, std::mem::take(&mut effects.sends), &replies);
+            effects = tokio::select! {
+                // As `run`: a reply that arrives with the deadline counts, and no random draw.
+                biased;
+                reply = incoming.recv() => {
+                    let (from, round, reply): (NodeId, u32, NameReply) =
+                        reply.expect("the operation holds a sender of its own replies");
+                    op.on_reply(from, round, &reply)
+                }
+                () = tokio::time::sleep_until(deadline) => op.on_timeout(),
+            };
+        }
+    }
+
+    /// Sends name requests: to this node's store directly, to peers through their links;
+    /// replies go to `replies`, and a failure is silence.
+    fn dispatch_names(
+        &self,
+        name: &QueueName,
+        sends: Vec<NameOutgoing>,
+        replies: &mpsc::UnboundedSender<(NodeId, u32, NameReply)>,
+    ) {
+        for out in sends {
+            let (from, round, replies) = (out.to, out.round, replies.clone());
+            if out.to == self.inner.me.node {
+                let slot = self
+                    .name_replicas(name)
+                    .iter()
+                    .position(|node| *node == self.inner.me.node)
+                    .expect("an operation sends only to the name's replicas");
+                let store = self.inner.store.clone();
+                let entry = NameEntry {
+                    name: name.clone(),
+                    slot,
+                    request: out.request,
+                };
+                tokio::spawn(async move {
+                    if let Ok(mut answers) = store.apply_names(vec![entry]).await
+                        && let Some(reply) = answers.pop()
+                    {
+                        let _ = replies.send((from, round, reply));
+                    }
+                });
+            } else {
+                let answered = self
+                    .inner
+                    .peers
+                    .send_name(out.to, name.clone(), out.request);
+                tokio::spawn(async move {
+                    if let Ok(Ok(reply)) = answered.await {
+                        let _ = replies.send((from, round, reply));
+                    }
+                });
+            }
+        }
+    }
+}
