@@ -2,6 +2,7 @@
 //! runtime with its own data directory, talking through the real internal service. Killing a
 //! member drops its runtime (every task and socket of it ends at once, as in a crash of the
 //! process; its records are what it had fsynced) and restarting opens the same directory again.
+//! The members and their helpers are shared with `cluster_names`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -24,11 +25,11 @@ use trireme_replication::record::Birth;
 
 const INCARNATION: Incarnation = Incarnation::local(Millis(1));
 
-fn queue(name: &str) -> QueueName {
+pub(super) fn queue(name: &str) -> QueueName {
     QueueName::try_from(name.to_owned()).expect("a valid queue name")
 }
 
-fn birth(body: &str, now: Millis) -> Birth {
+pub(super) fn birth(body: &str, now: Millis) -> Birth {
     Birth {
         payload: body.as_bytes().to_vec(),
         sent_at: now,
@@ -59,8 +60,8 @@ fn settings(node: u16, addresses: &BTreeMap<u16, SocketAddr>) -> ClusterSettings
     }
 }
 
-struct Member {
-    node: u16,
+pub(super) struct Member {
+    pub(super) node: u16,
     dir: PathBuf,
     address: SocketAddr,
     /// The port's listener until the first start serves on it.
@@ -86,7 +87,7 @@ impl Member {
         member
     }
 
-    fn restart(&mut self, addresses: &BTreeMap<u16, SocketAddr>) {
+    pub(super) fn restart(&mut self, addresses: &BTreeMap<u16, SocketAddr>) {
         assert!(self.running.is_none(), "a running member is not restarted");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -122,7 +123,7 @@ impl Member {
     }
 
     /// Runs `call` on this member's runtime, as a client of this node would be served.
-    async fn call<F, T>(&self, call: impl FnOnce(Cluster) -> F) -> T
+    pub(super) async fn call<F, T>(&self, call: impl FnOnce(Cluster) -> F) -> T
     where
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
@@ -135,7 +136,7 @@ impl Member {
     }
 
     /// A crash of the process: every task and connection ends now; fsynced records remain.
-    fn kill(&mut self) {
+    pub(super) fn kill(&mut self) {
         let (runtime, cluster, closed) = self.running.take().expect("the member runs");
         drop(cluster);
         // Drops every task of the member (each holds what it holds of the store).
@@ -143,7 +144,7 @@ impl Member {
         closed.wait();
     }
 
-    fn records(&self) -> BTreeMap<Vec<u8>, String> {
+    pub(super) fn records(&self) -> BTreeMap<Vec<u8>, String> {
         let (_, cluster, _) = self.running.as_ref().expect("the member runs");
         cluster
             .store()
@@ -155,13 +156,13 @@ impl Member {
     }
 }
 
-struct Cluster3 {
-    members: Vec<Member>,
-    addresses: BTreeMap<u16, SocketAddr>,
+pub(super) struct Cluster3 {
+    pub(super) members: Vec<Member>,
+    pub(super) addresses: BTreeMap<u16, SocketAddr>,
     _dirs: Vec<TempDir>,
 }
 
-fn start(members: u16) -> Cluster3 {
+pub(super) fn start(members: u16) -> Cluster3 {
     let mut reserved = super::loopback::reserve(1..=members);
     let addresses = super::loopback::addresses(&reserved);
     let dirs: Vec<TempDir> = (1..=members)
@@ -244,7 +245,7 @@ async fn drain_with(
     delivered
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(super) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
