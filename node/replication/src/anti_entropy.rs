@@ -403,7 +403,7 @@ mod tests {
         let proposal = crate::name::Proposal {
             incarnation: crate::name::QueueIncarnation {
                 hlc_ms: 7,
-                node: NodeId(1),
+                node: 1,
                 nonce: 3,
             },
             ..crate::name::Proposal::default()

@@ -393,22 +393,6 @@ pub enum NameAnswer {
     Change(ChangeAnswer),
 }
 
-/// The key incarnation of a queue incarnation: what message keys and receipt handles carry
-/// (`RecordKey::incarnation`). The one place the two types meet.
-///
-/// Today's `trireme_core::Incarnation` is one `u64`, too narrow for `(hlc_ms, node, nonce)`, so
-/// this is a fixed 64-bit hash of the three (FNV-1a with the splitmix64 finaliser, as
-/// placement's): distinct incarnations collide with probability about 2^-64 per pair, not
-/// never. Once the core's type is the triple, this becomes the identity.
-#[must_use]
-pub fn key_incarnation(incarnation: QueueIncarnation) -> trireme_core::Incarnation {
-    let mut bytes = [0u8; 18];
-    bytes[..8].copy_from_slice(&incarnation.hlc_ms.to_le_bytes());
-    bytes[8..10].copy_from_slice(&incarnation.node.0.to_le_bytes());
-    bytes[10..].copy_from_slice(&incarnation.nonce.to_le_bytes());
-    trireme_core::Incarnation(crate::placement::hash64(&bytes))
-}
-
 /// The greatest hybrid-clock stamp a record holds: its incarnations' and its registers'.
 fn stamps_max(record: &NameRecord) -> u64 {
     let votes = record
@@ -1247,23 +1231,6 @@ mod tests {
         };
         assert_eq!(record.live().map(|p| p.incarnation), Some(a.incarnation));
         assert_eq!(op.settled(), Some(&record));
-    }
-
-    #[test]
-    fn key_incarnations_differ_for_incarnations_that_differ_in_any_field() {
-        let a = proposal(1, 1, "30").incarnation;
-        let mut by_node = a;
-        by_node.node = NodeId(2);
-        let mut by_nonce = a;
-        by_nonce.nonce = 2;
-        let mut by_clock = a;
-        by_clock.hlc_ms += 1;
-        let keys: std::collections::BTreeSet<_> = [a, by_node, by_nonce, by_clock]
-            .into_iter()
-            .map(key_incarnation)
-            .collect();
-        assert_eq!(keys.len(), 4);
-        assert_eq!(key_incarnation(a), key_incarnation(a));
     }
 
     fn record() -> impl Strategy<Value = NameRecord> {

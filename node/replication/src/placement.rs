@@ -131,7 +131,7 @@ pub fn partition(queue: &QueueName, message: MessageId) -> u16 {
 }
 
 /// FNV-1a over the bytes, then the splitmix64 finaliser so nearby inputs land far apart.
-pub(crate) fn hash64(bytes: &[u8]) -> u64 {
+fn hash64(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash = OFFSET;

@@ -187,7 +187,7 @@ impl Cluster {
         let proposal = Proposal {
             incarnation: QueueIncarnation {
                 hlc_ms: self.next_hlc(now),
-                node: self.inner.me.node,
+                node: self.inner.me.node.0,
                 nonce: self.nonce(),
             },
             attributes,

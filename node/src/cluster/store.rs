@@ -41,9 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
-use trireme_replication::name::{
-    NameRecord, NameReply, NameRequest, QueueIncarnation, key_incarnation, vote,
-};
+use trireme_replication::name::{NameRecord, NameReply, NameRequest, QueueIncarnation, vote};
 use trireme_replication::placement::REPLICAS;
 use trireme_replication::record::Record;
 use trireme_replication::replica::{Verdict, accept};
@@ -271,7 +269,7 @@ pub struct Viewed {
 #[derive(Debug, Default)]
 pub struct NameView {
     names: BTreeMap<QueueName, Viewed>,
-    /// Deleted incarnations as message keys name them (`key_incarnation`).
+    /// Deleted incarnations, by name.
     deleted: BTreeSet<(QueueName, Incarnation)>,
 }
 
@@ -317,8 +315,7 @@ impl NameView {
     /// Merges `record` into the view; `settled_at` when it comes from a settled source.
     fn merge(&mut self, name: &QueueName, record: &NameRecord, settled_at: Option<Millis>) {
         if let Some(incarnation) = tombstoned(record) {
-            self.deleted
-                .insert((name.clone(), key_incarnation(incarnation)));
+            self.deleted.insert((name.clone(), incarnation));
         }
         let viewed = self.names.entry(name.clone()).or_default();
         let before = live_incarnation(&viewed.record);
@@ -342,7 +339,7 @@ fn deleted_key(name: &QueueName, incarnation: QueueIncarnation) -> Vec<u8> {
     key.push(u8::try_from(bytes.len()).expect("queue names are at most 80 bytes"));
     key.extend_from_slice(bytes);
     key.extend_from_slice(&incarnation.hlc_ms.to_be_bytes());
-    key.extend_from_slice(&incarnation.node.0.to_be_bytes());
+    key.extend_from_slice(&incarnation.node.to_be_bytes());
     key.extend_from_slice(&incarnation.nonce.to_be_bytes());
     key
 }
@@ -355,7 +352,7 @@ fn decode_deleted_key(key: &[u8]) -> Option<(QueueName, QueueIncarnation)> {
     let (node, nonce) = rest.split_at_checked(2)?;
     let incarnation = QueueIncarnation {
         hlc_ms: u64::from_be_bytes(hlc.try_into().ok()?),
-        node: NodeId(u16::from_be_bytes(node.try_into().ok()?)),
+        node: u16::from_be_bytes(node.try_into().ok()?),
         nonce: u64::from_be_bytes(nonce.try_into().ok()?),
     };
     (deleted_key(&name, incarnation) == key).then_some((name, incarnation))
@@ -945,7 +942,7 @@ fn rebuild_name_view(db: &Database) -> Result<NameView, StoreError> {
                     reason: "not a deleted incarnation's key".to_owned(),
                 },
             })?;
-        view.deleted.insert((name, key_incarnation(incarnation)));
+        view.deleted.insert((name, incarnation));
     }
     Ok(view)
 }
@@ -1286,7 +1283,7 @@ mod tests {
         trireme_replication::name::Proposal {
             incarnation: QueueIncarnation {
                 hlc_ms: 1_000,
-                node: NodeId(1),
+                node: 1,
                 nonce: 9,
             },
             ..trireme_replication::name::Proposal::default()
@@ -1311,7 +1308,7 @@ mod tests {
         let incarnation = proposal().incarnation;
         let message = RecordKey {
             queue: name(),
-            incarnation: key_incarnation(incarnation),
+            incarnation,
             message: MessageId(3),
         };
         let send = |body: &[u8]| Entry {

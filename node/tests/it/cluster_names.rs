@@ -10,9 +10,7 @@ use trireme_node::cluster::anti_entropy::AntiEntropySettings;
 use trireme_node::cluster::names::{ChangeQueueError, QueueState};
 use trireme_replication::NodeId;
 use trireme_replication::coordinator::SendAnswer;
-use trireme_replication::name::{
-    CreateAnswer, DeleteQueueAnswer, NameRecord, QueueIncarnation, key_incarnation,
-};
+use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer, NameRecord, QueueIncarnation};
 
 use super::cluster::{Member, birth, queue, runtime, start};
 
@@ -75,7 +73,7 @@ async fn send(member: &Member, incarnation: QueueIncarnation, id: u128) -> SendA
         .call(move |c| async move {
             c.send(
                 &queue("jobs"),
-                key_incarnation(incarnation),
+                incarnation,
                 MessageId(id),
                 birth("body", SystemClock.now()),
             )
@@ -113,7 +111,7 @@ fn a_queue_created_through_one_node_is_seen_through_the_others() {
     runtime().block_on(async {
         let m = &cluster.members;
         let incarnation = created(&create(&m[0], "jobs", "30").await);
-        assert_eq!(incarnation.node, NodeId(1), "the creating coordinator's");
+        assert_eq!(incarnation.node, 1, "the creating coordinator's");
         for member in m {
             let state = read(member, "jobs").await.expect("the queue exists");
             assert_eq!(state.incarnation, incarnation);
@@ -202,7 +200,7 @@ fn a_deleted_queue_is_gone_everywhere_its_name_waits_and_its_messages_are_droppe
                 .records()
                 .keys()
                 .filter_map(|key| trireme_replication::RecordKey::decode(key))
-                .filter(|key| key.incarnation == key_incarnation(incarnation))
+                .filter(|key| key.incarnation == incarnation)
                 .count()
         };
         // The message reaches the delete's coordinator (it may follow the send's two acks).

@@ -87,6 +87,7 @@ async fn exchange(
             request_id: 1,
             sender: Some(sender(from)),
             entries: vec![wire::entry(key, request)],
+            names: Vec::new(),
         })
         .await?
         .into_inner();
