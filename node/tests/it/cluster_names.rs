@@ -393,3 +393,72 @@ fn a_member_that_missed_a_create_converges_by_anti_entropy() {
         assert!(!again.names_exchanged, "{again:?}");
     });
 }
+
+#[test]
+fn on_five_nodes_a_queue_is_served_and_deleted_through_nodes_that_do_not_replicate_its_name() {
+    let cluster = start(5);
+    let ring = trireme_replication::placement::Ring::new((1..=5).map(NodeId)).expect("a ring");
+    // A name whose three replicas leave out nodes 1 and 2 (names spread over the ring).
+    let name = (0..1_000)
+        .map(|i| format!("jobs-{i}"))
+        .find(|name| {
+            let replicas = ring.name_replicas(&queue(name));
+            !replicas.contains(&NodeId(1)) && !replicas.contains(&NodeId(2))
+        })
+        .expect("some name leaves out two of five nodes");
+    runtime().block_on(async {
+        let m = &cluster.members;
+        let incarnation = created(&create(&m[0], &name, "30").await);
+        for member in m {
+            let state = read(member, &name).await.expect("the queue exists");
+            assert_eq!(state.incarnation, incarnation);
+            assert_eq!(queue_names(member).await, vec![queue(&name)]);
+        }
+        for member in m {
+            let held = name_records(member).await.len();
+            let replica = ring
+                .name_replicas(&queue(&name))
+                .contains(&NodeId(member.node));
+            assert_eq!(held, usize::from(replica), "node {}", member.node);
+        }
+        // Messages of the queue land on every node; node 2 is a replica of some of them.
+        for id in 0..20u128 {
+            let name = queue(&name);
+            let answer = m[id as usize % 5]
+                .call(move |c| async move {
+                    c.send(
+                        &name,
+                        incarnation,
+                        MessageId(id),
+                        birth("m", SystemClock.now()),
+                    )
+                    .await
+                })
+                .await;
+            assert_eq!(answer, SendAnswer::Sent);
+        }
+        assert_eq!(
+            delete(&m[1], &name).await,
+            DeleteQueueAnswer::Deleted(incarnation)
+        );
+        for member in m {
+            // A settled read puts the tombstone in every view (if the push has not already).
+            assert_eq!(read_settled(member, &name).await, None);
+            member
+                .call(|c| async move { c.sweep_deleted().await })
+                .await;
+            let kept = member
+                .records()
+                .keys()
+                .filter_map(|key| trireme_replication::RecordKey::decode(key))
+                .filter(|key| key.incarnation == incarnation)
+                .count();
+            assert_eq!(
+                kept, 0,
+                "node {} dropped the deleted queue's messages",
+                member.node
+            );
+            assert!(queue_names(member).await.is_empty());
+        }
+    });
+}
