@@ -18,7 +18,8 @@ use trireme_core::{
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::queue_service_server::QueueService;
 
-use crate::engine::{Engine, EngineError};
+use crate::backend::Backend;
+use crate::engine::EngineError;
 use crate::limits;
 use crate::redrive::{RedriveProgress, RedriveStatus};
 use crate::sqs::body_md5;
@@ -27,14 +28,14 @@ use crate::status::{self, FieldError};
 /// The gRPC service of one node.
 #[derive(Clone, Debug)]
 pub struct GrpcService {
-    engine: Engine,
+    backend: Backend,
 }
 
 impl GrpcService {
-    /// The service over `engine`.
+    /// The service over `backend`.
     #[must_use]
-    pub fn new(engine: Engine) -> Self {
-        GrpcService { engine }
+    pub fn new(backend: Backend) -> Self {
+        GrpcService { backend }
     }
 
     fn server(self) -> pb::queue_service_server::QueueServiceServer<GrpcService> {
@@ -45,11 +46,11 @@ impl GrpcService {
 /// The tonic service with explicit message-size limits.
 #[must_use]
 pub fn service(
-    engine: Engine,
+    backend: Backend,
     request_bytes_max: usize,
     response_bytes_max: usize,
 ) -> pb::queue_service_server::QueueServiceServer<GrpcService> {
-    GrpcService::new(engine)
+    GrpcService::new(backend)
         .server()
         .max_decoding_message_size(request_bytes_max)
         .max_encoding_message_size(response_bytes_max)
@@ -451,7 +452,7 @@ fn queue_page(mut names: Vec<QueueName>, limit: usize) -> (Vec<String>, String) 
 
 impl GrpcService {
     fn received(&self, deliveries: Vec<Delivery>) -> pb::ReceiveMessagesResponse {
-        let handles = self.engine.handles();
+        let handles = self.backend.handles();
         pb::ReceiveMessagesResponse {
             messages: deliveries
                 .into_iter()
@@ -474,7 +475,7 @@ impl GrpcService {
     }
 
     async fn existing_queue(&self, name: &QueueName) -> Result<QueueView, Status> {
-        self.engine
+        self.backend
             .queue(name)
             .await
             .map_err(|error| engine_status(&error))?
@@ -486,7 +487,7 @@ impl GrpcService {
     }
 
     async fn command(&self, command: Command) -> Result<Outcome, Status> {
-        self.engine
+        self.backend
             .execute(command)
             .await
             .map_err(|error| engine_status(&error))
@@ -495,7 +496,7 @@ impl GrpcService {
     /// Decodes the `receipt_handle` field and records its message id on the request's span.
     fn receipt_handle(&self, encoded: &str) -> Result<ReceiptHandle, Status> {
         let handle = self
-            .engine
+            .backend
             .handles()
             .decode(encoded)
             .map_err(|error| status::handle_status("receipt_handle", &error))?;
@@ -523,7 +524,7 @@ impl GrpcService {
                 Err(refusal) => failed.push(refusal),
             }
         }
-        let results = self.engine.execute_all(commands).await;
+        let results = self.backend.execute_all(commands).await;
         for (id, result) in ids.into_iter().zip(results) {
             match result {
                 Ok(Outcome::Deleted { .. } | Outcome::VisibilityChanged) => successful.push(id),
@@ -646,7 +647,7 @@ impl QueueService for GrpcService {
             }
             // One more than asked tells whether another page exists.
             let names = self
-                .engine
+                .backend
                 .list_queues(request.prefix, after, limit + 1)
                 .await
                 .map_err(|error| engine_status(&error))?;
@@ -731,7 +732,7 @@ impl QueueService for GrpcService {
                 .map_err(|e| field_status(&e))?;
             self.existing_queue(&name).await?;
             let sources = self
-                .engine
+                .backend
                 .dead_letter_sources(&name)
                 .await
                 .map_err(|error| engine_status(&error))?;
@@ -804,7 +805,7 @@ impl QueueService for GrpcService {
                 request.deduplication_id,
             )
             .map_err(|e| field_status(&e))?;
-            let id = self.engine.new_message_id();
+            let id = self.backend.new_message_id();
             let md5_of_body = body_md5(&parts.body);
             let outcome = self
                 .command(Command::Send {
@@ -893,7 +894,7 @@ impl QueueService for GrpcService {
                         accepted.push((entry.id, body_md5(&parts.body)));
                         commands.push(Command::Send {
                             queue: queue.clone(),
-                            id: self.engine.new_message_id(),
+                            id: self.backend.new_message_id(),
                             body: parts.body,
                             attributes: parts.attributes,
                             system: Default::default(),
@@ -904,7 +905,7 @@ impl QueueService for GrpcService {
                 }
             }
             // All entries go to the engine before any answer is awaited: one group commit.
-            let results = self.engine.execute_all(commands).await;
+            let results = self.backend.execute_all(commands).await;
             for ((entry_id, md5_of_body), result) in accepted.into_iter().zip(results) {
                 match result {
                     Ok(Outcome::Sent { id, duplicate }) => {
@@ -968,7 +969,7 @@ impl QueueService for GrpcService {
             )
             .map_err(|e| field_status(&e))?;
             let deliveries = self
-                .engine
+                .backend
                 .receive(queue, max, visibility_s, wait_s)
                 .await
                 .map_err(|error| engine_status(&error))?;
@@ -1035,7 +1036,7 @@ impl QueueService for GrpcService {
                 .map_err(|e| field_status(&e))?;
             let prepared = request.entries.into_iter().map(|entry| {
                 let command = self
-                    .engine
+                    .backend
                     .handles()
                     .decode(&entry.receipt_handle)
                     .map(|handle| Command::Delete {
@@ -1110,7 +1111,7 @@ impl QueueService for GrpcService {
                     .map_err(|error| status::field_entry_error(&entry.id, &error))
                     .and_then(|timeout_s| {
                         let handle = self
-                            .engine
+                            .backend
                             .handles()
                             .decode(&entry.receipt_handle)
                             .map_err(|error| status::handle_entry_error(&entry.id, &error))?;
@@ -1163,8 +1164,9 @@ impl QueueService for GrpcService {
                 ),
             };
             let task_handle = self
-                .engine
+                .backend
                 .redrives()
+                .map_err(|error| engine_status(&error))?
                 .start(from, to, rate)
                 .await
                 .map_err(|error| status::redrive_status(&error))?;
@@ -1190,7 +1192,11 @@ impl QueueService for GrpcService {
                 1,
             )
             .map_err(|e| field_status(&e))?;
-            let tasks = self.engine.redrives().list(&from, limit);
+            let tasks = self
+                .backend
+                .redrives()
+                .map_err(|error| engine_status(&error))?
+                .list(&from, limit);
             Ok(Response::new(pb::ListRedrivesResponse {
                 tasks: tasks.into_iter().map(redrive_task).collect(),
             }))
@@ -1207,8 +1213,9 @@ impl QueueService for GrpcService {
         let span = request_span("CancelRedrive", "");
         async move {
             let moved = self
-                .engine
+                .backend
                 .redrives()
+                .map_err(|error| engine_status(&error))?
                 .cancel(&request.task_handle)
                 .map_err(|error| status::redrive_status(&error))?;
             Ok(Response::new(pb::CancelRedriveResponse { moved }))

@@ -9,6 +9,7 @@
 //! semantics outside the core, and never acknowledge a change before it is fsynced.
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod clock;
 pub mod cluster;
 pub mod codec;
@@ -38,9 +39,11 @@ use tonic::transport::server::Connected;
 use tracing::{info, warn};
 use trireme_proto::replica::v1::replica_server::ReplicaServer;
 
+use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::cluster::anti_entropy::{AntiEntropySettings, AntiEntropyTask};
 use crate::cluster::collection::{CollectionSettings, CollectionTask};
+use crate::cluster::edge::ClusterEdge;
 use crate::cluster::peers::LinkSettings;
 use crate::cluster::store::{ReplicaStore, StoreClosed, StoreError};
 use crate::cluster::{Cluster, ClusterError, ClusterSettings};
@@ -97,6 +100,8 @@ pub fn open_storage(config: &Config) -> Result<Storage, NodeError> {
 /// cluster if it is a member.
 pub struct Node {
     engine: Engine,
+    /// What the edges serve requests with: the engine alone, the cluster for a member.
+    backend: Backend,
     /// `None`: the node runs alone.
     member: Option<Member>,
     /// The servers; each ends with its error text, or `Ok` after a graceful stop.
@@ -276,7 +281,19 @@ impl Node {
             engine_queue_commands_max: config.engine_queue_commands_max,
             long_polls_max: config.long_polls_max,
         };
-        let engine = Engine::start(storage, clock, handles, settings, config.seed)?;
+        let backend_clock = Arc::clone(&clock);
+        let engine = Engine::start(storage, clock, handles.clone(), settings, config.seed)?;
+        // The edges serve a member's requests through the cluster; the engine then holds only
+        // the node's own database (its handle key).
+        let backend = match &member {
+            Some(member) => Backend::Cluster(ClusterEdge::new(
+                member.cluster.clone(),
+                handles,
+                backend_clock,
+                config.seed,
+            )),
+            None => Backend::Alone(engine.clone()),
+        };
         let (stop_accepting, stop) = watch::channel(false);
         // No `tcp_nodelay` here: tonic ignores it for a custom incoming stream. The accepted
         // sockets get it from `tcp_incoming` (production) or need none (turmoil).
@@ -286,7 +303,7 @@ impl Node {
             .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
             .max_concurrent_streams(Some(limits::grpc_streams_per_connection_max))
             .add_service(grpc::service(
-                engine.clone(),
+                backend.clone(),
                 config.grpc_request_bytes_max,
                 config.grpc_response_bytes_max,
             ));
@@ -298,6 +315,7 @@ impl Node {
         });
         Ok(Node {
             engine,
+            backend,
             member,
             servers: vec![server],
             stop_accepting,
@@ -308,7 +326,7 @@ impl Node {
     /// Serves the SQS-compatible endpoint on `listener` until the node shuts down. Every
     /// accepted socket has `TCP_NODELAY` set (see [`tcp_incoming`]).
     pub fn serve_sqs(&mut self, listener: tokio::net::TcpListener, settings: sqs::SqsSettings) {
-        let app = sqs::router(self.engine.clone(), settings);
+        let app = sqs::router(self.backend.clone(), settings);
         let stop = self.stop_accepting.subscribe();
         let listener = sqs_incoming(listener);
         self.servers.push(tokio::spawn(async move {
@@ -358,6 +376,12 @@ impl Node {
     #[must_use]
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// What the node's edges serve requests with (for embedding and tests).
+    #[must_use]
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// The cluster this node is a member of; `None` when it runs alone.
@@ -412,6 +436,8 @@ impl Node {
             }
         }
         self.engine.close().await;
+        // The edges' handle on the cluster holds the replica store open: let go of it first.
+        drop(self.backend);
         if let Some(member) = self.member {
             member
                 .stop(tokio::time::Instant::now() + self.shutdown_grace)

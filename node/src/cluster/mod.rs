@@ -17,6 +17,7 @@
 
 pub mod anti_entropy;
 pub mod collection;
+pub mod edge;
 pub mod names;
 pub mod peers;
 pub mod service;
@@ -245,10 +246,20 @@ impl Cluster {
         dead_letter: Option<&DeadLetter>,
     ) -> Vec<Delivered> {
         let now = self.inner.me.clock.now();
-        let candidates = self
+        // Which candidates to try is a hint, never a safety question (the quorum decides): of
+        // the oldest few, those whose first replica is this node come first, so coordinators
+        // serving one queue at once mostly claim different messages instead of racing for the
+        // same oldest ones (spec/replication.md, Considerations, *Candidate order*).
+        let mut candidates = self
             .inner
             .store
-            .view(|view| view.candidates(queue, incarnation, now, max));
+            .view(|view| view.candidates(queue, incarnation, now, max.saturating_mul(REPLICAS)));
+        let me = self.inner.me.node;
+        candidates.sort_by_key(|id| {
+            let replicas = self.inner.ring.replicas(queue, *id);
+            replicas[0] != me
+        });
+        candidates.truncate(max);
         let mut claims = JoinSet::new();
         for id in candidates {
             let key = RecordKey {

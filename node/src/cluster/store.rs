@@ -187,6 +187,8 @@ struct Seen {
     entered_at: Millis,
     /// The later of the claim's deadline and the delay's end.
     visible_at: Millis,
+    /// Whether a receive holds it (so until `visible_at` it is in flight, not delayed).
+    received: bool,
 }
 
 /// The live records this replica holds, by queue (the local view).
@@ -216,6 +218,9 @@ impl LocalView {
             let seen = Seen {
                 entered_at: live.entered_at,
                 visible_at: deadline.max(live.birth.visible_from),
+                received: live
+                    .held
+                    .is_some_and(|held| held.deadline > live.birth.visible_from),
             };
             queue.seen.insert(key.message, seen);
             queue.order.insert((seen.entered_at, key.message));
@@ -242,6 +247,31 @@ impl LocalView {
             .take(max)
             .map(|(_, id)| *id)
             .collect()
+    }
+
+    /// `(ready, in flight, delayed)` among the queue's live records at `now` by this replica's
+    /// records (spec/replication.md §11: approximate, as SQS's counts are).
+    #[must_use]
+    pub fn counts(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        now: Millis,
+    ) -> (u64, u64, u64) {
+        let Some(queue) = self.queues.get(&(queue.clone(), incarnation)) else {
+            return (0, 0, 0);
+        };
+        let mut counts = (0, 0, 0);
+        for seen in queue.seen.values() {
+            if seen.visible_at <= now {
+                counts.0 += 1;
+            } else if seen.received {
+                counts.1 += 1;
+            } else {
+                counts.2 += 1;
+            }
+        }
+        counts
     }
 
     /// Live records of the queue this replica holds (visible or not).

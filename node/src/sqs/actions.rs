@@ -47,7 +47,7 @@ impl Sqs {
         // SQS compares only the attributes the request names with those of an existing queue,
         // so "create if missing" without attributes finds a queue whatever its settings; the
         // refusal names the first attribute that differs.
-        if let Some(existing) = self.engine.queue(&name).await? {
+        if let Some(existing) = self.backend.queue(&name).await? {
             if let Some(attribute) = first_difference(&existing.attributes, &attributes, |arn| {
                 self.queue_from_arn(arn, "RedrivePolicy")
             })? {
@@ -58,7 +58,7 @@ impl Sqs {
             });
         }
         let attributes = QueueAttributes::default().with(&changes);
-        self.engine
+        self.backend
             .execute(Command::CreateQueue {
                 name: name.clone(),
                 attributes,
@@ -94,7 +94,7 @@ impl Sqs {
     ) -> Result<ListQueuesResponse, SqsError> {
         let prefix = request.queue_name_prefix.unwrap_or_default();
         let (after, limit) = page(request.next_token.as_deref(), request.max_results)?;
-        let mut names = self.engine.list_queues(prefix, after, limit + 1).await?;
+        let mut names = self.backend.list_queues(prefix, after, limit + 1).await?;
         let next_token = more(&mut names, limit, request.max_results.is_some());
         Ok(ListQueuesResponse {
             queue_urls: names
@@ -107,13 +107,13 @@ impl Sqs {
 
     pub(super) async fn delete_queue(&self, request: QueueUrlRequest) -> Result<Empty, SqsError> {
         let name = self.queue_from_url(request.queue_url.as_deref())?;
-        self.engine.execute(Command::DeleteQueue { name }).await?;
+        self.backend.execute(Command::DeleteQueue { name }).await?;
         Ok(Empty {})
     }
 
     pub(super) async fn purge_queue(&self, request: QueueUrlRequest) -> Result<Empty, SqsError> {
         let name = self.queue_from_url(request.queue_url.as_deref())?;
-        self.engine.execute(Command::PurgeQueue { name }).await?;
+        self.backend.execute(Command::PurgeQueue { name }).await?;
         Ok(Empty {})
     }
 
@@ -139,7 +139,7 @@ impl Sqs {
         let attributes = required(request.attributes, "Attributes")?;
         let changes =
             parse_queue_attributes(&attributes, |arn| self.queue_from_arn(arn, "RedrivePolicy"))?;
-        self.engine
+        self.backend
             .execute(Command::SetQueueAttributes { name, changes })
             .await?;
         Ok(Empty {})
@@ -186,7 +186,7 @@ impl Sqs {
             policy: Some(policy),
             ..AttributeChanges::default()
         };
-        self.engine
+        self.backend
             .execute(Command::SetQueueAttributes { name, changes })
             .await?;
         Ok(Empty {})
@@ -195,7 +195,7 @@ impl Sqs {
     pub(super) async fn tag_queue(&self, request: TagQueueRequest) -> Result<Empty, SqsError> {
         let name = self.queue_from_url(request.queue_url.as_deref())?;
         let tags = required(request.tags, "Tags")?;
-        self.engine
+        self.backend
             .execute(Command::TagQueue { name, tags })
             .await?;
         Ok(Empty {})
@@ -204,7 +204,7 @@ impl Sqs {
     pub(super) async fn untag_queue(&self, request: UntagQueueRequest) -> Result<Empty, SqsError> {
         let name = self.queue_from_url(request.queue_url.as_deref())?;
         let keys: BTreeSet<String> = required(request.tag_keys, "TagKeys")?.into_iter().collect();
-        self.engine
+        self.backend
             .execute(Command::UntagQueue { name, keys })
             .await?;
         Ok(Empty {})
@@ -228,7 +228,7 @@ impl Sqs {
         self.view(&dlq).await?;
         let (after, limit) = page(request.next_token.as_deref(), request.max_results)?;
         let mut sources: Vec<QueueName> = self
-            .engine
+            .backend
             .dead_letter_sources(&dlq)
             .await?
             .into_iter()
@@ -263,14 +263,14 @@ impl Sqs {
         )?;
         // SQS moves messages out of dead-letter queues only, whether or not a destination is
         // named.
-        if self.engine.dead_letter_sources(&from).await?.is_empty() {
+        if self.backend.dead_letter_sources(&from).await?.is_empty() {
             return Err(SqsError::InvalidParameterValue(
                 Invalid::NotADeadLetterQueue,
             ));
         }
         let task_id = self
-            .engine
-            .redrives()
+            .backend
+            .redrives()?
             .start(from.clone(), to.clone(), rate)
             .await
             .map_err(|error| move_task_error(error, &from))?;
@@ -296,7 +296,7 @@ impl Sqs {
         )?
         .unwrap_or(1);
         let from = self.move_task_queue(&source_arn, "SourceArn").await?;
-        let tasks = self.engine.redrives().list(&from, usize_from(limit));
+        let tasks = self.backend.redrives()?.list(&from, usize_from(limit));
         let results = tasks
             .into_iter()
             .map(|task| {
@@ -345,16 +345,16 @@ impl Sqs {
             .await?;
         // A task of another queue is no task of this one.
         if self
-            .engine
-            .redrives()
+            .backend
+            .redrives()?
             .get(&handle.task_id)
             .is_none_or(|task| task.from != from)
         {
             return Err(SqsError::TaskDoesNotExist);
         }
         let moved = self
-            .engine
-            .redrives()
+            .backend
+            .redrives()?
             .cancel(&handle.task_id)
             .map_err(|error| move_task_error(error, &from))?;
         Ok(CancelMessageMoveTaskResponse {
@@ -375,7 +375,7 @@ impl Sqs {
             Err(SqsError::QueueDoesNotExist) => return Err(missing),
             Err(other) => return Err(other),
         };
-        match self.engine.queue(&name).await? {
+        match self.backend.queue(&name).await? {
             Some(_) => Ok(name),
             None => Err(missing),
         }
@@ -383,7 +383,7 @@ impl Sqs {
 
     /// The queue's current state, or `QueueDoesNotExist`.
     pub(super) async fn view(&self, name: &QueueName) -> Result<QueueView, SqsError> {
-        self.engine
+        self.backend
             .queue(name)
             .await?
             .ok_or(SqsError::QueueDoesNotExist)

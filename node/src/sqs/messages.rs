@@ -77,7 +77,7 @@ impl Sqs {
             },
         )?;
         let outcome = self
-            .engine
+            .backend
             .execute(prepared.command)
             .await
             .map_err(|error| send_refusal(error, &prepared.body, false))?;
@@ -188,7 +188,7 @@ impl Sqs {
         let filter =
             MessageAttributeFilter::new(&request.message_attribute_names.unwrap_or_default());
         let deliveries = self
-            .engine
+            .backend
             .receive(queue, max, visibility_s, wait_s)
             .await?;
         Ok(ReceiveMessageResponse {
@@ -206,7 +206,10 @@ impl Sqs {
         let queue = self.queue_from_url(request.queue_url.as_deref())?;
         let text = required(request.receipt_handle.as_deref(), "ReceiptHandle")?;
         let handle = self.decode_handle(text)?;
-        let result = self.engine.execute(Command::Delete { queue, handle }).await;
+        let result = self
+            .backend
+            .execute(Command::Delete { queue, handle })
+            .await;
         self.delete_answer(result, text)?;
         Ok(Empty {})
     }
@@ -252,7 +255,7 @@ impl Sqs {
         let text = required(request.receipt_handle.as_deref(), "ReceiptHandle")?;
         let handle = self.decode_handle(text)?;
         let timeout_s = visibility_timeout(request.visibility_timeout)?;
-        self.engine
+        self.backend
             .execute(Command::ChangeVisibility {
                 queue,
                 handle,
@@ -404,7 +407,7 @@ impl Sqs {
     /// batch's entries are applied in entry order, which is what keeps a sent batch in entry
     /// order (spec/queue-core.md, "A batch comes back in entry order").
     async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, EngineError>> {
-        self.engine.execute_all(commands).await
+        self.backend.execute_all(commands).await
     }
 
     fn prepare_send(&self, queue: &QueueName, parts: SendParts) -> Result<PreparedSend, SqsError> {
@@ -457,7 +460,7 @@ impl Sqs {
             payload_bytes,
             command: Command::Send {
                 queue: queue.clone(),
-                id: self.engine.new_message_id(),
+                id: self.backend.new_message_id(),
                 body,
                 attributes,
                 system: SystemAttributes {
@@ -473,7 +476,7 @@ impl Sqs {
     }
 
     fn decode_handle(&self, text: &str) -> Result<ReceiptHandle, SqsError> {
-        self.engine
+        self.backend
             .handles()
             .decode(text)
             .map_err(|_| SqsError::ReceiptHandleIsInvalid {
@@ -537,7 +540,7 @@ impl Sqs {
             .collect();
         ReceivedMessage {
             message_id: delivery.message.to_string(),
-            receipt_handle: self.engine.handles().encode(&delivery.handle),
+            receipt_handle: self.backend.handles().encode(&delivery.handle),
             md5_of_body: body_md5(&delivery.body),
             body: delivery.body,
             attributes,

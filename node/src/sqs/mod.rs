@@ -39,7 +39,7 @@ use serde::de::DeserializeOwned;
 use tracing::{Instrument, debug, debug_span, info, warn};
 use trireme_core::QueueName;
 
-use crate::engine::Engine;
+use crate::backend::Backend;
 use address::{AddressError, Addresses};
 use error::{Invalid, JSON_CONTENT_TYPE, SqsError};
 pub use metrics::SqsMetrics;
@@ -78,7 +78,7 @@ impl Default for SqsSettings {
 
 /// Shared by every request of one endpoint.
 struct Sqs {
-    engine: Engine,
+    backend: Backend,
     addresses: Addresses,
     access_keys: Vec<AccessKey>,
     metrics: Arc<SqsMetrics>,
@@ -86,7 +86,7 @@ struct Sqs {
 
 /// The SQS endpoint as an axum router. Every path accepts `POST`; the action comes from
 /// `X-Amz-Target`. Logs at startup whether requests are authenticated.
-pub fn router(engine: Engine, settings: SqsSettings) -> Router {
+pub fn router(backend: Backend, settings: SqsSettings) -> Router {
     if settings.access_keys.is_empty() {
         warn!(
             "SQS endpoint accepts unsigned and any-signed requests: no access keys are configured"
@@ -98,7 +98,7 @@ pub fn router(engine: Engine, settings: SqsSettings) -> Router {
         );
     }
     let sqs = Arc::new(Sqs {
-        engine,
+        backend,
         addresses: Addresses::new(
             &settings.advertised_host,
             settings.advertised_port,
@@ -123,7 +123,7 @@ async fn serve(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let request_id = sqs.engine.new_message_id().to_string();
+    let request_id = sqs.backend.new_message_id().to_string();
     let action = headers
         .get("x-amz-target")
         .and_then(|value| value.to_str().ok())
@@ -198,7 +198,7 @@ impl Sqs {
                 headers,
                 body,
             };
-            sigv4::verify(&request, &self.access_keys, self.engine.now().0)?;
+            sigv4::verify(&request, &self.access_keys, self.backend.now().0)?;
         }
         if method != Method::POST {
             return Err(SqsError::UnknownOperation {

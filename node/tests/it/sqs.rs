@@ -66,7 +66,7 @@ impl Harness {
             ..SqsSettings::default()
         };
         let metrics = settings.metrics.clone();
-        let app = router(node.engine().clone(), settings);
+        let app = router(node.backend().clone(), settings);
         let listener = trireme_node::sqs_incoming(listener);
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Harness {

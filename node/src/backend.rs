@@ -1,0 +1,140 @@
+//! What the public edges (gRPC, SQS) talk to: the engine of a node running alone, or this
+//! node's part of a cluster. Both answer the same commands with the same outcomes and refusals,
+//! so the edges never ask which one they have.
+
+use trireme_core::{Command, Delivery, MessageId, Millis, Outcome, QueueName, QueueView};
+
+use crate::cluster::edge::ClusterEdge;
+use crate::engine::{Engine, EngineError};
+use crate::handle::HandleCodec;
+use crate::redrive::RedriveTasks;
+
+/// The queue service behind the edges. Cheap to clone.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// A node running alone.
+    Alone(Engine),
+    /// A cluster member coordinating through its peers.
+    Cluster(ClusterEdge),
+}
+
+impl Backend {
+    /// Applies `command`.
+    ///
+    /// # Errors
+    /// As [`Engine::execute`], and in a cluster `Unavailable` or `Unsupported`.
+    pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
+        match self {
+            Backend::Alone(engine) => engine.execute(command).await,
+            Backend::Cluster(edge) => edge.execute(command).await,
+        }
+    }
+
+    /// Applies every command (one group commit alone, concurrently in a cluster), answering in
+    /// order.
+    pub async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, EngineError>> {
+        match self {
+            Backend::Alone(engine) => engine.execute_all(commands).await,
+            Backend::Cluster(edge) => edge.execute_all(commands).await,
+        }
+    }
+
+    /// Receives up to `max` messages, waiting up to `wait_s` for the first.
+    ///
+    /// # Errors
+    /// As [`Backend::execute`].
+    pub async fn receive(
+        &self,
+        queue: QueueName,
+        max: u32,
+        visibility_s: Option<u32>,
+        wait_s: Option<u32>,
+    ) -> Result<Vec<Delivery>, EngineError> {
+        match self {
+            Backend::Alone(engine) => engine.receive(queue, max, visibility_s, wait_s).await,
+            Backend::Cluster(edge) => edge.receive(queue, max, visibility_s, wait_s).await,
+        }
+    }
+
+    /// The queue `name` as it is now, or `None` if it does not exist.
+    ///
+    /// # Errors
+    /// `ShuttingDown` alone; `Unavailable` in a cluster.
+    pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
+        match self {
+            Backend::Alone(engine) => engine.queue(name).await,
+            Backend::Cluster(edge) => edge.queue(name).await,
+        }
+    }
+
+    /// Up to `limit` queue names starting with `prefix`, in name order, after `after`.
+    ///
+    /// # Errors
+    /// `ShuttingDown` alone.
+    pub async fn list_queues(
+        &self,
+        prefix: String,
+        after: Option<QueueName>,
+        limit: usize,
+    ) -> Result<Vec<QueueName>, EngineError> {
+        match self {
+            Backend::Alone(engine) => engine.list_queues(prefix, after, limit).await,
+            Backend::Cluster(edge) => edge.list_queues(prefix, after, limit).await,
+        }
+    }
+
+    /// The queues whose redrive policy names `dlq`, in name order.
+    ///
+    /// # Errors
+    /// `ShuttingDown` alone; `Unavailable` in a cluster.
+    pub async fn dead_letter_sources(
+        &self,
+        dlq: &QueueName,
+    ) -> Result<Vec<QueueName>, EngineError> {
+        match self {
+            Backend::Alone(engine) => engine.dead_letter_sources(dlq).await,
+            Backend::Cluster(edge) => edge.dead_letter_sources(dlq).await,
+        }
+    }
+
+    /// A fresh message id.
+    #[must_use]
+    pub fn new_message_id(&self) -> MessageId {
+        match self {
+            Backend::Alone(engine) => engine.new_message_id(),
+            Backend::Cluster(edge) => edge.new_message_id(),
+        }
+    }
+
+    /// The node's clock.
+    #[must_use]
+    pub fn now(&self) -> Millis {
+        match self {
+            Backend::Alone(engine) => engine.now(),
+            Backend::Cluster(edge) => edge.now(),
+        }
+    }
+
+    /// The codec of the receipt handles (the cluster's shared key in a cluster).
+    #[must_use]
+    pub fn handles(&self) -> &HandleCodec {
+        match self {
+            Backend::Alone(engine) => engine.handles(),
+            Backend::Cluster(edge) => edge.handles(),
+        }
+    }
+
+    /// The node's redrive (message move) tasks.
+    ///
+    /// # Errors
+    /// `Unsupported` in a cluster: move tasks across the cluster (spec/replication.md §8) are
+    /// not served yet.
+    pub fn redrives(&self) -> Result<&RedriveTasks, EngineError> {
+        match self {
+            Backend::Alone(engine) => Ok(engine.redrives()),
+            Backend::Cluster(_) => Err(EngineError::Unsupported {
+                action: "A message move task",
+            }),
+        }
+    }
+}

@@ -1,0 +1,835 @@
+//! The public API's commands served by the cluster: what the gRPC and SQS edges ask of a
+//! cluster member, translated into the coordinator operations of `Cluster` and their answers
+//! translated back into the core's `Outcome`s and `Reject`s, so the edges say the same thing
+//! whether a node runs alone or in a cluster (spec/replication.md §1, part 1 *Operations*).
+//!
+//! A queue's attributes travel in its name record as one register per attribute (the
+//! attribute's JSON under its field name), so two concurrent changes of different attributes
+//! both survive (§1, *SetQueueAttributes*). A message's body, attributes and system attributes
+//! travel as the replicas' opaque payload, in the node's codec.
+//!
+//! This module must never decide a protocol question: it checks what the core checks on a node
+//! running alone, looks the queue up, and calls the coordinator.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+use tracing::{error, warn};
+use trireme_core::{
+    AttributeChanges, AttributeValue, ClaimTag, Command, Delivery, HandleProblem, Incarnation,
+    MessageCounts, MessageId, Millis, Outcome, QueueAttributes, QueueName, QueueView,
+    ReceiptHandle, Reject, SystemAttributes, check_message, check_system_attributes, check_tags,
+    limits,
+};
+use trireme_replication::coordinator::{DeleteAnswer, Handle, SendAnswer, VisibilityAnswer};
+use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer};
+use trireme_replication::record::Birth;
+use trireme_replication::{Claim, Generation, NodeId, RecordKey};
+
+use super::names::{ChangeQueueError, QueueState};
+use super::{Cluster, DeadLetter, Delivered};
+use crate::clock::Clock;
+use crate::codec;
+use crate::engine::EngineError;
+use crate::handle::HandleCodec;
+
+/// How often a long poll looks at the local view again while nothing is ready.
+const LONG_POLL_RECHECK: Duration = Duration::from_millis(50);
+
+/// What a replicated message carries for its consumers, opaque to the replicas.
+#[derive(Debug, Serialize, Deserialize)]
+struct Payload {
+    body: String,
+    attributes: BTreeMap<String, AttributeValue>,
+    system: SystemAttributes,
+}
+
+/// A queue as a command needs it: its live incarnation and its settings.
+#[derive(Clone, Debug)]
+struct Known {
+    incarnation: Incarnation,
+    attributes: QueueAttributes,
+    state: QueueState,
+}
+
+/// The public API's commands over the cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct ClusterEdge {
+    cluster: Cluster,
+    handles: HandleCodec,
+    clock: Arc<dyn Clock>,
+    /// Message ids.
+    ids: Arc<Mutex<ChaCha20Rng>>,
+}
+
+impl std::fmt::Debug for ClusterEdge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterEdge")
+            .field("node", &self.cluster.node())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(what: &str) -> EngineError {
+    EngineError::Unavailable {
+        reason: format!("{what}: fewer than two replicas answered in time"),
+    }
+}
+
+fn not_found(name: &QueueName) -> EngineError {
+    EngineError::Rejected(Reject::QueueNotFound { name: name.clone() })
+}
+
+/// The registers a queue's attributes are stored as: one per attribute, its JSON by field name.
+///
+/// # Panics
+/// Never: the attributes are plain data that always serialise to a JSON object.
+#[must_use]
+pub fn attribute_registers(attributes: &QueueAttributes) -> BTreeMap<String, String> {
+    let serde_json::Value::Object(fields) =
+        serde_json::to_value(attributes).expect("queue attributes serialise to JSON")
+    else {
+        unreachable!("queue attributes are a struct");
+    };
+    fields
+        .into_iter()
+        .map(|(name, value)| (name, value.to_string()))
+        .collect()
+}
+
+/// The attributes the registers hold; an attribute without a register has its default.
+///
+/// # Errors
+/// The register that does not decode, with why: a replica holds a value no writer wrote.
+pub fn attributes_from_registers(
+    registers: &BTreeMap<String, String>,
+) -> Result<QueueAttributes, String> {
+    let serde_json::Value::Object(mut fields) = serde_json::to_value(QueueAttributes::default())
+        .expect("queue attributes serialise to JSON")
+    else {
+        unreachable!("queue attributes are a struct");
+    };
+    for (name, text) in registers {
+        let value = serde_json::from_str(text)
+            .map_err(|error| format!("attribute register {name}: {error}"))?;
+        fields.insert(name.clone(), value);
+    }
+    serde_json::from_value(serde_json::Value::Object(fields))
+        .map_err(|error| format!("attribute registers: {error}"))
+}
+
+impl ClusterEdge {
+    /// The edge over `cluster`, issuing handles with `handles` (the cluster's shared key).
+    #[must_use]
+    pub fn new(
+        cluster: Cluster,
+        handles: HandleCodec,
+        clock: Arc<dyn Clock>,
+        seed: Option<u64>,
+    ) -> ClusterEdge {
+        let ids = match seed {
+            // A stream apart from the claim nonces', so the two never repeat each other.
+            Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ 0x6d65_7373_6167_6569),
+            None => ChaCha20Rng::from_os_rng(),
+        };
+        ClusterEdge {
+            cluster,
+            handles,
+            clock,
+            ids: Arc::new(Mutex::new(ids)),
+        }
+    }
+
+    /// The cluster this edge serves.
+    #[must_use]
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// The codec of the cluster's receipt handles.
+    #[must_use]
+    pub fn handles(&self) -> &HandleCodec {
+        &self.handles
+    }
+
+    /// A fresh message id (random: unique across coordinators without coordination).
+    #[must_use]
+    pub fn new_message_id(&self) -> MessageId {
+        MessageId(
+            self.ids
+                .lock()
+                .expect("the id lock is never poisoned")
+                .random(),
+        )
+    }
+
+    /// The node's clock.
+    #[must_use]
+    pub fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    async fn lookup(&self, name: &QueueName) -> Result<Option<Known>, EngineError> {
+        let Some(state) = self
+            .cluster
+            .queue(name)
+            .await
+            .map_err(|_| unavailable("reading the queue"))?
+        else {
+            return Ok(None);
+        };
+        let attributes = attributes_from_registers(&state.attributes).map_err(|reason| {
+            error!(queue = %name, %reason, "a queue's attribute registers do not decode");
+            EngineError::Storage { reason }
+        })?;
+        Ok(Some(Known {
+            incarnation: state.incarnation,
+            attributes,
+            state,
+        }))
+    }
+
+    async fn known(&self, name: &QueueName) -> Result<Known, EngineError> {
+        self.lookup(name).await?.ok_or_else(|| not_found(name))
+    }
+
+    /// Applies `command` (spec/queue-core.md's actions, as the cluster serves them).
+    ///
+    /// # Errors
+    /// `Rejected` with the core's refusal, `Unavailable` when too few replicas answered,
+    /// `Unsupported` for an action this version serves only alone.
+    pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
+        match command {
+            Command::CreateQueue {
+                name,
+                attributes,
+                tags,
+            } => self.create_queue(name, attributes, tags).await,
+            Command::SetQueueAttributes { name, changes } => {
+                self.set_attributes(&name, &changes).await
+            }
+            Command::DeleteQueue { name } => match self.cluster.delete_queue(&name).await {
+                DeleteQueueAnswer::Deleted(_) => Ok(Outcome::Done),
+                DeleteQueueAnswer::DoesNotExist => Err(not_found(&name)),
+                DeleteQueueAnswer::Unavailable => Err(unavailable("deleting the queue")),
+            },
+            Command::TagQueue { name, tags } => {
+                let known = self.known(&name).await?;
+                let mut after = known.state.tags.clone();
+                after.extend(tags.clone());
+                check_tags(&after)?;
+                let tags = tags.into_iter().map(|(k, v)| (k, Some(v))).collect();
+                self.change(&name, &known, BTreeMap::new(), tags).await
+            }
+            Command::UntagQueue { name, keys } => {
+                let known = self.known(&name).await?;
+                let tags = keys
+                    .into_iter()
+                    .filter(|key| known.state.tags.contains_key(key))
+                    .map(|key| (key, None))
+                    .collect();
+                self.change(&name, &known, BTreeMap::new(), tags).await
+            }
+            Command::Send {
+                queue,
+                id,
+                body,
+                attributes,
+                system,
+                delay_s,
+                dedup,
+            } => {
+                if dedup.is_some() {
+                    return Err(EngineError::Unsupported {
+                        action: "A deduplication id",
+                    });
+                }
+                self.send(&queue, id, body, attributes, system, delay_s)
+                    .await
+            }
+            Command::Receive {
+                queue,
+                max,
+                visibility_s,
+                wait_s,
+                ..
+            } => self
+                .receive(queue, max, visibility_s, wait_s)
+                .await
+                .map(Outcome::Received),
+            // A cluster's long polls are the callers' own futures: nothing to cancel here.
+            Command::CancelWaiter { .. } => Ok(Outcome::Done),
+            Command::Delete { queue, handle } => self.delete(&queue, &handle).await,
+            Command::ChangeVisibility {
+                queue,
+                handle,
+                timeout_s,
+            } => self.change_visibility(&queue, &handle, timeout_s).await,
+            Command::PurgeQueue { .. } => Err(EngineError::Unsupported {
+                action: "PurgeQueue",
+            }),
+            Command::DeadLetterNow { .. } => Err(EngineError::Unsupported {
+                action: "Dead-letter now",
+            }),
+            Command::Redrive { .. } => Err(EngineError::Unsupported { action: "Redrive" }),
+        }
+    }
+
+    /// Applies every command, concurrently, answering in order.
+    pub async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, EngineError>> {
+        let mut running = tokio::task::JoinSet::new();
+        for (index, command) in commands.into_iter().enumerate() {
+            let edge = self.clone();
+            running.spawn(async move { (index, edge.execute(command).await) });
+        }
+        let mut results: Vec<Option<Result<Outcome, EngineError>>> = Vec::new();
+        results.resize_with(running.len(), || None);
+        while let Some(joined) = running.join_next().await {
+            let (index, result) = joined.expect("a command task never panics");
+            results[index] = Some(result);
+        }
+        results
+            .into_iter()
+            .map(|result| result.expect("every command answered"))
+            .collect()
+    }
+
+    async fn create_queue(
+        &self,
+        name: QueueName,
+        attributes: QueueAttributes,
+        tags: BTreeMap<String, String>,
+    ) -> Result<Outcome, EngineError> {
+        attributes.validate()?;
+        check_tags(&tags)?;
+        if let Some(policy) = &attributes.redrive {
+            self.check_redrive_target(&name, &policy.dead_letter_queue)
+                .await?;
+        }
+        let registers = attribute_registers(&attributes);
+        match self.cluster.create_queue(&name, registers, tags).await {
+            CreateAnswer::Created(incarnation) => Ok(Outcome::QueueCreated {
+                created: incarnation.node == self.cluster.node().0,
+            }),
+            CreateAnswer::NameExists(_) => Err(Reject::QueueNameExists { name }.into()),
+            CreateAnswer::DeletedRecently => Err(Reject::QueueDeletedRecently { name }.into()),
+            CreateAnswer::Unavailable => Err(unavailable("creating the queue")),
+        }
+    }
+
+    /// A redrive policy of `source` may name `dlq` only if it exists, is another queue, admits
+    /// `source` and does not lead back to `source` (the checks of a node running alone, on
+    /// what the name records say now).
+    async fn check_redrive_target(
+        &self,
+        source: &QueueName,
+        dlq: &QueueName,
+    ) -> Result<(), EngineError> {
+        let refuse = |reason: String| {
+            EngineError::Rejected(Reject::InvalidAttribute {
+                attribute: "RedrivePolicy",
+                reason,
+            })
+        };
+        if dlq == source {
+            return Err(refuse(format!(
+                "the dead-letter queue must be another queue than {source}"
+            )));
+        }
+        let Some(target) = self.lookup(dlq).await? else {
+            return Err(refuse(format!("dead-letter queue {dlq} does not exist")));
+        };
+        if !target.attributes.redrive_allow.admits(source) {
+            return Err(Reject::RedriveNotAllowed {
+                source_queue: source.clone(),
+                dead_letter_queue: dlq.clone(),
+            }
+            .into());
+        }
+        let mut seen = BTreeSet::new();
+        let mut next = target.attributes.redrive.map(|p| p.dead_letter_queue);
+        seen.insert(dlq.clone());
+        while let Some(current) = next {
+            if &current == source {
+                return Err(refuse(format!(
+                    "dead-letter queue {dlq} leads back to {source}: redrive policies may not form a cycle"
+                )));
+            }
+            if !seen.insert(current.clone()) || seen.len() >= limits::redrive_chain_queues_max {
+                return Err(refuse(format!(
+                    "the chain of dead-letter queues after {dlq} is longer than {} queues",
+                    limits::redrive_chain_queues_max
+                )));
+            }
+            next = match self.lookup(&current).await? {
+                Some(queue) => queue.attributes.redrive.map(|p| p.dead_letter_queue),
+                None => None,
+            };
+        }
+        Ok(())
+    }
+
+    async fn set_attributes(
+        &self,
+        name: &QueueName,
+        changes: &AttributeChanges,
+    ) -> Result<Outcome, EngineError> {
+        let known = self.known(name).await?;
+        let after = known.attributes.with(changes);
+        after.validate()?;
+        if let Some(policy) = &after.redrive
+            && known.attributes.redrive.as_ref() != Some(policy)
+        {
+            self.check_redrive_target(name, &policy.dead_letter_queue)
+                .await?;
+        }
+        let before = attribute_registers(&known.attributes);
+        let registers = attribute_registers(&after)
+            .into_iter()
+            .filter(|(field, value)| before.get(field) != Some(value))
+            .map(|(field, value)| (field, Some(value)))
+            .collect();
+        self.change(name, &known, registers, BTreeMap::new()).await
+    }
+
+    async fn change(
+        &self,
+        name: &QueueName,
+        known: &Known,
+        attributes: BTreeMap<String, Option<String>>,
+        tags: BTreeMap<String, Option<String>>,
+    ) -> Result<Outcome, EngineError> {
+        if attributes.is_empty() && tags.is_empty() {
+            return Ok(Outcome::Done);
+        }
+        match self
+            .cluster
+            .change_queue(name, known.incarnation, attributes, tags)
+            .await
+        {
+            Ok(()) => Ok(Outcome::Done),
+            Err(ChangeQueueError::Gone) => Err(not_found(name)),
+            Err(ChangeQueueError::TooManyTags) => Err(Reject::InvalidParameter {
+                parameter: "Tags",
+                reason: format!("at most {} tags per queue", limits::tags_per_queue_max),
+            }
+            .into()),
+            Err(ChangeQueueError::Unavailable) => Err(unavailable("changing the queue")),
+        }
+    }
+
+    async fn send(
+        &self,
+        queue: &QueueName,
+        id: MessageId,
+        body: String,
+        attributes: BTreeMap<String, AttributeValue>,
+        system: SystemAttributes,
+        delay_s: Option<u32>,
+    ) -> Result<Outcome, EngineError> {
+        let known = self.known(queue).await?;
+        let delay_s = delay_s.unwrap_or(known.attributes.delay_s);
+        if delay_s > limits::delay_s_max {
+            return Err(Reject::InvalidParameter {
+                parameter: "DelaySeconds",
+                reason: format!("must be in 0..={}, got {delay_s}", limits::delay_s_max),
+            }
+            .into());
+        }
+        check_message(&body, &attributes, known.attributes.message_bytes_max)?;
+        check_system_attributes(&system)?;
+        let now = self.clock.now();
+        let payload = codec::encode_framed(&Payload {
+            body,
+            attributes,
+            system,
+        });
+        let birth = Birth {
+            payload,
+            sent_at: now,
+            visible_from: if delay_s > 0 {
+                now.plus_s(delay_s)
+            } else {
+                Millis(0)
+            },
+            source_queue: None,
+            dedup_id: None,
+        };
+        match self.cluster.send(queue, known.incarnation, id, birth).await {
+            SendAnswer::Sent => Ok(Outcome::Sent {
+                id,
+                duplicate: false,
+            }),
+            SendAnswer::Unavailable => Err(unavailable("sending the message")),
+        }
+    }
+
+    /// Receives up to `max` messages of `queue`, waiting up to `wait_s` (`None`: the queue's
+    /// default) for the first; empty when none arrived in time.
+    ///
+    /// # Errors
+    /// `Rejected` for a missing queue or an out-of-range parameter, `Unavailable` when the
+    /// queue's record cannot be read.
+    pub async fn receive(
+        &self,
+        queue: QueueName,
+        max: u32,
+        visibility_s: Option<u32>,
+        wait_s: Option<u32>,
+    ) -> Result<Vec<Delivery>, EngineError> {
+        let known = self.known(&queue).await?;
+        if !(1..=limits::batch_entries_max).contains(&max) {
+            return Err(Reject::InvalidParameter {
+                parameter: "MaxNumberOfMessages",
+                reason: format!("must be in 1..={}, got {max}", limits::batch_entries_max),
+            }
+            .into());
+        }
+        let visibility_s = visibility_s.unwrap_or(known.attributes.visibility_timeout_s);
+        if visibility_s > limits::visibility_timeout_s_max {
+            return Err(Reject::InvalidParameter {
+                parameter: "VisibilityTimeout",
+                reason: format!(
+                    "must be in 0..={}, got {visibility_s}",
+                    limits::visibility_timeout_s_max
+                ),
+            }
+            .into());
+        }
+        let wait_s = wait_s.unwrap_or(known.attributes.receive_wait_s);
+        if wait_s > limits::wait_s_max {
+            return Err(Reject::InvalidParameter {
+                parameter: "WaitTimeSeconds",
+                reason: format!("must be in 0..={}, got {wait_s}", limits::wait_s_max),
+            }
+            .into());
+        }
+        let dead_letter = match &known.attributes.redrive {
+            // A policy whose queue does not exist is inert until it exists again.
+            Some(policy) => self
+                .lookup(&policy.dead_letter_queue)
+                .await?
+                .map(|dlq| DeadLetter {
+                    queue: policy.dead_letter_queue.clone(),
+                    incarnation: dlq.incarnation,
+                    max_receive_count: policy.max_receive_count,
+                }),
+            None => None,
+        };
+        let until = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait_s));
+        loop {
+            let delivered = self
+                .cluster
+                .receive(
+                    &queue,
+                    known.incarnation,
+                    max as usize,
+                    u64::from(visibility_s) * 1_000,
+                    dead_letter.as_ref(),
+                )
+                .await;
+            let deliveries: Vec<Delivery> = delivered
+                .into_iter()
+                .filter_map(|delivered| self.delivery(&queue, delivered))
+                .collect();
+            let now = tokio::time::Instant::now();
+            if !deliveries.is_empty() || now >= until {
+                return Ok(deliveries);
+            }
+            tokio::time::sleep_until(until.min(now + LONG_POLL_RECHECK)).await;
+        }
+    }
+
+    fn delivery(&self, queue: &QueueName, delivered: Delivered) -> Option<Delivery> {
+        let live = delivered.record.live()?;
+        let payload: Payload = match codec::decode_framed(&live.birth.payload) {
+            Ok(payload) => payload,
+            Err(problem) => {
+                // Claimed and not delivered: it comes back at its deadline, and says so again.
+                error!(message = %delivered.key.message, %problem, "a replicated payload does not decode");
+                return None;
+            }
+        };
+        let claim = delivered.handle.claim;
+        Some(Delivery {
+            queue: queue.clone(),
+            message: delivered.key.message,
+            handle: ReceiptHandle {
+                queue: queue.clone(),
+                incarnation: delivered.key.incarnation,
+                message: delivered.key.message,
+                seq: claim.seq,
+                claim: ClaimTag {
+                    generation: delivered.handle.generation.0,
+                    coordinator: claim.coordinator.0,
+                    nonce: claim.nonce,
+                },
+            },
+            body: payload.body,
+            attributes: payload.attributes,
+            system: payload.system,
+            receive_count: live.receive_count,
+            sent_at: live.birth.sent_at,
+            first_receive_at: live.first_received_at.unwrap_or(live.birth.sent_at),
+            source: live.birth.source_queue.as_ref().map(|s| s.name.clone()),
+        })
+    }
+
+    /// The replicated handle and key of `handle`, once it is known to name `queue`'s live
+    /// incarnation (§1: a handle of a deleted or losing incarnation never touches its successor).
+    async fn replicated(
+        &self,
+        queue: &QueueName,
+        handle: &ReceiptHandle,
+    ) -> Result<(RecordKey, Handle), EngineError> {
+        let known = self.known(queue).await?;
+        if &handle.queue != queue || handle.incarnation != known.incarnation {
+            return Err(Reject::ReceiptHandleInvalid {
+                reason: HandleProblem::WrongQueue,
+            }
+            .into());
+        }
+        if handle.seq == 0 {
+            return Err(Reject::ReceiptHandleInvalid {
+                reason: HandleProblem::NeverIssued,
+            }
+            .into());
+        }
+        let key = RecordKey {
+            queue: queue.clone(),
+            incarnation: known.incarnation,
+            message: handle.message,
+        };
+        let replicated = Handle {
+            generation: Generation(handle.claim.generation),
+            claim: Claim {
+                seq: handle.seq,
+                coordinator: NodeId(handle.claim.coordinator),
+                nonce: handle.claim.nonce,
+            },
+        };
+        Ok((key, replicated))
+    }
+
+    async fn delete(
+        &self,
+        queue: &QueueName,
+        handle: &ReceiptHandle,
+    ) -> Result<Outcome, EngineError> {
+        let (key, replicated) = self.replicated(queue, handle).await?;
+        match self.cluster.delete(&key, replicated).await {
+            DeleteAnswer::Deleted => Ok(Outcome::Deleted {
+                already_gone: false,
+            }),
+            // The handle's version ended (deleted, moved, expired or purged) or was collected
+            // long ago: gone before this delete, as a node running alone answers.
+            DeleteAnswer::AlreadyGone | DeleteAnswer::Moved | DeleteAnswer::NotFound => {
+                Ok(Outcome::Deleted { already_gone: true })
+            }
+            DeleteAnswer::Stale => Err(Reject::StaleReceiptHandle {
+                message: handle.message,
+            }
+            .into()),
+            DeleteAnswer::Unavailable => Err(unavailable("deleting the message")),
+            DeleteAnswer::Diverged(divergence) => Err(self.diverged(&key, &divergence)),
+        }
+    }
+
+    async fn change_visibility(
+        &self,
+        queue: &QueueName,
+        handle: &ReceiptHandle,
+        timeout_s: u32,
+    ) -> Result<Outcome, EngineError> {
+        if timeout_s > limits::visibility_timeout_s_max {
+            return Err(Reject::InvalidParameter {
+                parameter: "VisibilityTimeout",
+                reason: format!(
+                    "must be in 0..={}, got {timeout_s}",
+                    limits::visibility_timeout_s_max
+                ),
+            }
+            .into());
+        }
+        let (key, replicated) = self.replicated(queue, handle).await?;
+        let timeout_ms = u64::from(timeout_s) * 1_000;
+        match self
+            .cluster
+            .change_visibility(
+                &key,
+                replicated,
+                timeout_ms,
+                limits::visibility_total_ms_max,
+            )
+            .await
+        {
+            VisibilityAnswer::Changed => Ok(Outcome::VisibilityChanged),
+            VisibilityAnswer::Stale => Err(Reject::StaleReceiptHandle {
+                message: handle.message,
+            }
+            .into()),
+            VisibilityAnswer::NotInFlight => Err(Reject::MessageNotInFlight {
+                message: handle.message,
+            }
+            .into()),
+            VisibilityAnswer::ExceedsCap => {
+                let now = self.clock.now();
+                Err(Reject::VisibilityCapExceeded {
+                    message: handle.message,
+                    requested_until_ms: now.0 + timeout_ms,
+                    cap_ms: limits::visibility_total_ms_max,
+                }
+                .into())
+            }
+            VisibilityAnswer::Unavailable => Err(unavailable("changing the visibility")),
+            VisibilityAnswer::Diverged(divergence) => Err(self.diverged(&key, &divergence)),
+        }
+    }
+
+    fn diverged(
+        &self,
+        key: &RecordKey,
+        divergence: &trireme_replication::record::Divergence,
+    ) -> EngineError {
+        error!(queue = %key.queue, message = %key.message, %divergence, "replicas disagree on a field written once");
+        EngineError::Unavailable {
+            reason: format!(
+                "replicas disagree about message {}: {divergence}",
+                key.message
+            ),
+        }
+    }
+
+    /// The queue `name` as it is now, or `None` if it does not exist. Counts are this node's
+    /// local view (spec/replication.md §11: approximate, as SQS's are).
+    ///
+    /// # Errors
+    /// `Unavailable` when the queue's record cannot be read.
+    pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
+        let Some(known) = self.lookup(name).await? else {
+            return Ok(None);
+        };
+        let now = self.clock.now();
+        let counts = self.cluster.store().view(|view| {
+            let (ready, in_flight, delayed) = view.counts(name, known.incarnation, now);
+            MessageCounts {
+                ready,
+                in_flight,
+                delayed,
+            }
+        });
+        Ok(Some(QueueView {
+            name: name.clone(),
+            attributes: known.attributes,
+            incarnation: known.incarnation,
+            created_at: known.state.created_at,
+            modified_at: known.state.modified_at,
+            tags: known.state.tags,
+            counts,
+            last_purge_at: known.state.purge_watermark,
+        }))
+    }
+
+    /// Up to `limit` live queue names starting with `prefix`, in name order, after `after`.
+    ///
+    /// # Errors
+    /// None today; the signature matches the engine's.
+    #[allow(clippy::unused_async)]
+    pub async fn list_queues(
+        &self,
+        prefix: String,
+        after: Option<QueueName>,
+        limit: usize,
+    ) -> Result<Vec<QueueName>, EngineError> {
+        Ok(self
+            .cluster
+            .queue_names()
+            .into_iter()
+            .filter(|name| name.as_str().starts_with(&prefix))
+            .filter(|name| after.as_ref().is_none_or(|after| name > after))
+            .take(limit)
+            .collect())
+    }
+
+    /// The queues whose redrive policy names `dlq`, in name order.
+    ///
+    /// # Errors
+    /// `Unavailable` when a queue's record cannot be read.
+    pub async fn dead_letter_sources(
+        &self,
+        dlq: &QueueName,
+    ) -> Result<Vec<QueueName>, EngineError> {
+        let mut sources = Vec::new();
+        for name in self.cluster.queue_names() {
+            match self.lookup(&name).await {
+                Ok(Some(known))
+                    if known
+                        .attributes
+                        .redrive
+                        .as_ref()
+                        .is_some_and(|p| &p.dead_letter_queue == dlq) =>
+                {
+                    sources.push(name);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    warn!(queue = %name, %error, "listing dead-letter sources skipped a queue");
+                }
+            }
+        }
+        Ok(sources)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trireme_core::RedrivePolicy;
+
+    #[test]
+    fn attributes_round_trip_through_registers() {
+        let mut attributes = QueueAttributes {
+            visibility_timeout_s: 7,
+            delay_s: 3,
+            ..QueueAttributes::default()
+        };
+        attributes.redrive = Some(RedrivePolicy {
+            dead_letter_queue: QueueName::try_from("dlq").unwrap(),
+            max_receive_count: 4,
+        });
+        attributes.kept.policy = Some("{}".to_owned());
+        let registers = attribute_registers(&attributes);
+        assert_eq!(attributes_from_registers(&registers), Ok(attributes));
+    }
+
+    #[test]
+    fn a_missing_register_is_the_default_and_a_bad_one_is_refused() {
+        let mut registers = attribute_registers(&QueueAttributes::default());
+        registers.remove("visibility_timeout_s");
+        assert_eq!(
+            attributes_from_registers(&registers),
+            Ok(QueueAttributes::default())
+        );
+        registers.insert("delay_s".to_owned(), "\"soon\"".to_owned());
+        assert!(attributes_from_registers(&registers).is_err());
+    }
+
+    #[test]
+    fn one_changed_attribute_is_one_changed_register() {
+        let before = attribute_registers(&QueueAttributes::default());
+        let after = attribute_registers(&QueueAttributes {
+            delay_s: 5,
+            ..QueueAttributes::default()
+        });
+        let changed: Vec<&String> = after
+            .iter()
+            .filter(|(field, value)| before.get(*field) != Some(value))
+            .map(|(field, _)| field)
+            .collect();
+        assert_eq!(changed, ["delay_s"]);
+    }
+}

@@ -1,0 +1,443 @@
+//! The public APIs served by a three-member cluster: three in-process nodes on loopback, each
+//! with its gRPC API, its SQS endpoint and its peer service, and every call of a scenario going
+//! to another member than the one before — a queue created through one node, a message sent
+//! through a second, received through the third and deleted through the first, with one shared
+//! receipt-handle key.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sqs::error::ProvideErrorMetadata;
+use tempfile::TempDir;
+use tonic::Code;
+use trireme_node::Node;
+use trireme_node::clock::SystemClock;
+use trireme_node::config::{ClusterConfig, Config};
+use trireme_proto::v1 as pb;
+use trireme_replication::NodeId;
+
+use crate::harness::{Client, connect, eventually, send_request};
+use crate::loopback;
+
+const MEMBERS: u16 = 3;
+
+/// One member: its node, its gRPC client and its SQS address.
+struct Member {
+    node: Option<Node>,
+    client: Client,
+    sqs: SocketAddr,
+}
+
+/// Three members on loopback.
+struct EdgeCluster {
+    members: Vec<Member>,
+    _dirs: Vec<TempDir>,
+}
+
+impl EdgeCluster {
+    async fn start() -> EdgeCluster {
+        let peers = loopback::reserve(1..=MEMBERS);
+        let peer_addresses = loopback::addresses(&peers);
+        let mut peers = peers;
+        let mut members = Vec::new();
+        let mut dirs = Vec::new();
+        for id in 1..=MEMBERS {
+            let dir = TempDir::new().unwrap();
+            let mut config = Config::with_data_dir(dir.path());
+            config.handle_key = Some(b"cluster-edges-shared-handle-key".to_vec());
+            config.cluster = Some(ClusterConfig {
+                node: NodeId(id),
+                peer_listen: peer_addresses[&id],
+                peers: peer_addresses
+                    .iter()
+                    .filter(|(other, _)| **other != id)
+                    .map(|(other, address)| (NodeId(*other), address.to_string()))
+                    .collect(),
+                operation_timeout_ms: 2_000,
+                anti_entropy_period_s: 1,
+                collection_period_s: 3_600,
+                collection_rows_per_round_max: 1_024,
+            });
+            let storage = trireme_node::open_storage(&config).unwrap();
+            let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let grpc_address = grpc.local_addr().unwrap();
+            let mut node = Node::start(
+                &config,
+                storage,
+                trireme_node::tcp_incoming(grpc),
+                Arc::new(SystemClock),
+            )
+            .unwrap();
+            let peer = loopback::listener(peers.remove(&id), peer_addresses[&id]);
+            node.serve_peers(trireme_node::tcp_incoming(peer));
+            let sqs = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let sqs_address = sqs.local_addr().unwrap();
+            let settings = trireme_node::sqs::SqsSettings {
+                advertised_host: "127.0.0.1".to_owned(),
+                advertised_port: sqs_address.port(),
+                ..trireme_node::sqs::SqsSettings::default()
+            };
+            node.serve_sqs(sqs, settings);
+            members.push(Member {
+                node: Some(node),
+                client: connect(grpc_address).await,
+                sqs: sqs_address,
+            });
+            dirs.push(dir);
+        }
+        EdgeCluster {
+            members,
+            _dirs: dirs,
+        }
+    }
+
+    /// Member `index` (0-based)'s gRPC client.
+    fn at(&mut self, index: usize) -> &mut Client {
+        let members = self.members.len();
+        &mut self.members[index % members].client
+    }
+
+    /// Stops member `index` for good (its replicas stop answering).
+    async fn stop(&mut self, index: usize) {
+        if let Some(node) = self.members[index].node.take() {
+            node.shutdown().await;
+        }
+    }
+
+    async fn shutdown(mut self) {
+        for index in 0..self.members.len() {
+            self.stop(index).await;
+        }
+    }
+}
+
+async fn create(client: &mut Client, name: &str, attributes: pb::QueueAttributes) {
+    client
+        .create_queue(pb::CreateQueueRequest {
+            name: name.to_owned(),
+            attributes: Some(attributes),
+            tags: Default::default(),
+        })
+        .await
+        .unwrap();
+}
+
+async fn receive(
+    client: &mut Client,
+    queue: &str,
+    max: u32,
+    wait_s: u32,
+) -> Vec<pb::ReceivedMessage> {
+    client
+        .receive_messages(pb::ReceiveMessagesRequest {
+            queue: queue.to_owned(),
+            max_messages: max,
+            visibility_timeout_seconds: Some(30),
+            wait_seconds: Some(wait_s),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .messages
+}
+
+async fn delete(client: &mut Client, queue: &str, handle: &str) -> Result<(), tonic::Status> {
+    client
+        .delete_message(pb::DeleteMessageRequest {
+            queue: queue.to_owned(),
+            receipt_handle: handle.to_owned(),
+        })
+        .await
+        .map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_through_one_node_is_received_through_another_and_deleted_through_a_third() {
+    let mut cluster = EdgeCluster::start().await;
+    create(cluster.at(0), "orders", pb::QueueAttributes::default()).await;
+    let mut sent = BTreeSet::new();
+    for i in 0..12 {
+        let reply = cluster
+            .at(i)
+            .send_message(send_request("orders", &format!("order {i}")))
+            .await
+            .unwrap()
+            .into_inner();
+        sent.insert(reply.message_id);
+    }
+    let mut received = BTreeMap::new();
+    for attempt in 0..20 {
+        if received.len() == sent.len() {
+            break;
+        }
+        for message in receive(cluster.at(attempt + 1), "orders", 10, 1).await {
+            assert_eq!(message.receive_count, 1, "received once: {message:?}");
+            received.insert(message.message_id.clone(), message);
+        }
+    }
+    assert_eq!(received.keys().cloned().collect::<BTreeSet<_>>(), sent);
+    for (i, message) in received.values().enumerate() {
+        delete(cluster.at(i + 2), "orders", &message.receipt_handle)
+            .await
+            .unwrap();
+    }
+    // Deleted through whichever node: none comes back through any node, and every node's
+    // counts (its local view, approximate as SQS's are) reach zero once the third replica of
+    // each delete has its tombstone.
+    for index in 0..3 {
+        assert!(receive(cluster.at(index), "orders", 10, 0).await.is_empty());
+        let client = cluster.at(index).clone();
+        eventually(&format!("node {index} counts nothing left"), || {
+            let mut client = client.clone();
+            async move {
+                let stats = client
+                    .get_queue(pb::GetQueueRequest {
+                        name: "orders".to_owned(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .queue
+                    .unwrap()
+                    .stats
+                    .unwrap();
+                stats.ready + stats.in_flight + stats.delayed == 0
+            }
+        })
+        .await;
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_is_refused_once_superseded_and_a_visibility_change_works_through_any_node() {
+    let mut cluster = EdgeCluster::start().await;
+    create(cluster.at(1), "jobs", pb::QueueAttributes::default()).await;
+    cluster
+        .at(2)
+        .send_message(send_request("jobs", "job"))
+        .await
+        .unwrap();
+    let first = receive(cluster.at(0), "jobs", 1, 2).await.remove(0);
+    // Visible again at once through another node, received again through a third.
+    cluster
+        .at(1)
+        .change_visibility(pb::ChangeVisibilityRequest {
+            queue: "jobs".to_owned(),
+            receipt_handle: first.receipt_handle.clone(),
+            visibility_timeout_seconds: 0,
+        })
+        .await
+        .unwrap();
+    let second = receive(cluster.at(2), "jobs", 1, 2).await.remove(0);
+    assert_eq!(second.message_id, first.message_id);
+    assert_eq!(second.receive_count, 2);
+    let stale = delete(cluster.at(0), "jobs", &first.receipt_handle)
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::FailedPrecondition, "{stale:?}");
+    delete(cluster.at(1), "jobs", &second.receipt_handle)
+        .await
+        .unwrap();
+    // Deleting again with the newest handle: already gone, success, as SQS answers.
+    delete(cluster.at(2), "jobs", &second.receipt_handle)
+        .await
+        .unwrap();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_on_one_node_is_served_by_a_send_through_another() {
+    let mut cluster = EdgeCluster::start().await;
+    create(cluster.at(0), "waits", pb::QueueAttributes::default()).await;
+    let mut poller = cluster.at(1).clone();
+    let poll = tokio::spawn(async move { receive(&mut poller, "waits", 1, 10).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster
+        .at(2)
+        .send_message(send_request("waits", "woken"))
+        .await
+        .unwrap();
+    let got = poll.await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, "woken");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_are_created_changed_listed_and_deleted_through_different_nodes() {
+    let mut cluster = EdgeCluster::start().await;
+    create(
+        cluster.at(0),
+        "settings",
+        pb::QueueAttributes {
+            visibility_timeout_seconds: Some(45),
+            ..Default::default()
+        },
+    )
+    .await;
+    let read = |info: pb::GetQueueResponse| info.queue.unwrap().attributes.unwrap();
+    let attributes = read(
+        cluster
+            .at(1)
+            .get_queue(pb::GetQueueRequest {
+                name: "settings".to_owned(),
+            })
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(attributes.visibility_timeout_seconds, Some(45));
+    // Creating again with other attributes through a third node: the name exists.
+    let exists = cluster
+        .at(2)
+        .create_queue(pb::CreateQueueRequest {
+            name: "settings".to_owned(),
+            attributes: Some(pb::QueueAttributes {
+                visibility_timeout_seconds: Some(46),
+                ..Default::default()
+            }),
+            tags: Default::default(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(exists.code(), Code::AlreadyExists, "{exists:?}");
+    let names = cluster
+        .at(2)
+        .list_queues(pb::ListQueuesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(names.names.contains(&"settings".to_owned()), "{names:?}");
+    cluster
+        .at(1)
+        .delete_queue(pb::DeleteQueueRequest {
+            name: "settings".to_owned(),
+        })
+        .await
+        .unwrap();
+    let gone = cluster
+        .at(0)
+        .send_message(send_request("settings", "late"))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_member_down_the_other_two_send_receive_and_delete() {
+    let mut cluster = EdgeCluster::start().await;
+    create(cluster.at(0), "survives", pb::QueueAttributes::default()).await;
+    cluster.stop(2).await;
+    for i in 0..6 {
+        cluster
+            .at(i % 2)
+            .send_message(send_request("survives", &format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    let mut seen = BTreeSet::new();
+    for attempt in 0..20 {
+        if seen.len() == 6 {
+            break;
+        }
+        for message in receive(cluster.at(attempt % 2), "survives", 10, 1).await {
+            delete(
+                cluster.at(attempt % 2 + 1),
+                "survives",
+                &message.receipt_handle,
+            )
+            .await
+            .unwrap();
+            seen.insert(message.body);
+        }
+    }
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_sdk_works_against_every_member() {
+    let cluster = EdgeCluster::start().await;
+    let sdk = |address: SocketAddr| {
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("AKID", "secret", None, None, "tests"))
+            .endpoint_url(format!("http://{address}"))
+            .http_client(aws_smithy_http_client::Builder::new().build_http())
+            .build();
+        aws_sdk_sqs::Client::from_conf(config)
+    };
+    let clients: Vec<aws_sdk_sqs::Client> = cluster.members.iter().map(|m| sdk(m.sqs)).collect();
+    let url = clients[0]
+        .create_queue()
+        .queue_name("sdk-queue")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    // Each node answers for the queue under its own address.
+    let url_at = |index: usize| {
+        clients[index]
+            .get_queue_url()
+            .queue_name("sdk-queue")
+            .send()
+    };
+    let second_url = url_at(1).await.unwrap().queue_url.unwrap();
+    assert!(second_url.ends_with("/sdk-queue"), "{second_url}");
+    clients[1]
+        .send_message()
+        .queue_url(&second_url)
+        .message_body("through the sdk")
+        .send()
+        .await
+        .unwrap();
+    let third_url = url_at(2).await.unwrap().queue_url.unwrap();
+    let received = clients[2]
+        .receive_message()
+        .queue_url(&third_url)
+        .wait_time_seconds(2)
+        .send()
+        .await
+        .unwrap();
+    let message = received.messages.unwrap().remove(0);
+    assert_eq!(message.body.as_deref(), Some("through the sdk"));
+    clients[0]
+        .delete_message()
+        .queue_url(&url)
+        .receipt_handle(message.receipt_handle.unwrap())
+        .send()
+        .await
+        .unwrap();
+    let attributes = clients[1]
+        .get_queue_attributes()
+        .queue_url(&second_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        attributes
+            .attributes
+            .unwrap()
+            .contains_key(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+    );
+    let missing = clients[2]
+        .get_queue_url()
+        .queue_name("no-such-queue")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        missing.code(),
+        Some("AWS.SimpleQueueService.NonExistentQueue"),
+        "{missing:?}"
+    );
+    cluster.shutdown().await;
+}
