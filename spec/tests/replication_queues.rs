@@ -32,6 +32,9 @@ mod replication_queues {
     const SETTLED: &str = "a read wrote a decision back before acting on it";
     const SENT_INTO_WINNER: &str = "a send through the losing coordinator went into the winner";
     const HEALED: &str = "heal ran to its end";
+    const RECREATED_AFTER_COLLECTION: &str =
+        "the name was created again in the epoch a collection moved it to";
+    const STRAGGLER: &str = "a straggler's tombstone was outranked by a collected epoch";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -99,6 +102,28 @@ mod replication_queues {
         .named("delete and recreate, one fault")
     }
 
+    /// From a created queue holding a message: coordinator 1 deletes it, a replica collects the
+    /// tombstone (finding N1's candidate: the next epoch's empty record), coordinator 1 creates
+    /// the name again and receives; one anti-entropy exchange.
+    fn collect() -> Config {
+        Config {
+            sends_max: 0,
+            collections_max: 1,
+            anti_entropy_max: 1,
+            ..recreate()
+        }
+        .named("delete, collect and recreate")
+    }
+
+    /// As `collect`, under one fault (a lost collection write leaves a straggler).
+    fn collect_fault() -> Config {
+        Config {
+            faults_max: 1,
+            ..collect()
+        }
+        .named("delete, collect and recreate, one fault")
+    }
+
     /// Runs `config` exhaustively with its printed figures (`common::check`).
     fn check(config: Config, scenarios: &[&'static str]) {
         let name = config.name;
@@ -149,6 +174,20 @@ mod replication_queues {
     }
 
     #[test]
+    fn collection_by_the_next_epoch_holds() {
+        check(
+            collect(),
+            &[
+                RECREATED,
+                RECREATED_AFTER_COLLECTION,
+                STRAGGLER,
+                SKIPPED,
+                HEALED,
+            ],
+        );
+    }
+
+    #[test]
     fn large_bounds_hold() {
         if !large() {
             let _ = writeln!(
@@ -180,6 +219,10 @@ mod replication_queues {
             }
             .named("delete and recreate, one fault"),
             &[SEND_AFTER_DELETE, RECREATED, SKIPPED, SETTLED, HEALED],
+        );
+        check(
+            collect_fault(),
+            &[RECREATED_AFTER_COLLECTION, STRAGGLER, SKIPPED, HEALED],
         );
     }
 
@@ -277,6 +320,16 @@ mod replication_queues {
             ..Config::quiet("local miss answers missing")
         };
         finds(with(Bug::LocalMissAnswersMissing, config), NOT_MISSING);
+    }
+
+    #[test]
+    fn collecting_without_a_tombstone_loses_an_acknowledged_queue() {
+        let config = Config {
+            start: Start::Created,
+            collections_max: 1,
+            ..Config::quiet("collect without tombstone")
+        };
+        finds(with(Bug::CollectWithoutTombstone, config), VISIBLE);
     }
 
     #[test]

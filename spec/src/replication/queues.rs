@@ -173,6 +173,9 @@ pub enum Bug {
     /// A send whose coordinator has no view of the name answers `QueueDoesNotExist` without
     /// asking a quorum.
     LocalMissAnswersMissing,
+    /// Collection compacts a record whose epoch holds no tombstone into the next epoch's empty
+    /// record (the collector does not check what it read is deleted).
+    CollectWithoutTombstone,
 }
 
 /// Where a search starts. The operations a starting point has already done are not counted
@@ -215,6 +218,9 @@ pub struct Config {
     pub faults_max: u8,
     /// Anti-entropy exchanges between two replicas.
     pub anti_entropy_max: u8,
+    /// Collections of the name's tombstone (the candidate answer to finding N1: the empty record
+    /// of the next epoch written to the three replicas as an ordinary merge).
+    pub collections_max: u8,
     /// Whether the free phase may end in the heal schedule (liveness).
     pub heal: bool,
     /// The protocol rule switched off, if any (planted-bug tests only).
@@ -236,6 +242,7 @@ impl Config {
             receives_max: 0,
             faults_max: 0,
             anti_entropy_max: 0,
+            collections_max: 0,
             heal: false,
             bug: None,
         }
@@ -460,6 +467,11 @@ pub enum Scenario {
     /// A send through coordinator 0 went into an incarnation coordinator 1 drew (coordinator 0
     /// lost the race, or never proposed).
     SentIntoOthersIncarnation = 7,
+    /// A create was acknowledged in an epoch that a collection had compacted a tombstone into.
+    RecreatedAfterCollection = 8,
+    /// A replica's tombstone of an epoch reached (by anti-entropy or a write) a replica that a
+    /// collection had already moved to a later epoch, and was outranked there.
+    StragglerOutranked = 9,
 }
 
 /// What only the model knows: what clients were told, and what went wrong.
@@ -472,7 +484,9 @@ pub struct Ghost {
     /// Epochs whose delete was acknowledged, bitmask.
     pub deletes_acked: u8,
     pub violations: u8,
-    pub scenarios: u8,
+    pub scenarios: u16,
+    /// Epochs a collection's empty record reached some replica in, bitmask.
+    pub compacted: u8,
 }
 
 impl Ghost {
@@ -533,6 +547,7 @@ pub struct Used {
     pub receives: u8,
     pub faults: u8,
     pub anti_entropy: u8,
+    pub collections: u8,
 }
 
 /// The whole system: the name's replicas, the coordinators, the network, the stored messages
@@ -806,8 +821,53 @@ impl State {
     /// Replica `from` pushes its record to replica `to`, which merges it.
     pub fn anti_entropy(&mut self, config: &Config, from: usize, to: usize) {
         let incoming = self.replicas[from].record;
+        self.note_straggler(incoming, to);
         let held = &mut self.replicas[to].record;
         *held = held.merge(incoming, config.merge_rule());
+    }
+
+    /// A tombstone arriving at a replica already in a compacted later epoch.
+    fn note_straggler(&mut self, incoming: NameRecord, to: usize) {
+        let held = self.replicas[to].record;
+        if incoming.deleted
+            && held.epoch > incoming.epoch
+            && self.ghost.compacted & bit(held.epoch as usize) != 0
+        {
+            self.ghost.reach(Scenario::StragglerOutranked);
+        }
+    }
+
+    /// Whether replica `r` may collect the name: it is up and its record is a tombstone (under
+    /// the planted bug, any record with a live incarnation).
+    pub fn collectable(&self, config: &Config, r: usize) -> bool {
+        let replica = &self.replicas[r];
+        replica.up
+            && if config.has(Bug::CollectWithoutTombstone) {
+                replica.record.live().is_some()
+            } else {
+                replica.record.deleted
+            }
+    }
+
+    /// Collection of the name's tombstone as the candidate answer to finding N1 has it: replica
+    /// `r`, reading its own record (the tombstone of epoch `e`), writes the empty record of
+    /// epoch `e + 1` to the three replicas, an ordinary merge nobody awaits. No read of all
+    /// three and no horizon: the write only raises the epoch, as a create after the delete would.
+    pub fn collect(&mut self, r: usize) {
+        self.used.collections += 1;
+        let record = NameRecord {
+            epoch: self.replicas[r].record.epoch + 1,
+            ..NameRecord::default()
+        };
+        for replica in 0..REPLICAS {
+            // Round 0 of coordinator 0 is never an awaited round of a busy coordinator.
+            self.push(Packet {
+                replica: replica as u8,
+                coordinator: 0,
+                round: 0,
+                request: Request::Write { record },
+            });
+        }
     }
 
     /// Whether an anti-entropy push from `from` to `to` would change anything, as the digests
@@ -852,7 +912,20 @@ impl State {
                 Reply::Record(self.replicas[r].record)
             }
             Request::Write { record } => {
-                self.replicas[r].record = held.merge(record, config.merge_rule());
+                self.note_straggler(record, r);
+                let merged = held.merge(record, config.merge_rule());
+                if merged != held
+                    && record
+                        == (NameRecord {
+                            epoch: record.epoch,
+                            ..NameRecord::default()
+                        })
+                    && record.epoch > held.epoch
+                {
+                    // Only a collection writes an empty record of a later epoch.
+                    self.ghost.compacted |= bit(record.epoch as usize);
+                }
+                self.replicas[r].record = merged;
                 Reply::Ack
             }
             Request::Tombstone { epoch } => {
@@ -862,6 +935,7 @@ impl State {
                     deleted: true,
                     ..NameRecord::default()
                 };
+                self.note_straggler(tombstone, r);
                 self.replicas[r].record = held.merge(tombstone, config.merge_rule());
                 Reply::Ack
             }
@@ -1058,6 +1132,9 @@ impl State {
             }
             if self.messages.iter().any(|m| m.sent_to.epoch < epoch) {
                 self.ghost.reach(Scenario::Recreated);
+            }
+            if self.ghost.compacted & bit(epoch as usize) != 0 {
+                self.ghost.reach(Scenario::RecreatedAfterCollection);
             }
             self.ghost.acknowledge(epoch, winner.incarnation);
         } else if lost {
@@ -1275,6 +1352,8 @@ pub enum Action {
         a: u8,
         b: u8,
     },
+    /// Replica `r` collects the name's tombstone it holds.
+    Collect(u8),
     Heal {
         deliver_pending: bool,
     },
@@ -1375,6 +1454,13 @@ impl Model for QueuesModel {
                 }
             }
         }
+        if used.collections < config.collections_max {
+            for r in 0..REPLICAS {
+                if state.collectable(config, r) {
+                    actions.push(Action::Collect(r as u8));
+                }
+            }
+        }
         if config.heal {
             actions.push(Action::Heal {
                 deliver_pending: true,
@@ -1410,6 +1496,7 @@ impl Model for QueuesModel {
                     state.anti_entropy(config, b, a);
                 }
             }
+            Action::Collect(r) => state.collect(r as usize),
             Action::Heal { deliver_pending } => state.heal(config, deliver_pending),
         }
         state.normalize(config);
@@ -1426,7 +1513,8 @@ impl Model for QueuesModel {
                 && used.sends <= config.sends_max
                 && used.receives <= config.receives_max
                 && used.faults <= config.faults_max
-                && used.anti_entropy <= config.anti_entropy_max)
+                && used.anti_entropy <= config.anti_entropy_max
+                && used.collections <= config.collections_max)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -1496,6 +1584,14 @@ impl Model for QueuesModel {
             Property::sometimes(
                 "a read wrote a decision back before acting on it",
                 |_, s: &State| s.ghost.reached(Scenario::SettledByRead),
+            ),
+            Property::sometimes(
+                "the name was created again in the epoch a collection moved it to",
+                |_, s: &State| s.ghost.reached(Scenario::RecreatedAfterCollection),
+            ),
+            Property::sometimes(
+                "a straggler's tombstone was outranked by a collected epoch",
+                |_, s: &State| s.ghost.reached(Scenario::StragglerOutranked),
             ),
             Property::sometimes("heal ran to its end", |_, s: &State| s.healed),
         ]
