@@ -393,6 +393,26 @@ pub enum NameAnswer {
     Change(ChangeAnswer),
 }
 
+/// Collection of a name's tombstone (spec §1, *Collection*): once the reuse wait has passed
+/// since its delete by the collector's clock `now`, the record to write to the name's three
+/// replicas in place of the tombstone of epoch `e`: the empty record of epoch `e + 1`, an
+/// ordinary merge that dominates every copy of epoch `e`, so the epoch never starts again.
+/// `None` for a record without a tombstone, or before the wait is over.
+#[must_use]
+pub fn collected(record: &NameRecord, now: Millis, reuse_ms: u64) -> Option<NameRecord> {
+    let deleted_at = record.deleted_at?;
+    if deleted_at.plus_ms(reuse_ms) > now {
+        return None;
+    }
+    Some(NameRecord {
+        epoch: record
+            .epoch
+            .checked_add(1)
+            .expect("a name is not created four billion times"),
+        ..NameRecord::default()
+    })
+}
+
 /// The greatest hybrid-clock stamp a record holds: its incarnations' and its registers'.
 fn stamps_max(record: &NameRecord) -> u64 {
     let votes = record
@@ -1231,6 +1251,42 @@ mod tests {
         };
         assert_eq!(record.live().map(|p| p.incarnation), Some(a.incarnation));
         assert_eq!(op.settled(), Some(&record));
+    }
+
+    #[test]
+    fn a_collected_tombstone_moves_the_name_to_the_next_epoch_and_outranks_a_straggler() {
+        let (mut replicas, a) = created();
+        assert_eq!(collected(&replicas.held[0], Millis(10), REUSE_MS), None);
+        replicas.run(NameOp::delete(R, Millis(100)));
+        let tombstone = join(replicas.held.iter().cloned());
+        assert_eq!(collected(&tombstone, Millis(60_099), REUSE_MS), None);
+        let empty = collected(&tombstone, Millis(60_100), REUSE_MS).expect("due");
+        assert_eq!(empty.epoch, tombstone.epoch + 1);
+        assert_eq!(empty.live(), None);
+        // Two replicas take the collection; the third keeps the tombstone (a straggler).
+        for held in &mut replicas.held[..2] {
+            *held = held.merge(&empty);
+        }
+        let b = proposal(2, 5, "45");
+        let answer = replicas.run(NameOp::create(R, b.clone(), Millis(60_200), REUSE_MS));
+        assert_eq!(
+            answer,
+            NameAnswer::Create(CreateAnswer::Created(b.incarnation))
+        );
+        // The straggler's old tombstone reaches every replica (anti-entropy, a late write).
+        for held in &mut replicas.held {
+            *held = held.merge(&tombstone);
+        }
+        for x in 0..REPLICAS {
+            for y in x + 1..REPLICAS {
+                let seen = replicas.held[x].merge(&replicas.held[y]);
+                assert_eq!(
+                    seen.live().map(|live| live.incarnation),
+                    Some(b.incarnation),
+                    "every read quorum still sees the new queue, not {a:?}'s tombstone"
+                );
+            }
+        }
     }
 
     fn record() -> impl Strategy<Value = NameRecord> {

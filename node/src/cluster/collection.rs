@@ -6,6 +6,11 @@
 //! the horizon has passed by that clock it sends the conditional drops (`drop_requests`): a
 //! replica holding anything else by then keeps it.
 //!
+//! Each round also collects the tombstones of the queue names this node is the first replica of
+//! (spec/replication.md §1, *Collection*): once the reuse wait has passed since the delete, it
+//! writes the name's next epoch's empty record to the three replicas (an ordinary merge: no read
+//! of all three, no horizon). Names are few; a round looks at every name record it holds.
+//!
 //! Work per round is bounded: `rows_per_round_max` rows of the walk (which resumes where the
 //! last round stopped), `reads_in_flight_max` collection reads at once, and `waiting_max`
 //! confirmed records waiting out the horizon in memory (a full list confirms nothing more until
@@ -22,10 +27,11 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 use trireme_core::Millis;
 use trireme_replication::coordinator::{CollectAnswer, CollectOp, Outgoing, Reply, drop_requests};
+use trireme_replication::name::{NameReply, NameRequest, collected};
 use trireme_replication::{Generation, RecordKey};
 
 use super::Cluster;
-use super::store::{Entry, StoreError};
+use super::store::{Entry, NameEntry, StoreError};
 
 /// How often and how much collection works.
 #[derive(Clone, Copy, Debug)]
@@ -84,6 +90,10 @@ pub struct CollectionReport {
     pub waiting: usize,
     /// Whether the walk reached the end of the store (the next round starts from the first).
     pub wrapped: bool,
+    /// Name tombstones moved to their name's next epoch (writes sent to the three replicas).
+    pub names_collected: usize,
+    /// Of those writes, the ones acknowledged.
+    pub name_writes_acked: usize,
 }
 
 /// The background collection of one node. Dropping it stops the task.
@@ -152,6 +162,7 @@ impl Cluster {
         assert!(settings.rows_per_round_max > 0 && settings.reads_in_flight_max > 0);
         let mut collector = self.inner.collector.lock().await;
         let mut report = CollectionReport::default();
+        self.collect_names(&mut report).await?;
 
         // Step 3: the horizon has passed since all three were seen holding the record.
         let now = self.inner.me.clock.now();
@@ -241,6 +252,64 @@ impl Cluster {
             }
         }
         Ok(report)
+    }
+
+    /// Moves every name tombstone this node is the first replica of, and whose reuse wait has
+    /// passed, to its name's next epoch: the empty record written to the three replicas.
+    async fn collect_names(&self, report: &mut CollectionReport) -> Result<(), Arc<StoreError>> {
+        let (me, now) = (self.inner.me.node, self.inner.me.clock.now());
+        let reuse_ms = trireme_core::limits::queue_name_reuse_ms;
+        let cluster = self.clone();
+        let due = tokio::task::spawn_blocking(move || {
+            cluster.inner.store.name_records(None, usize::MAX, |name| {
+                cluster.name_replicas(name)[0] == me
+            })
+        })
+        .await
+        .expect("a name scan does not panic")
+        .map_err(Arc::new)?
+        .0
+        .into_iter()
+        .filter_map(|(name, record)| collected(&record, now, reuse_ms).map(|next| (name, next)));
+        let mut writes = JoinSet::new();
+        for (name, next) in due {
+            report.names_collected += 1;
+            for (slot, to) in self.name_replicas(&name).into_iter().enumerate() {
+                let (cluster, name, next) = (self.clone(), name.clone(), next.clone());
+                writes.spawn(async move {
+                    let request = NameRequest::Write(next);
+                    let reply = if to == me {
+                        let entry = NameEntry {
+                            name,
+                            slot,
+                            request,
+                        };
+                        cluster
+                            .inner
+                            .store
+                            .apply_names(vec![entry])
+                            .await
+                            .ok()?
+                            .pop()
+                    } else {
+                        cluster
+                            .inner
+                            .peers
+                            .send_name(to, name, request)
+                            .await
+                            .ok()?
+                            .ok()
+                    };
+                    reply.filter(|reply| *reply == NameReply::Ack)
+                });
+            }
+        }
+        while let Some(joined) = writes.join_next().await {
+            if joined.expect("a name write does not panic").is_some() {
+                report.name_writes_acked += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Sends one request and returns its answer, `None` for silence (bounded by the link's

@@ -674,3 +674,130 @@ fn five_nodes_exchange_only_what_both_replicate_and_every_record_ends_on_its_thr
         assert_eq!(records.len(), 1, "its three replicas agree on {key:?}");
     }
 }
+
+/// The name record `member` holds for `name`, as a replica.
+async fn name_record(
+    member: &Member,
+    name: &QueueName,
+) -> Option<trireme_replication::name::NameRecord> {
+    let name = name.clone();
+    member
+        .call(move |c| async move {
+            c.store()
+                .name_records(None, usize::MAX, |n| *n == name)
+                .expect("the name records read")
+                .0
+                .pop()
+                .map(|(_, record)| record)
+        })
+        .await
+}
+
+/// spec/replication.md §1, finding N1: a replica that misses the collection of a name's
+/// tombstone keeps it, and when it returns its old epoch's tombstone must not outrank the queue
+/// created again meanwhile (collection moves the name to the next epoch, never back to 0).
+#[test]
+fn a_name_tombstone_kept_by_a_replica_that_missed_its_collection_does_not_delete_the_new_queue() {
+    use std::collections::BTreeMap;
+    use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer};
+
+    let clock = ManualClock::new(SystemClock.now());
+    let mut three = Members::start(3, Arc::new(clock.clone()), HORIZON_MS, None);
+    let ring = Ring::new((1..=3).map(NodeId)).expect("a ring");
+    let name = queue("jobs");
+    let replicas = ring.name_replicas(&name);
+    let index = |node: NodeId| usize::from(node.0) - 1;
+    let (collector, other, straggler) =
+        (index(replicas[0]), index(replicas[1]), index(replicas[2]));
+    let rt = runtime();
+    let first = rt.block_on(async {
+        let m = &three.members;
+        let (n, a) = (name.clone(), BTreeMap::new());
+        let created = m[collector]
+            .call(move |c| async move { c.create_queue(&n, a, BTreeMap::new()).await })
+            .await;
+        let CreateAnswer::Created(first) = created else {
+            panic!("created: {created:?}");
+        };
+        let n = name.clone();
+        let deleted = m[collector]
+            .call(move |c| async move { c.delete_queue(&n).await })
+            .await;
+        assert_eq!(deleted, DeleteQueueAnswer::Deleted(first));
+        // The straggler holds the tombstone (its write may follow the delete's two acks).
+        for _ in 0..2_000 {
+            if name_record(&m[straggler], &name)
+                .await
+                .is_some_and(|r| r.deleted_at.is_some())
+            {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let held = name_record(&m[straggler], &name)
+            .await
+            .expect("a name record");
+        assert!(
+            held.deleted_at.is_some(),
+            "the straggler holds the tombstone"
+        );
+        first
+    });
+    three.members[straggler].kill();
+    clock.advance_ms(trireme_core::limits::queue_name_reuse_ms + 1);
+    let second = rt.block_on(async {
+        let m = &three.members;
+        let report = m[collector].collect().await;
+        assert_eq!(report.names_collected, 1);
+        assert_eq!(report.name_writes_acked, 2, "the straggler is away");
+        let moved = name_record(&m[other], &name).await.expect("a name record");
+        assert_eq!(moved.deleted_at, None);
+        let (n, a) = (name.clone(), BTreeMap::new());
+        let created = m[other]
+            .call(move |c| async move { c.create_queue(&n, a, BTreeMap::new()).await })
+            .await;
+        let CreateAnswer::Created(second) = created else {
+            panic!("created again: {created:?}");
+        };
+        assert_ne!(second, first);
+        second
+    });
+    three.restart(straggler);
+    rt.block_on(async {
+        let m = &three.members;
+        let stale = name_record(&m[straggler], &name)
+            .await
+            .expect("a name record");
+        assert!(
+            stale.deleted_at.is_some(),
+            "it came back with the old tombstone"
+        );
+        m[straggler].round(replicas[0].0).await;
+        m[straggler].round(replicas[1].0).await;
+        for member in m {
+            let n = name.clone();
+            let live = member
+                .call(move |c| async move { c.queue_settled(&n).await })
+                .await
+                .expect("two replicas answer")
+                .map(|state| state.incarnation);
+            assert_eq!(
+                live,
+                Some(second),
+                "node {} sees the new queue",
+                member.node
+            );
+        }
+        let records: Vec<_> = [
+            name_record(&m[0], &name).await,
+            name_record(&m[1], &name).await,
+            name_record(&m[2], &name).await,
+        ]
+        .into_iter()
+        .collect();
+        assert!(
+            records.iter().all(|r| *r == records[0]),
+            "the replicas converge"
+        );
+    });
+}
