@@ -462,3 +462,105 @@ fn on_five_nodes_a_queue_is_served_and_deleted_through_nodes_that_do_not_replica
         }
     });
 }
+
+/// One `Exchange` carrying a single name request, sent to `to` as node `from` with its clock at
+/// `clock_ms`; the name reply.
+async fn exchange_name(
+    cluster: &super::cluster::Cluster3,
+    to: u16,
+    from: u16,
+    clock_ms: u64,
+    (name, request): (&str, &trireme_replication::name::NameRequest),
+) -> trireme_replication::name::NameReply {
+    use trireme_node::cluster::wire;
+    use trireme_proto::replica::v1 as pb;
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", cluster.addresses[&to]))
+            .expect("an address")
+            .connect()
+            .await
+            .expect("the member serves");
+    let reply = pb::replica_client::ReplicaClient::new(channel)
+        .exchange(pb::Batch {
+            request_id: 1,
+            sender: Some(pb::Sender {
+                node_id: u32::from(from),
+                disk_id: u64::from(from) * 1_000 + 7,
+                clock_ms,
+            }),
+            entries: Vec::new(),
+            names: vec![wire::name_entry(&queue(name), request)],
+        })
+        .await
+        .expect("the batch is answered")
+        .into_inner();
+    wire::name_replies(&reply.name_replies, 1)
+        .expect("one name reply")
+        .pop()
+        .expect("one")
+}
+
+#[test]
+fn a_name_request_older_than_the_horizon_or_to_a_node_that_does_not_replicate_the_name_is_refused()
+{
+    use trireme_replication::name::{NameReply, NameRequest};
+    let cluster = start(5);
+    let ring = trireme_replication::placement::Ring::new((1..=5).map(NodeId)).expect("a ring");
+    let replicas = ring.name_replicas(&queue("jobs"));
+    let replica = replicas[0].0;
+    let outsider = (1..=5u16)
+        .find(|node| !replicas.contains(&NodeId(*node)))
+        .expect("two of five do not replicate the name");
+    let sender = (1..=5u16)
+        .find(|node| *node != replica && *node != outsider)
+        .expect("a third member");
+    runtime().block_on(async {
+        let now = SystemClock.now().0;
+        assert!(matches!(
+            exchange_name(&cluster, replica, sender, now, ("jobs", &NameRequest::Read)).await,
+            NameReply::Record(_)
+        ));
+        assert_eq!(
+            exchange_name(&cluster, replica, sender, 0, ("jobs", &NameRequest::Read)).await,
+            NameReply::Refused,
+            "older than the horizon"
+        );
+        assert_eq!(
+            exchange_name(
+                &cluster,
+                outsider,
+                sender,
+                now,
+                ("jobs", &NameRequest::Read)
+            )
+            .await,
+            NameReply::Refused,
+            "not a replica of the name"
+        );
+        // A push reaches any member's view, replica of the name or not (a name nobody created:
+        // only the push can have put it there).
+        let proposal = trireme_replication::name::Proposal {
+            incarnation: QueueIncarnation {
+                hlc_ms: now,
+                node: sender,
+                nonce: 1,
+            },
+            ..trireme_replication::name::Proposal::default()
+        };
+        let mut record = NameRecord::default();
+        record.votes[0] = Some(Box::new(proposal.clone()));
+        record.votes[1] = Some(Box::new(proposal));
+        let outsider_member = &cluster.members[usize::from(outsider) - 1];
+        assert!(queue_names(outsider_member).await.is_empty());
+        let pushed = NameRequest::View(record);
+        assert_eq!(
+            exchange_name(&cluster, outsider, sender, now, ("pushed", &pushed)).await,
+            NameReply::Ack
+        );
+        assert_eq!(queue_names(outsider_member).await, vec![queue("pushed")]);
+        assert!(
+            name_records(outsider_member).await.is_empty(),
+            "a push never touches a replica's records"
+        );
+    });
+}
