@@ -8,7 +8,9 @@
 //! A round starts with the queue names' own records (spec/replication.md §1, §13): one digest
 //! of every name record the pair replicates, and when the two differ, every such record in pages
 //! in name order, both keeping the merge (names are few, and a whole record is compared, votes
-//! included). Then the messages' records as above.
+//! included), and the catalog: the records of the names the peer replicates and this node does
+//! not, pulled into this node's view when their digest differs from the view's (§11). Then the
+//! messages' records as above.
 //!
 //! Every node runs a round with every peer, so each pair is compared twice per period (once from
 //! each end); either end alone converges the pair. A round's work is bounded: it stops after
@@ -88,6 +90,10 @@ pub struct RoundReport {
     pub names_pushed: usize,
     /// Name records this node lacked something of, merged here.
     pub names_pulled: usize,
+    /// Name records of names the peer replicates and this node does not, merged into this
+    /// node's view (the catalog's anti-entropy, spec/replication.md §11); 0 when the view's
+    /// digest of them already agreed.
+    pub catalog_pulled: usize,
     /// Non-empty partitions compared (either side's).
     pub partitions_compared: usize,
     /// Partitions whose digests differed and whose records were exchanged.
@@ -238,6 +244,7 @@ impl Cluster {
             .ok_or(AntiEntropyError::NotAMember(peer))?;
         let mut report = RoundReport::default();
         self.exchange_names(&mut client, peer, &mut report).await?;
+        self.pull_catalog(&mut client, peer, &mut report).await?;
         let step = u32::from(settings.partitions_per_call);
         for first in (0..PARTITIONS).step_by(step as usize) {
             let last = (first + step - 1).min(PARTITIONS - 1);
@@ -297,6 +304,7 @@ impl Cluster {
         let theirs = client
             .name_digest(pb::NameDigestRequest {
                 sender: Some(self.inner.me.now().into()),
+                catalog: false,
             })
             .await
             .map_err(|status| AntiEntropyError::Call { peer, status })?
@@ -326,6 +334,7 @@ impl Cluster {
                         .map(|name| name.as_str().to_owned())
                         .unwrap_or_default(),
                     limit: u32::try_from(NAMES_PER_PAGE_MAX).expect("a small page"),
+                    catalog: false,
                 })
                 .await
                 .map_err(|status| AntiEntropyError::Call { peer, status })?
@@ -365,6 +374,61 @@ impl Cluster {
             match through {
                 Some(last) => after = Some(last),
                 None => return Ok(()),
+            }
+        }
+    }
+
+    /// The catalog's anti-entropy (spec/replication.md §11, item 3): the records of the names
+    /// `peer` replicates and this node does not, compared by digest with this node's view and,
+    /// when they differ, pulled page by page into the view. Views never push to replicas.
+    async fn pull_catalog(
+        &self,
+        client: &mut pb::replica_client::ReplicaClient<tonic::transport::Channel>,
+        peer: NodeId,
+        report: &mut RoundReport,
+    ) -> Result<(), AntiEntropyError> {
+        let theirs = client
+            .name_digest(pb::NameDigestRequest {
+                sender: Some(self.inner.me.now().into()),
+                catalog: true,
+            })
+            .await
+            .map_err(|status| AntiEntropyError::Call { peer, status })?
+            .into_inner();
+        let me = self.inner.me.node;
+        let mine = self.inner.store.view_digest(|name| {
+            let replicas = self.name_replicas(name);
+            replicas.contains(&peer) && !replicas.contains(&me)
+        });
+        if mine == wire::name_digest_of(&theirs) {
+            return Ok(());
+        }
+        let mut after: Option<QueueName> = None;
+        // Bounded: every page moves `after` forward through a finite, ordered set of names.
+        loop {
+            let page = client
+                .name_records(pb::NameRecordsRequest {
+                    sender: Some(self.inner.me.now().into()),
+                    after_name: after
+                        .as_ref()
+                        .map(|name| name.as_str().to_owned())
+                        .unwrap_or_default(),
+                    limit: u32::try_from(NAMES_PER_PAGE_MAX).expect("a small page"),
+                    catalog: true,
+                })
+                .await
+                .map_err(|status| AntiEntropyError::Call { peer, status })?
+                .into_inner();
+            let records = wire::stored_names(&page.records)
+                .map_err(|source| AntiEntropyError::Wire { peer, source })?;
+            let last = records.last().map(|(name, _)| name.clone());
+            report.catalog_pulled += records.len();
+            if !records.is_empty() {
+                self.inner.store.learn_unsettled(records).await?;
+            }
+            match (page.more, last) {
+                (true, Some(last)) => after = Some(last),
+                _ => return Ok(()),
             }
         }
     }

@@ -92,9 +92,10 @@ impl pb::replica_server::Replica for ReplicaService {
     ) -> Result<Response<pb::NameDigestReply>, Status> {
         let remote = request.remote_addr();
         let sender = self.member(remote, request.get_ref().sender.as_ref())?;
+        let catalog = request.get_ref().catalog;
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
         let digest = tokio::task::spawn_blocking(move || {
-            store.name_digest(|name| shares_name(&ring, me, sender.node, name))
+            store.name_digest(|name| exchanged(&ring, me, sender.node, name, catalog))
         })
         .await
         .expect("a name digest scan does not panic")
@@ -121,9 +122,10 @@ impl pb::replica_server::Replica for ReplicaService {
             .unwrap_or(usize::MAX)
             .clamp(1, NAMES_PER_PAGE_MAX);
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
+        let catalog = request.catalog;
         let (page, more) = tokio::task::spawn_blocking(move || {
             store.name_records(after.as_ref(), limit, |name| {
-                shares_name(&ring, me, sender.node, name)
+                exchanged(&ring, me, sender.node, name, catalog)
             })
         })
         .await
@@ -211,6 +213,17 @@ impl pb::replica_server::Replica for ReplicaService {
                 .collect(),
             more,
         }))
+    }
+}
+
+/// Whether this node (`me`) answers `caller` with its record of `name`: a record both replicate,
+/// or for the catalog, one this node replicates and the caller does not.
+fn exchanged(ring: &Ring, me: NodeId, caller: NodeId, name: &QueueName, catalog: bool) -> bool {
+    if catalog {
+        let replicas = ring.name_replicas(name);
+        replicas.contains(&me) && !replicas.contains(&caller)
+    } else {
+        shares_name(ring, me, caller, name)
     }
 }
 

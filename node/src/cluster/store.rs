@@ -150,10 +150,11 @@ enum Work {
         entries: Vec<Entry>,
         names: Vec<NameEntry>,
     },
-    /// Settled name records for the view, learned at `now` by this node's clock.
+    /// Name records for the view: settled ones learned at `now` by this node's clock, or
+    /// (`now: None`) copies of a replica's record that confirm nothing.
     Learn {
         records: Vec<(QueueName, NameRecord)>,
-        now: Millis,
+        now: Option<Millis>,
     },
     /// Message records of deleted incarnations to remove.
     Drop { keys: Vec<RecordKey> },
@@ -595,8 +596,37 @@ impl ReplicaStore {
         records: Vec<(QueueName, NameRecord)>,
         now: Millis,
     ) -> Result<(), Arc<StoreError>> {
+        let now = Some(now);
         self.submit(Work::Learn { records, now }).await?;
         Ok(())
+    }
+
+    /// Merges other replicas' name records into the name view (the catalog's anti-entropy,
+    /// spec/replication.md §11): they may list a name but confirm nothing. Deletions they show
+    /// are made durable as [`ReplicaStore::learn`] does.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::apply`].
+    pub async fn learn_unsettled(
+        &self,
+        records: Vec<(QueueName, NameRecord)>,
+    ) -> Result<(), Arc<StoreError>> {
+        self.submit(Work::Learn { records, now: None }).await?;
+        Ok(())
+    }
+
+    /// The anti-entropy digest of the name view's records passing `select`.
+    #[must_use]
+    pub fn view_digest(&self, select: impl Fn(&QueueName) -> bool) -> Digest {
+        self.names(|view| {
+            let mut digest = Digest::default();
+            for (name, viewed) in &view.names {
+                if select(name) {
+                    digest.add_name(name, &viewed.record);
+                }
+            }
+            digest
+        })
     }
 
     /// Removes the message records of `keys` whose incarnation is known deleted (others are
@@ -1016,7 +1046,7 @@ fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
                     names.merge(name, record, None);
                 }
                 for (name, record, now) in &applied.learned {
-                    names.merge(name, record, Some(*now));
+                    names.merge(name, record, *now);
                 }
             }
             if applied.deletions > 0 {
@@ -1045,7 +1075,7 @@ struct Applied {
     answers: Vec<Answers>,
     records: Vec<(RecordKey, Option<Record>)>,
     names: Vec<(QueueName, NameRecord)>,
-    learned: Vec<(QueueName, NameRecord, Millis)>,
+    learned: Vec<(QueueName, NameRecord, Option<Millis>)>,
     deletions: u64,
 }
 

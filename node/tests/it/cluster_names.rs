@@ -564,3 +564,45 @@ fn a_name_request_older_than_the_horizon_or_to_a_node_that_does_not_replicate_th
         );
     });
 }
+
+#[test]
+fn a_node_that_replicates_no_copy_of_a_name_learns_it_by_the_catalogs_anti_entropy() {
+    let mut cluster = start(5);
+    let ring = trireme_replication::placement::Ring::new((1..=5).map(NodeId)).expect("a ring");
+    let name = (0..1_000)
+        .map(|i| format!("jobs-{i}"))
+        .find(|name| !ring.name_replicas(&queue(name)).contains(&NodeId(5)))
+        .expect("some name leaves out node 5");
+    let replica = ring.name_replicas(&queue(&name))[0];
+    cluster.members[4].kill();
+    let rt = runtime();
+    let incarnation =
+        rt.block_on(async { created(&create(&cluster.members[0], &name, "30").await) });
+    let addresses = cluster.addresses.clone();
+    cluster.members[4].restart(&addresses);
+    rt.block_on(async {
+        let outsider = &cluster.members[4];
+        assert!(
+            queue_names(outsider).await.is_empty(),
+            "the push went by while it was away"
+        );
+        let round = || {
+            outsider.call(move |c| async move {
+                c.anti_entropy_round(replica, &AntiEntropySettings::default())
+                    .await
+                    .expect("the round runs")
+            })
+        };
+        let report = round().await;
+        assert!(report.catalog_pulled >= 1, "{report:?}");
+        assert!(!report.names_exchanged, "the two share no copy of the name");
+        assert_eq!(queue_names(outsider).await, vec![queue(&name)]);
+        assert!(
+            name_records(outsider).await.is_empty(),
+            "its view, not a replica's record"
+        );
+        assert_eq!(round().await.catalog_pulled, 0, "the view agrees now");
+        let state = read(outsider, &name).await.expect("the queue exists");
+        assert_eq!(state.incarnation, incarnation);
+    });
+}
