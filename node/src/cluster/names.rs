@@ -200,10 +200,12 @@ impl Cluster {
             unreachable!("a create answers as a create");
         };
         if let Some(record) = settled {
-            self.learn(name, &record).await;
+            // The push goes out first: the other views learn without waiting for this one's
+            // commit (a deletion it shows is made durable here with an fsync).
             if matches!(answer, CreateAnswer::Created(_)) {
                 self.push_to_views(name, &record);
             }
+            self.learn(name, &record).await;
         }
         answer
     }
@@ -218,10 +220,12 @@ impl Cluster {
             unreachable!("a delete answers as a delete");
         };
         if let Some(record) = settled {
-            self.learn(name, &record).await;
+            // The push goes out first: the other views learn without waiting for this one's
+            // commit (a deletion it shows is made durable here with an fsync).
             if matches!(answer, DeleteQueueAnswer::Deleted(_)) {
                 self.push_to_views(name, &record);
             }
+            self.learn(name, &record).await;
         }
         answer
     }
@@ -297,10 +301,12 @@ impl Cluster {
             self.observe_hlc(hlc_ms);
         }
         if let Some(record) = settled {
-            self.learn(name, &record).await;
+            // The push goes out first: the other views learn without waiting for this one's
+            // commit (a deletion it shows is made durable here with an fsync).
             if matches!(answer, ChangeAnswer::Changed { .. }) {
                 self.push_to_views(name, &record);
             }
+            self.learn(name, &record).await;
         }
         match answer {
             ChangeAnswer::Changed { .. } => Ok(()),
