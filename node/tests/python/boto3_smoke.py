@@ -1,7 +1,10 @@
 """A second real client for Trireme's SQS endpoint: boto3 (botocore's JSON protocol with the
 query-compatible error header), driven against a running node.
 
-Usage: python boto3_smoke.py http://127.0.0.1:9324
+Usage: python boto3_smoke.py http://127.0.0.1:9324[,http://127.0.0.1:9325,...]
+With several endpoints (the members of one cluster) every call goes to the next member in turn,
+so one check creates, sends, receives and deletes through different nodes; the checks of actions
+a cluster does not serve yet are skipped and say so.
 Prints one line per check and closes with 'boto3: N passed, N failed'; exits non-zero on failure.
 """
 
@@ -20,23 +23,52 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-ENDPOINT = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:9324"
+ENDPOINTS = (sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:9324").split(",")
+ENDPOINT = ENDPOINTS[0]
+CLUSTER = len(ENDPOINTS) > 1
 RUN = uuid.uuid4().hex[:8]
 
-sqs = boto3.client(
-    "sqs",
-    endpoint_url=ENDPOINT,
-    region_name="us-east-1",
-    aws_access_key_id="test",
-    aws_secret_access_key="test",
-    config=Config(retries={"max_attempts": 1}),
-)
+SESSION = boto3.session.Session()
+
+
+def client_for(endpoint):
+    return SESSION.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+class RoundRobin:
+    """Every call through the next client: one check's calls land on every member in turn."""
+
+    def __init__(self, clients):
+        self.clients = clients
+        self.calls = 0
+
+    def __getattr__(self, attribute):
+        client = self.clients[self.calls % len(self.clients)]
+        self.calls += 1
+        return getattr(client, attribute)
+
+
+sqs = RoundRobin([client_for(endpoint) for endpoint in ENDPOINTS])
 
 CHECKS = []
+# Checks of actions a cluster does not serve yet (purge, move tasks): skipped against one.
+ALONE_ONLY = set()
 
 
 def check(function):
     CHECKS.append(function)
+    return function
+
+
+def alone_only(function):
+    ALONE_ONLY.add(function.__name__)
     return function
 
 
@@ -138,14 +170,17 @@ def dead_letter_and_move_task():
         Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})},
     )["QueueUrl"]
     sqs.send_message(QueueUrl=source, MessageBody="poison")
-    first = sqs.receive_message(QueueUrl=source, VisibilityTimeout=0)
+    first = sqs.receive_message(QueueUrl=source, VisibilityTimeout=0, WaitTimeSeconds=5)
     assert len(first["Messages"]) == 1
     second = sqs.receive_message(QueueUrl=source)
     assert "Messages" not in second, second
     assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [source]
-    dead = sqs.receive_message(QueueUrl=dlq, VisibilityTimeout=0, MessageSystemAttributeNames=["All"])
+    dead = sqs.receive_message(QueueUrl=dlq, VisibilityTimeout=0, WaitTimeSeconds=5,
+                               MessageSystemAttributeNames=["All"])
     [message] = dead["Messages"]
     assert message["Attributes"]["DeadLetterQueueSourceArn"].endswith(":" + name("src"))
+    if CLUSTER:
+        return  # move tasks are not served by a cluster yet
     task = sqs.start_message_move_task(SourceArn=dlq_arn)
     assert task["TaskHandle"]
     back = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=10)
@@ -161,6 +196,8 @@ def tags_and_purge():
     assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "payments", "env": "ci"}
     sqs.untag_queue(QueueUrl=url, TagKeys=["team"])
     assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"env": "ci"}
+    if CLUSTER:
+        return  # purge is not served by a cluster yet
     sqs.send_message(QueueUrl=url, MessageBody="x")
     sqs.purge_queue(QueueUrl=url)
     code, error = error_code(lambda: sqs.purge_queue(QueueUrl=url))
@@ -176,9 +213,9 @@ def error_message(call):
 
 def received_twice(url):
     sqs.send_message(QueueUrl=url, MessageBody="job")
-    first = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    first = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"][0]["ReceiptHandle"]
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first, VisibilityTimeout=0)
-    second = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    second = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"][0]["ReceiptHandle"]
     return first, second
 
 
@@ -210,7 +247,7 @@ def malformed_handles_and_gone_messages_in_aws_words():
     assert (code, status) == ("ReceiptHandleIsInvalid", 400), (code, status)
     assert message == 'The input receipt handle "garbage" is not a valid receipt handle.', message
     sqs.send_message(QueueUrl=url, MessageBody="x")
-    handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    handle = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"][0]["ReceiptHandle"]
     sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
     code, message, _ = error_message(lambda: sqs.change_message_visibility(
         QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=42))
@@ -284,6 +321,7 @@ def queues_addressed_by_bare_name():
 
 
 @check
+@alone_only
 def move_tasks_as_aws_runs_them():
     """Issue 14, class 8."""
     plain = sqs.create_queue(QueueName=name("plain"))["QueueUrl"]
@@ -342,9 +380,12 @@ def attributes_kept_and_returned():
 
 
 @check
+@alone_only
 def order_by_send():
     """Issue 14, class 1: a batch comes back in entry order, and a message whose visibility
-    expired comes back before messages sent after it."""
+    expired comes back before messages sent after it. Alone only: in a cluster the order is the
+    best effort SQS promises for standard queues (each coordinator receives from its own view,
+    which a message reaches at the second or third replica's write)."""
     url = sqs.create_queue(QueueName=name("order"))["QueueUrl"]
     bodies = [f"b{index}" for index in range(6)]
     sqs.send_message_batch(QueueUrl=url, Entries=[
@@ -391,8 +432,12 @@ def aws_cli_commands_from_the_readme():
 
 
 def main():
-    passed = failed = 0
+    passed = failed = skipped = 0
     for function in CHECKS:
+        if CLUSTER and function.__name__ in ALONE_ONLY:
+            skipped += 1
+            print(f"skip {function.__name__} (not served by a cluster yet)")
+            continue
         try:
             function()
         except Exception:  # noqa: BLE001 - every failure is reported, then counted
@@ -402,7 +447,8 @@ def main():
         else:
             passed += 1
             print(f"ok   {function.__name__}")
-    print(f"boto3: {passed} passed, {failed} failed")
+    where = f"{len(ENDPOINTS)} cluster members" if CLUSTER else "one node"
+    print(f"boto3 against {where}: {passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs boto3_smoke.py (boto3, and the aws CLI commands the SQS README shows) against a freshly started trireme-node: builds the node, creates a venv,
+# Runs boto3_smoke.py (boto3, and the aws CLI commands the SQS README shows) against a freshly
+# started trireme-node, then against a freshly started three-member cluster with every call on
+# the next member: builds the node, creates a venv,
 # installs boto3 from PyPI into it, starts the node on free loopback ports with a temporary data
 # directory, runs the checks, and stops the node. Called from .ci/run (via .ci/extra/).
 set -euo pipefail
@@ -20,28 +22,58 @@ grpc_port=$(free_port)
 sqs_port=$(free_port)
 data_dir=$(mktemp -d)
 log="$data_dir/node.log"
+member_pids=()
 
 "$binary" --data-dir "$data_dir/db" --listen "127.0.0.1:$grpc_port" \
   --sqs-listen "127.0.0.1:$sqs_port" --sqs-advertised-host 127.0.0.1 >"$log" 2>&1 &
 node_pid=$!
 stop() {
-  kill "$node_pid" 2>/dev/null || true
-  wait "$node_pid" 2>/dev/null || true
+  kill "$node_pid" "${member_pids[@]}" 2>/dev/null || true
+  wait "$node_pid" "${member_pids[@]}" 2>/dev/null || true
   rm -rf "$data_dir"
 }
 trap stop EXIT
 
-# Wait for the SQS listener: at most 30 s, in 0.2 s steps.
-for _ in $(seq 150); do
-  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $sqs_port), 0.2)" 2>/dev/null; then
-    break
-  fi
-  if ! kill -0 "$node_pid" 2>/dev/null; then
-    echo "trireme-node exited early:"; cat "$log"; exit 1
-  fi
-  sleep 0.2
-done
+# Waits for the SQS listener on port $1 of the process $2 logging to $3: at most 30 s.
+await_sqs() {
+  for _ in $(seq 150); do
+    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 0.2)" 2>/dev/null; then
+      return 0
+    fi
+    if ! kill -0 "$2" 2>/dev/null; then
+      echo "trireme-node exited early:"; cat "$3"; exit 1
+    fi
+    sleep 0.2
+  done
+  echo "trireme-node never listened on $1:"; cat "$3"; exit 1
+}
+await_sqs "$sqs_port" "$node_pid" "$log"
 
 if ! "$venv/bin/python" node/tests/python/boto3_smoke.py "http://127.0.0.1:$sqs_port"; then
   echo "--- node log ---"; cat "$log"; exit 1
+fi
+
+# The same checks against three cluster members, each call through the next one. The members
+# advertise one address in queue URLs (member 1's, as a cluster behind one name would), and each
+# accepts a URL of any host.
+peer_ports=() member_sqs=() endpoints=()
+for id in 1 2 3; do peer_ports+=("$(free_port)"); member_sqs+=("$(free_port)"); done
+peers="1=127.0.0.1:${peer_ports[0]},2=127.0.0.1:${peer_ports[1]},3=127.0.0.1:${peer_ports[2]}"
+for id in 1 2 3; do
+  port=${member_sqs[$((id - 1))]}
+  TRIREME_CLUSTER_SECRET="boto3 run's shared cluster secret" "$binary" \
+    --data-dir "$data_dir/member-$id" --listen "127.0.0.1:$(free_port)" \
+    --sqs-listen "127.0.0.1:$port" --sqs-advertised-host 127.0.0.1 \
+    --sqs-advertised-port "${member_sqs[0]}" \
+    --node-id "$id" --peer-listen "127.0.0.1:${peer_ports[$((id - 1))]}" --peers "$peers" \
+    >"$data_dir/member-$id.log" 2>&1 &
+  member_pids+=($!)
+  endpoints+=("http://127.0.0.1:$port")
+done
+for id in 1 2 3; do
+  await_sqs "${member_sqs[$((id - 1))]}" "${member_pids[$((id - 1))]}" "$data_dir/member-$id.log"
+done
+if ! "$venv/bin/python" node/tests/python/boto3_smoke.py "$(IFS=,; echo "${endpoints[*]}")"; then
+  for id in 1 2 3; do echo "--- member $id log ---"; cat "$data_dir/member-$id.log"; done
+  exit 1
 fi
