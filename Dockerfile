@@ -1,0 +1,42 @@
+# The Trireme image for a machine with a registry: the release binaries built in the official
+# Rust image, copied onto Debian's slim image with a non-root user. Build it from the checkout:
+#
+#     docker build -t trireme:local .
+#
+# Without a registry, `docker/build-local.sh` builds the same image (same name, same layout,
+# same user) from binaries built on the host. docker-compose.yml uses either unchanged.
+
+# The toolchain the code is built and tested with (rust-version in Cargo.toml is the minimum).
+ARG RUST_VERSION=1.95
+ARG DEBIAN_RELEASE=bookworm
+
+FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
+WORKDIR /src
+COPY . .
+# Protobuf is compiled by protox (no system protoc) and no dependency links a C library beyond
+# glibc, so nothing else is installed.
+RUN cargo build --release --locked -p trireme-node -p trireme-client --bins \
+ && install -D -m 0755 target/release/trireme-node /out/trireme-node \
+ && install -D -m 0755 target/release/trireme /out/trireme
+
+# The runtime is the same Debian release as the build image, so its glibc is the one linked.
+FROM debian:${DEBIAN_RELEASE}-slim
+# A fixed numeric uid/gid (10001), the same in the scratch image of docker/build-local.sh, so a
+# named volume created by one image is writable by the other.
+RUN groupadd --system --gid 10001 trireme \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/trireme --no-create-home \
+        --shell /usr/sbin/nologin trireme \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/trireme
+COPY --from=build /out/trireme-node /out/trireme /usr/local/bin/
+USER 10001:10001
+ENV TRIREME_DATA_DIR=/var/lib/trireme \
+    TRIREME_LISTEN=0.0.0.0:7100 \
+    TRIREME_SQS_LISTEN=0.0.0.0:9324 \
+    TRIREME_PEER_LISTEN=0.0.0.0:7200
+VOLUME ["/var/lib/trireme"]
+# gRPC, SQS-compatible HTTP, and the members' internal replica service.
+EXPOSE 7100 9324 7200
+# Healthy when the node answers a gRPC call on its own port (the CLI is in the image).
+HEALTHCHECK --interval=5s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["/usr/local/bin/trireme", "--endpoint", "http://127.0.0.1:7100", "queue", "list", "--max-results", "1"]
+ENTRYPOINT ["/usr/local/bin/trireme-node"]
