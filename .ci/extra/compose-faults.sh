@@ -90,7 +90,7 @@ fi
 load_bin="${CARGO_TARGET_DIR:-target}/release/examples/fault_load"
 [ -x "$load_bin" ] || fail "$load_bin is missing"
 # The time limit counts from here: the build's time depends on the cache, the run's does not.
-say "built; the run starts (at most $run_max_s s)"
+say "built; the run starts now (at most $run_max_s s; times below count from here)"
 started=$(date +%s)
 # The last bound: every step below is bounded too, but whatever hangs is stopped here (and the
 # EXIT trap still tears the cluster down).
