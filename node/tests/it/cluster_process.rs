@@ -142,12 +142,10 @@ async fn three_member_processes_join_each_other() {
         exchange(&mut node1, 2, &key, &write).await.unwrap(),
         Reply::Ack
     );
+    // The test wrote to node 1 alone, and a replica never forwards a write: node 3 can only
+    // learn the record from the members' anti-entropy (which, every second, may already have
+    // run by the time of a first read here, so the test does not ask for an empty first read).
     let mut node3 = replica_client(peer(3)).await;
-    assert_eq!(
-        exchange(&mut node3, 2, &key, &Request::Read).await.unwrap(),
-        Reply::Record(None),
-        "node 3 held the record before anti-entropy ran"
-    );
     eventually_within(
         "the record on node 3",
         std::time::Duration::from_secs(60),
