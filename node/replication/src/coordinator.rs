@@ -612,6 +612,26 @@ pub enum HandleAction {
         /// The longest visibility counted from the receive (SQS: 12 hours).
         cap_ms: u64,
     },
+    /// Dead-letter now's steps 1 and 2 (spec/replication.md §7, *Dead-letter now,
+    /// replicated*): the read and the handle's classification, as for a visibility change,
+    /// answering the merged record when the handle is current; its move is a [`MoveOp`].
+    DeadLetterNow,
+}
+
+/// The answer to a dead-letter now's read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeadLetterNowAnswer {
+    /// The handle is current: the merged record (its claim of the handle's version), for the
+    /// move. Nothing written yet.
+    Current(Record),
+    /// The handle is superseded, or the message left this generation: nothing written.
+    Stale,
+    /// The generation ended (deleted, expired, purged or moved), or no replica knows it.
+    NotInFlight,
+    /// No quorum by the deadline.
+    Unavailable,
+    /// The replies disagree on a once-field.
+    Diverged(Divergence),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -644,6 +664,8 @@ pub enum HandleAnswer {
     Delete(DeleteAnswer),
     /// A visibility change's answer.
     Visibility(VisibilityAnswer),
+    /// A dead-letter now's read.
+    DeadLetterNow(DeadLetterNowAnswer),
 }
 
 impl HandleOp {
@@ -707,6 +729,9 @@ impl HandleOp {
                             HandleAction::ChangeVisibility { .. } => {
                                 HandleAnswer::Visibility(VisibilityAnswer::Changed)
                             }
+                            HandleAction::DeadLetterNow => {
+                                unreachable!("a dead-letter now's read writes nothing")
+                            }
                         };
                         self.finish(answer)
                     }
@@ -731,6 +756,9 @@ impl HandleOp {
             HandleAction::ChangeVisibility { .. } => {
                 HandleAnswer::Visibility(VisibilityAnswer::Unavailable)
             }
+            HandleAction::DeadLetterNow => {
+                HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Unavailable)
+            }
         };
         self.finish(answer)
     }
@@ -741,13 +769,24 @@ impl HandleOp {
             HandleAction::ChangeVisibility { .. } => {
                 HandleAnswer::Visibility(VisibilityAnswer::Stale)
             }
+            HandleAction::DeadLetterNow => HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Stale),
         }
     }
 
+    /// The answer by action; a dead-letter now classifies the handle as a visibility change
+    /// does (spec/replication.md §10).
     fn by_action(&self, delete: DeleteAnswer, visibility: VisibilityAnswer) -> HandleAnswer {
         match self.action {
             HandleAction::Delete => HandleAnswer::Delete(delete),
             HandleAction::ChangeVisibility { .. } => HandleAnswer::Visibility(visibility),
+            HandleAction::DeadLetterNow => HandleAnswer::DeadLetterNow(match visibility {
+                VisibilityAnswer::Stale => DeadLetterNowAnswer::Stale,
+                VisibilityAnswer::Diverged(divergence) => DeadLetterNowAnswer::Diverged(divergence),
+                VisibilityAnswer::Unavailable => DeadLetterNowAnswer::Unavailable,
+                VisibilityAnswer::NotInFlight
+                | VisibilityAnswer::ExceedsCap
+                | VisibilityAnswer::Changed => DeadLetterNowAnswer::NotInFlight,
+            }),
         }
     }
 
@@ -787,6 +826,9 @@ impl HandleOp {
                 HandleAction::ChangeVisibility { .. } => {
                     self.finish(HandleAnswer::Visibility(VisibilityAnswer::NotInFlight))
                 }
+                HandleAction::DeadLetterNow => self.finish(HandleAnswer::DeadLetterNow(
+                    DeadLetterNowAnswer::NotInFlight,
+                )),
             };
         }
         let current = (merged.generation == handle.generation)
@@ -830,6 +872,11 @@ impl HandleOp {
                     });
                 }
                 Write::Visibility(changed)
+            }
+            HandleAction::DeadLetterNow => {
+                return self.finish(HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Current(
+                    merged.clone(),
+                )));
             }
         };
         self.round += 1;
@@ -1340,6 +1387,42 @@ mod tests {
         assert_eq!(
             effects.answer,
             Some(HandleAnswer::Delete(DeleteAnswer::Stale))
+        );
+    }
+
+    #[test]
+    fn a_dead_letter_now_reads_writes_nothing_and_classifies_the_handle() {
+        let (record, handle) = delivered();
+        let (_, effects) = handle_op(&record, handle, HandleAction::DeadLetterNow);
+        assert!(
+            effects
+                .sends
+                .iter()
+                .all(|out| !matches!(out.request, Request::Write { ack: true, .. }))
+        );
+        assert_eq!(
+            effects.answer,
+            Some(HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Current(
+                record.clone()
+            )))
+        );
+        let (_, again) = receive(&record, 40_000, true);
+        let ReceiveAnswer::Delivered(newer) = &again[0] else {
+            panic!("received again");
+        };
+        let (_, stale) = handle_op(newer, handle, HandleAction::DeadLetterNow);
+        assert_eq!(
+            stale.answer,
+            Some(HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Stale))
+        );
+        let tombstone = Record::tombstone(handle.generation, TombstoneReason::Deleted, Millis(9));
+        let (_, gone) = handle_op(&tombstone, handle, HandleAction::DeadLetterNow);
+        assert!(gone.sends.is_empty());
+        assert_eq!(
+            gone.answer,
+            Some(HandleAnswer::DeadLetterNow(
+                DeadLetterNowAnswer::NotInFlight
+            ))
         );
     }
 

@@ -1,4 +1,4 @@
-//! The public API's commands served by the cluster: what the gRPC and SQS edges ask of a
+public API's commands served by the cluster: what the gRPC and SQS edges ask of a
 //! cluster member, translated into the coordinator operations of `Cluster` and their answers
 //! translated back into the core's `Outcome`s and `Reject`s, so the edges say the same thing
 //! whether a node runs alone or in a cluster (spec/replication.md §1, part 1 *Operations*).
@@ -25,7 +25,9 @@ use trireme_core::{
     ReceiptHandle, Reject, SystemAttributes, check_message, check_system_attributes, check_tags,
     limits,
 };
-use trireme_replication::coordinator::{DeleteAnswer, Handle, SendAnswer, VisibilityAnswer};
+use trireme_replication::coordinator::{
+    DeadLetterNowAnswer, DeleteAnswer, Handle, MoveAnswer, SendAnswer, VisibilityAnswer,
+};
 use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer};
 use trireme_replication::record::Birth;
 use trireme_replication::{Claim, Generation, NodeId, RecordKey};
@@ -272,9 +274,7 @@ impl ClusterEdge {
             Command::PurgeQueue { .. } => Err(EngineError::Unsupported {
                 action: "PurgeQueue",
             }),
-            Command::DeadLetterNow { .. } => Err(EngineError::Unsupported {
-                action: "Dead-letter now",
-            }),
+            Command::DeadLetterNow { queue, handle } => self.dead_letter_now(&queue, &handle).await,
             Command::Redrive { .. } => Err(EngineError::Unsupported { action: "Redrive" }),
         }
     }
@@ -636,6 +636,62 @@ impl ClusterEdge {
             .into()),
             DeleteAnswer::Unavailable => Err(unavailable("deleting the message")),
             DeleteAnswer::Diverged(divergence) => Err(self.diverged(&key, &divergence)),
+        }
+    }
+
+    /// spec/replication.md §10: the single node's refusals in its order (`QueueNotFound`,
+    /// `NoRedrivePolicy`, `DeadLetterQueueMissing`, then the handle's), then the replicated move.
+    async fn dead_letter_now(
+        &self,
+        queue: &QueueName,
+        handle: &ReceiptHandle,
+    ) -> Result<Outcome, EngineError> {
+        let known = self.known(queue).await?;
+        let Some(policy) = known.attributes.redrive.clone() else {
+            return Err(Reject::NoRedrivePolicy {
+                name: queue.clone(),
+            }
+            .into());
+        };
+        let Some(target) = self.lookup(&policy.dead_letter_queue).await? else {
+            return Err(Reject::DeadLetterQueueMissing {
+                name: queue.clone(),
+                dead_letter_queue: policy.dead_letter_queue,
+            }
+            .into());
+        };
+        let (key, replicated) = self.replicated(queue, handle).await?;
+        let dead_letter = DeadLetter {
+            queue: policy.dead_letter_queue.clone(),
+            incarnation: target.incarnation,
+            max_receive_count: policy.max_receive_count,
+        };
+        match self
+            .cluster
+            .dead_letter_now(&key, replicated, &dead_letter)
+            .await
+        {
+            Ok(MoveAnswer::Moved) => Ok(Outcome::DeadLettered {
+                dead_letter_queue: policy.dead_letter_queue,
+            }),
+            // A receive claimed it again between the read and the source's tombstone: it is in
+            // both queues (a duplicate), and this handle is superseded.
+            Ok(MoveAnswer::CopiedOnly) | Err(DeadLetterNowAnswer::Stale) => {
+                Err(Reject::StaleReceiptHandle {
+                    message: handle.message,
+                }
+                .into())
+            }
+            Ok(MoveAnswer::Unavailable) | Err(DeadLetterNowAnswer::Unavailable) => {
+                Err(unavailable("moving the message to the dead-letter queue"))
+            }
+            Err(DeadLetterNowAnswer::NotInFlight | DeadLetterNowAnswer::Current(_)) => {
+                Err(Reject::MessageNotInFlight {
+                    message: handle.message,
+                }
+                .into())
+            }
+            Err(DeadLetterNowAnswer::Diverged(divergence)) => Err(self.diverged(&key, &divergence)),
         }
     }
 

@@ -35,9 +35,9 @@ use tokio::task::JoinSet;
 use tonic::transport::{Channel, Endpoint};
 use trireme_core::{Incarnation, MessageId, QueueName};
 use trireme_replication::coordinator::{
-    DeleteAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp, MoveAnswer, MoveOp,
-    Operation, Outgoing, ReceiveAnswer, ReceiveOp, ReceiveSettings, Reply, Request, SendAnswer,
-    SendOp, VisibilityAnswer,
+    DeadLetterNowAnswer, DeleteAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp,
+    MoveAnswer, MoveOp, Operation, Outgoing, ReceiveAnswer, ReceiveOp, ReceiveSettings, Reply,
+    Request, SendAnswer, SendOp, VisibilityAnswer,
 };
 use trireme_replication::placement::{Placement, REPLICAS, Ring, TooFewMembers};
 use trireme_replication::record::{Birth, Record, SourceQueue};
@@ -354,7 +354,37 @@ impl Cluster {
         );
         match self.run(op, effects).await {
             HandleAnswer::Delete(answer) => answer,
-            HandleAnswer::Visibility(_) => unreachable!("a delete answers as a delete"),
+            HandleAnswer::Visibility(_) | HandleAnswer::DeadLetterNow(_) => {
+                unreachable!("a delete answers as a delete")
+            }
+        }
+    }
+
+    /// Moves the message `handle` holds to `dead_letter` at once (spec/replication.md §7,
+    /// *Dead-letter now, replicated*): the read and the handle's classification, then the move
+    /// of the record read, whose tombstone is conditioned on the claim it holds.
+    pub async fn dead_letter_now(
+        &self,
+        key: &RecordKey,
+        handle: Handle,
+        dead_letter: &DeadLetter,
+    ) -> Result<MoveAnswer, DeadLetterNowAnswer> {
+        let now = self.inner.me.clock.now();
+        let (op, effects) = HandleOp::start(
+            key.clone(),
+            self.replicas(key),
+            handle,
+            HandleAction::DeadLetterNow,
+            now,
+        );
+        match self.run(op, effects).await {
+            HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Current(record)) => {
+                Ok(self.move_to_dead_letter(key, &record, dead_letter).await)
+            }
+            HandleAnswer::DeadLetterNow(refused) => Err(refused),
+            HandleAnswer::Delete(_) | HandleAnswer::Visibility(_) => {
+                unreachable!("a dead-letter now answers as one")
+            }
         }
     }
 
@@ -372,7 +402,9 @@ impl Cluster {
         let (op, effects) = HandleOp::start(key.clone(), self.replicas(key), handle, action, now);
         match self.run(op, effects).await {
             HandleAnswer::Visibility(answer) => answer,
-            HandleAnswer::Delete(_) => unreachable!("a visibility change answers as one"),
+            HandleAnswer::Delete(_) | HandleAnswer::DeadLetterNow(_) => {
+                unreachable!("a visibility change answers as one")
+            }
         }
     }
 

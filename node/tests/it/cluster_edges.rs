@@ -452,3 +452,83 @@ async fn the_aws_sdk_works_against_every_member() {
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_now_through_another_node_moves_the_message_with_its_history() {
+    let mut cluster = EdgeCluster::start().await;
+    create(cluster.at(0), "work-dlq", pb::QueueAttributes::default()).await;
+    create(
+        cluster.at(1),
+        "work",
+        pb::QueueAttributes {
+            redrive_policy: Some(pb::RedrivePolicy {
+                dead_letter_queue: "work-dlq".to_owned(),
+                max_receive_count: 5,
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    create(cluster.at(2), "plain", pb::QueueAttributes::default()).await;
+    let dead_letter = |client: &mut Client, queue: &str, handle: &str| {
+        let request = pb::DeadLetterMessageRequest {
+            queue: queue.to_owned(),
+            receipt_handle: handle.to_owned(),
+        };
+        let mut client = client.clone();
+        async move { client.dead_letter_message(request).await }
+    };
+    cluster
+        .at(2)
+        .send_message(send_request("work", "gave up on"))
+        .await
+        .unwrap();
+    let first = receive(cluster.at(0), "work", 1, 5).await.remove(0);
+    cluster
+        .at(1)
+        .change_visibility(pb::ChangeVisibilityRequest {
+            queue: "work".to_owned(),
+            receipt_handle: first.receipt_handle.clone(),
+            visibility_timeout_seconds: 0,
+        })
+        .await
+        .unwrap();
+    let second = receive(cluster.at(2), "work", 1, 5).await.remove(0);
+    // The superseded handle moves nothing.
+    let stale = dead_letter(cluster.at(1), "work", &first.receipt_handle)
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::FailedPrecondition, "{stale:?}");
+    let moved = dead_letter(cluster.at(0), "work", &second.receipt_handle)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(moved.dead_letter_queue, "work-dlq");
+    let arrived = receive(cluster.at(1), "work-dlq", 1, 5).await.remove(0);
+    assert_eq!(arrived.message_id, second.message_id);
+    assert_eq!(arrived.body, "gave up on");
+    assert_eq!(arrived.dead_letter_source.as_deref(), Some("work"));
+    assert_eq!(arrived.receive_count, 3, "two receives in work, one here");
+    assert!(receive(cluster.at(2), "work", 1, 0).await.is_empty());
+    // Again with the same handle: the message left the queue.
+    let gone = dead_letter(cluster.at(2), "work", &second.receipt_handle)
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::FailedPrecondition, "{gone:?}");
+    // A queue without a redrive policy has nowhere to move to.
+    cluster
+        .at(0)
+        .send_message(send_request("plain", "p"))
+        .await
+        .unwrap();
+    let plain = receive(cluster.at(1), "plain", 1, 5).await.remove(0);
+    let nowhere = dead_letter(cluster.at(2), "plain", &plain.receipt_handle)
+        .await
+        .unwrap_err();
+    assert_eq!(nowhere.code(), Code::FailedPrecondition, "{nowhere:?}");
+    assert!(
+        nowhere.message().contains("no redrive policy"),
+        "{nowhere:?}"
+    );
+    cluster.shutdown().await;
+}
