@@ -1,4 +1,4 @@
-public API's commands served by the cluster: what the gRPC and SQS edges ask of a
+//! The public API's commands served by the cluster: what the gRPC and SQS edges ask of a
 //! cluster member, translated into the coordinator operations of `Cluster` and their answers
 //! translated back into the core's `Outcome`s and `Reject`s, so the edges say the same thing
 //! whether a node runs alone or in a cluster (spec/replication.md §1, part 1 *Operations*).

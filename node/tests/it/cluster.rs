@@ -238,7 +238,9 @@ async fn drain_with(
         let got = receive(member, name, 10, visibility_ms).await;
         if got.is_empty() {
             // Nothing visible in this member's view yet: let the replicas' writes land.
-            tokio::task::yield_now().await;
+            // The replica store commits on its own thread: give its fsync real time, bounded by
+            // the attempts (10 s at most), not a count of yields that a loaded machine outruns.
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         delivered.extend(got);
     }

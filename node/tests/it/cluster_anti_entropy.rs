@@ -732,7 +732,9 @@ fn a_name_tombstone_kept_by_a_replica_that_missed_its_collection_does_not_delete
             {
                 break;
             }
-            tokio::task::yield_now().await;
+            // The replica store commits on its own thread: give its fsync real time, bounded by
+            // the attempts (10 s at most), not a count of yields that a loaded machine outruns.
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         let held = name_record(&m[straggler], &name)
             .await

@@ -208,7 +208,9 @@ fn a_deleted_queue_is_gone_everywhere_its_name_waits_and_its_messages_are_droppe
             if kept(&m[1]) == 1 {
                 break;
             }
-            tokio::task::yield_now().await;
+            // The replica store commits on its own thread: give its fsync real time, bounded by
+            // the attempts (10 s at most), not a count of yields that a loaded machine outruns.
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         assert_eq!(kept(&m[1]), 1, "the message is on node 2 before the delete");
         assert_eq!(
