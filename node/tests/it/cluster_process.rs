@@ -35,9 +35,10 @@ use crate::loopback::consecutive_free;
 
 const SECRET: &str = "the test cluster's shared secret";
 
-/// The flags of member `node` of three whose peer ports start at `peer_base`.
-fn member_flags(node: u16, peer_base: u16, extra: &[&str]) -> Vec<String> {
-    let peers: Vec<String> = (1..=3)
+/// The flags of member `node` of `members` (ids 1 to `members`) whose peer ports start at
+/// `peer_base`.
+pub(super) fn member_flags(node: u16, members: u16, peer_base: u16, extra: &[&str]) -> Vec<String> {
+    let peers: Vec<String> = (1..=members)
         .map(|id| format!("{id}=127.0.0.1:{}", peer_base + id - 1))
         .collect();
     let mut flags: Vec<String> = [
@@ -56,7 +57,7 @@ fn member_flags(node: u16, peer_base: u16, extra: &[&str]) -> Vec<String> {
 }
 
 /// A client of a member's replica service.
-async fn replica_client(address: SocketAddr) -> ReplicaClient<Channel> {
+pub(super) async fn replica_client(address: SocketAddr) -> ReplicaClient<Channel> {
     let channel = Channel::from_shared(format!("http://{address}"))
         .unwrap()
         .connect_timeout(std::time::Duration::from_secs(5))
@@ -67,7 +68,7 @@ async fn replica_client(address: SocketAddr) -> ReplicaClient<Channel> {
 }
 
 /// `node` as the sender of a message sent now.
-fn sender(node: u16) -> pb::Sender {
+pub(super) fn sender(node: u16) -> pb::Sender {
     pb::Sender {
         node_id: u32::from(node),
         disk_id: u64::from(node) * 1_000 + 1,
@@ -120,7 +121,7 @@ async fn three_member_processes_join_each_other() {
     let mut members: Vec<NodeProcess> = Vec::new();
     for (node, dir) in (1..=3).zip(&dirs) {
         // A pass a second, so the record below spreads soon after it is written.
-        let flags = member_flags(node, peer_base, &["--anti-entropy-period-s", "1"]);
+        let flags = member_flags(node, 3, peer_base, &["--anti-entropy-period-s", "1"]);
         members.push(spawn_node_with(dir.path(), "warn", false, &flags).await);
     }
     let peer = |node: u16| -> SocketAddr {
@@ -179,7 +180,7 @@ async fn a_request_from_a_non_member_is_refused_and_logged() {
     let peer_base = consecutive_free(3);
     let dir = TempDir::new().unwrap();
     // Node 1 alone is enough: it serves its peers whether or not they are up.
-    let flags = member_flags(1, peer_base, &[]);
+    let flags = member_flags(1, 3, peer_base, &[]);
     let mut node = spawn_node_with(dir.path(), "warn", true, &flags).await;
     let peer: SocketAddr = format!("127.0.0.1:{peer_base}").parse().unwrap();
     let mut client = replica_client(peer).await;
@@ -229,7 +230,7 @@ async fn a_data_directory_of_another_node_id_is_refused_at_start() {
         .arg("--data-dir")
         .arg(dir.path())
         .args(["--listen", "127.0.0.1:0", "--no-sqs", "--log", "warn"])
-        .args(member_flags(1, peer_base, &[]))
+        .args(member_flags(1, 3, peer_base, &[]))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();

@@ -6,6 +6,7 @@ mod client_crate;
 mod cluster;
 mod cluster_anti_entropy;
 mod cluster_edges;
+mod cluster_faults;
 mod cluster_names;
 mod cluster_process;
 mod crash;
