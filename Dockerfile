@@ -8,7 +8,7 @@
 
 # The toolchain the code is built and tested with (rust-version in Cargo.toml is the minimum).
 ARG RUST_VERSION=1.95
-ARG DEBIAN_RELEASE=bookworm
+ARG DEBIAN_RELEASE=trixie
 
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
 WORKDIR /src

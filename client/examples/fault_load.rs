@@ -139,6 +139,7 @@ struct Delivery {
     /// When the receive that returned it was sent (µs since the start).
     receive_started_us: u64,
     message_id: String,
+    receive_count: u32,
     dead_letter_source: Option<String>,
 }
 
@@ -153,13 +154,15 @@ enum Answered {
 /// Everything the workers saw, in one place; each entry is appended once under the lock.
 #[derive(Debug, Default)]
 struct Journal {
-    /// Acknowledged sends: sequence number → message id.
-    acked: BTreeMap<u64, String>,
+    /// Acknowledged sends: sequence number → message id and when the send was acknowledged (µs).
+    acked: BTreeMap<u64, (String, u64)>,
     /// Sends that failed: the message may or may not have been stored.
     send_failed: BTreeSet<u64>,
     deliveries: Vec<Delivery>,
     /// The first acknowledged delete of each message: when (µs) and from which queue.
     deleted: BTreeMap<u64, (u64, Source)>,
+    /// Every delete that failed, by sequence number: when it ended (µs) and the error's kind.
+    delete_failures: BTreeMap<u64, Vec<(u64, &'static str)>>,
     /// (worker, µs) of every answered call.
     answered: Vec<(usize, u64, Answered)>,
     /// Failed calls by `call:kind`.
@@ -279,10 +282,11 @@ async fn produce(shared: Arc<Shared>, client: Client, worker: usize, period: Dur
         let message = SendMessage::new(body(seq));
         match client.send_message(&shared.queue, &message).await {
             Ok(sent) => {
+                let at = shared.now_us();
                 shared
                     .journal()
                     .acked
-                    .insert(seq, sent.message_id.as_str().to_owned());
+                    .insert(seq, (sent.message_id.as_str().to_owned(), at));
                 shared.answered(worker, Answered::Send);
             }
             Err(error) => {
@@ -380,6 +384,7 @@ fn record_delivery(
         source,
         receive_started_us,
         message_id: message.message_id.as_str().to_owned(),
+        receive_count: message.receive_count,
         dead_letter_source: message
             .dead_letter_source
             .as_ref()
@@ -411,6 +416,13 @@ async fn settle(
         }
         Err(error) => {
             shared.failed("delete", &error);
+            let at = shared.now_us();
+            shared
+                .journal()
+                .delete_failures
+                .entry(delete.seq)
+                .or_default()
+                .push((at, error.kind()));
             let transient = matches!(
                 error,
                 Error::Unavailable { .. }
@@ -548,6 +560,8 @@ struct Report {
     resurrected: Vec<u64>,
     poison_not_dead_lettered: Vec<u64>,
     corrupt: Vec<String>,
+    /// What happened to each message a check names (the first few of each check).
+    histories: Vec<String>,
     drain_seconds: f64,
     stopped_by: String,
     passed: bool,
@@ -902,6 +916,41 @@ fn build_report(
             }
         })
         .collect();
+    let seconds = |us: u64| us as f64 / 1e6;
+    let history = |seq: u64| {
+        let mut events: Vec<(u64, String)> = Vec::new();
+        if let Some((id, at)) = journal.acked.get(&seq) {
+            events.push((*at, format!("send acknowledged (message id {id})")));
+        }
+        for d in delivered.get(&seq).into_iter().flatten() {
+            events.push((
+                d.receive_started_us,
+                format!(
+                    "receive began that returned it from {:?} (message id {}, receive count {})",
+                    d.source, d.message_id, d.receive_count
+                ),
+            ));
+        }
+        for (at, kind) in journal.delete_failures.get(&seq).into_iter().flatten() {
+            events.push((*at, format!("delete failed: {kind}")));
+        }
+        if let Some((at, source)) = journal.deleted.get(&seq) {
+            events.push((*at, format!("delete acknowledged on {source:?}")));
+        }
+        events.sort();
+        let events: Vec<String> = events
+            .into_iter()
+            .map(|(at, what)| format!("{:.3} s {what}", seconds(at)))
+            .collect();
+        format!("message {seq}: {}", events.join("; "))
+    };
+    let histories = lost
+        .iter()
+        .take(10)
+        .chain(unsettled.iter().take(10))
+        .chain(resurrected.iter().take(10))
+        .map(|&seq| history(seq))
+        .collect();
     let passed = lost.is_empty()
         && unsettled.is_empty()
         && resurrected.is_empty()
@@ -930,6 +979,7 @@ fn build_report(
         resurrected: resurrected.into_iter().collect(),
         poison_not_dead_lettered,
         corrupt: journal.corrupt.clone(),
+        histories,
         drain_seconds: 0.0,
         stopped_by: String::new(),
         passed,
@@ -1019,6 +1069,9 @@ fn print_report(report: &Report) {
         sample(&report.poison_not_dead_lettered)
     );
     println!("fault_load: corrupt bodies {}", report.corrupt.len());
+    for history in &report.histories {
+        println!("fault_load: {history}");
+    }
     println!(
         "fault_load: {}",
         if report.passed { "PASS" } else { "FAIL" }
