@@ -30,7 +30,7 @@ pub use message::{
     check_system_attributes, message_size_bytes,
 };
 pub use queue::{MessageCounts, QueueView, WaiterView};
-pub use queues::{GoneReason, Queues, check_tags};
+pub use queues::{GoneReason, Queues, check_tags, receive_parameters};
 pub use records::{
     Change, DedupRecord, DeletedNameRecord, MessageBodyRecord, MessageRecord, QueueRecord, Record,
     RecordKey,

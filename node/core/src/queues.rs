@@ -823,29 +823,8 @@ impl Queues {
         waiter: WaiterId,
     ) -> Result<Outcome, Reject> {
         let queue = self.queue_ref(name)?;
-        if !(1..=limits::batch_entries_max).contains(&max) {
-            return Err(Reject::InvalidParameter {
-                parameter: "MaxNumberOfMessages",
-                reason: format!("must be in 1..={}, got {max}", limits::batch_entries_max),
-            });
-        }
-        let visibility_s = visibility_s.unwrap_or(queue.attributes.visibility_timeout_s);
-        if visibility_s > limits::visibility_timeout_s_max {
-            return Err(Reject::InvalidParameter {
-                parameter: "VisibilityTimeout",
-                reason: format!(
-                    "must be in 0..={}, got {visibility_s}",
-                    limits::visibility_timeout_s_max
-                ),
-            });
-        }
-        let wait_s = wait_s.unwrap_or(queue.attributes.receive_wait_s);
-        if wait_s > limits::wait_s_max {
-            return Err(Reject::InvalidParameter {
-                parameter: "WaitTimeSeconds",
-                reason: format!("must be in 0..={}, got {wait_s}", limits::wait_s_max),
-            });
-        }
+        let (visibility_s, wait_s) =
+            receive_parameters(&queue.attributes, max, visibility_s, wait_s)?;
         if wait_s > 0 {
             if self.waiter_index.contains_key(&waiter) {
                 return Err(Reject::WaiterExists { waiter });
@@ -1358,6 +1337,43 @@ impl Queues {
         self.reschedule(&name);
         self.dirty.insert(RecordKey::Message(name, id));
     }
+}
+
+/// A receive's visibility timeout and wait, the queue's defaults filled in, once `max`, the
+/// visibility timeout and the wait are in range (checked in that order).
+///
+/// # Errors
+/// `InvalidParameter` naming `MaxNumberOfMessages`, `VisibilityTimeout` or `WaitTimeSeconds`.
+pub fn receive_parameters(
+    attributes: &QueueAttributes,
+    max: u32,
+    visibility_s: Option<u32>,
+    wait_s: Option<u32>,
+) -> Result<(u32, u32), Reject> {
+    if !(1..=limits::batch_entries_max).contains(&max) {
+        return Err(Reject::InvalidParameter {
+            parameter: "MaxNumberOfMessages",
+            reason: format!("must be in 1..={}, got {max}", limits::batch_entries_max),
+        });
+    }
+    let visibility_s = visibility_s.unwrap_or(attributes.visibility_timeout_s);
+    if visibility_s > limits::visibility_timeout_s_max {
+        return Err(Reject::InvalidParameter {
+            parameter: "VisibilityTimeout",
+            reason: format!(
+                "must be in 0..={}, got {visibility_s}",
+                limits::visibility_timeout_s_max
+            ),
+        });
+    }
+    let wait_s = wait_s.unwrap_or(attributes.receive_wait_s);
+    if wait_s > limits::wait_s_max {
+        return Err(Reject::InvalidParameter {
+            parameter: "WaitTimeSeconds",
+            reason: format!("must be in 0..={}, got {wait_s}", limits::wait_s_max),
+        });
+    }
+    Ok((visibility_s, wait_s))
 }
 
 /// Tags: at most `tags_per_queue_max`, keys 1–128 characters, values up to 256.

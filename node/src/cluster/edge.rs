@@ -23,7 +23,7 @@ use trireme_core::{
     AttributeChanges, AttributeValue, ClaimTag, Command, Delivery, HandleProblem, Incarnation,
     MessageCounts, MessageId, Millis, Outcome, QueueAttributes, QueueName, QueueView,
     ReceiptHandle, Reject, SystemAttributes, check_message, check_system_attributes, check_tags,
-    limits,
+    limits, receive_parameters,
 };
 use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Handle, MoveAnswer, SendAnswer, VisibilityAnswer,
@@ -482,32 +482,8 @@ impl ClusterEdge {
         wait_s: Option<u32>,
     ) -> Result<Vec<Delivery>, EngineError> {
         let known = self.known(&queue).await?;
-        if !(1..=limits::batch_entries_max).contains(&max) {
-            return Err(Reject::InvalidParameter {
-                parameter: "MaxNumberOfMessages",
-                reason: format!("must be in 1..={}, got {max}", limits::batch_entries_max),
-            }
-            .into());
-        }
-        let visibility_s = visibility_s.unwrap_or(known.attributes.visibility_timeout_s);
-        if visibility_s > limits::visibility_timeout_s_max {
-            return Err(Reject::InvalidParameter {
-                parameter: "VisibilityTimeout",
-                reason: format!(
-                    "must be in 0..={}, got {visibility_s}",
-                    limits::visibility_timeout_s_max
-                ),
-            }
-            .into());
-        }
-        let wait_s = wait_s.unwrap_or(known.attributes.receive_wait_s);
-        if wait_s > limits::wait_s_max {
-            return Err(Reject::InvalidParameter {
-                parameter: "WaitTimeSeconds",
-                reason: format!("must be in 0..={}, got {wait_s}", limits::wait_s_max),
-            }
-            .into());
-        }
+        let (visibility_s, wait_s) =
+            receive_parameters(&known.attributes, max, visibility_s, wait_s)?;
         let dead_letter = match &known.attributes.redrive {
             // A policy whose queue does not exist is inert until it exists again.
             Some(policy) => self
