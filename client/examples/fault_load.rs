@@ -556,6 +556,8 @@ struct Report {
     nodes: Vec<NodeCheck>,
     // The checks: each must be zero (or empty).
     lost: Vec<u64>,
+    /// Delivered, never acknowledged deleted, gone: a failed delete took effect (allowed).
+    deleted_by_failed_delete: Vec<u64>,
     unsettled: Vec<u64>,
     resurrected: Vec<u64>,
     poison_not_dead_lettered: Vec<u64>,
@@ -800,12 +802,17 @@ fn build_report(
         .filter(|seq| !delivered.contains_key(seq))
         .copied()
         .collect();
-    let unsettled: Vec<u64> = journal
+    // A delete that failed may still have taken effect (spec/replication.md, *Failed calls that
+    // took effect*: a refused or timed-out conditional tombstone that reached one replica
+    // spreads), which only ever happens to a delivered message. Such a message is settled once
+    // every node says the queue holds nothing; the rest are unsettled.
+    let queue_empty_everywhere = nodes.iter().all(|node| node.queue_counts == [0, 0, 0]);
+    let (deleted_by_failed_delete, unsettled): (Vec<u64>, Vec<u64>) = journal
         .acked
         .keys()
         .filter(|seq| delivered.contains_key(seq) && !journal.deleted.contains_key(seq))
         .copied()
-        .collect();
+        .partition(|seq| queue_empty_everywhere && journal.delete_failures.contains_key(seq));
     let resurrected: BTreeSet<u64> = journal
         .deliveries
         .iter()
@@ -975,6 +982,7 @@ fn build_report(
         phases: phase_reports,
         nodes: Vec::new(),
         lost,
+        deleted_by_failed_delete,
         unsettled,
         resurrected: resurrected.into_iter().collect(),
         poison_not_dead_lettered,
@@ -1059,6 +1067,10 @@ fn print_report(report: &Report) {
         report.drain_seconds, report.stopped_by
     );
     println!("fault_load: lost {}", sample(&report.lost));
+    println!(
+        "fault_load: gone after a failed delete (allowed) {}",
+        sample(&report.deleted_by_failed_delete)
+    );
     println!("fault_load: unsettled {}", sample(&report.unsettled));
     println!(
         "fault_load: delivered after an acknowledged delete {}",
