@@ -326,26 +326,11 @@ impl Cluster {
         let mut after: Option<QueueName> = None;
         // Bounded: every page moves `after` forward through a finite, ordered set of names.
         loop {
-            let page = client
-                .name_records(pb::NameRecordsRequest {
-                    sender: Some(self.inner.me.now().into()),
-                    after_name: after
-                        .as_ref()
-                        .map(|name| name.as_str().to_owned())
-                        .unwrap_or_default(),
-                    limit: u32::try_from(NAMES_PER_PAGE_MAX).expect("a small page"),
-                    catalog: false,
-                })
-                .await
-                .map_err(|status| AntiEntropyError::Call { peer, status })?
-                .into_inner();
-            let theirs: BTreeMap<QueueName, NameRecord> = wire::stored_names(&page.records)
-                .map_err(|source| AntiEntropyError::Wire { peer, source })?
-                .into_iter()
-                .collect();
+            let (theirs, more) = self.name_page(client, peer, after.as_ref(), false).await?;
+            let theirs: BTreeMap<QueueName, NameRecord> = theirs.into_iter().collect();
             // This node's names of the same range: after the page's start, through its last
             // name when the peer has more, to the end otherwise.
-            let through = if page.more {
+            let through = if more {
                 theirs.keys().next_back().cloned()
             } else {
                 None
@@ -406,31 +391,43 @@ impl Cluster {
         let mut after: Option<QueueName> = None;
         // Bounded: every page moves `after` forward through a finite, ordered set of names.
         loop {
-            let page = client
-                .name_records(pb::NameRecordsRequest {
-                    sender: Some(self.inner.me.now().into()),
-                    after_name: after
-                        .as_ref()
-                        .map(|name| name.as_str().to_owned())
-                        .unwrap_or_default(),
-                    limit: u32::try_from(NAMES_PER_PAGE_MAX).expect("a small page"),
-                    catalog: true,
-                })
-                .await
-                .map_err(|status| AntiEntropyError::Call { peer, status })?
-                .into_inner();
-            let records = wire::stored_names(&page.records)
-                .map_err(|source| AntiEntropyError::Wire { peer, source })?;
+            let (records, more) = self.name_page(client, peer, after.as_ref(), true).await?;
             let last = records.last().map(|(name, _)| name.clone());
             report.catalog_pulled += records.len();
             if !records.is_empty() {
                 self.inner.store.learn_unsettled(records).await?;
             }
-            match (page.more, last) {
+            match (more, last) {
                 (true, Some(last)) => after = Some(last),
                 _ => return Ok(()),
             }
         }
+    }
+
+    /// One page of `peer`'s name records after `after`: those both replicate, or with
+    /// `catalog` those only the peer replicates; and whether it has more.
+    async fn name_page(
+        &self,
+        client: &mut pb::replica_client::ReplicaClient<tonic::transport::Channel>,
+        peer: NodeId,
+        after: Option<&QueueName>,
+        catalog: bool,
+    ) -> Result<(Vec<(QueueName, NameRecord)>, bool), AntiEntropyError> {
+        let page = client
+            .name_records(pb::NameRecordsRequest {
+                sender: Some(self.inner.me.now().into()),
+                after_name: after
+                    .map(|name| name.as_str().to_owned())
+                    .unwrap_or_default(),
+                limit: u32::try_from(NAMES_PER_PAGE_MAX).expect("a small page"),
+                catalog,
+            })
+            .await
+            .map_err(|status| AntiEntropyError::Call { peer, status })?
+            .into_inner();
+        let records = wire::stored_names(&page.records)
+            .map_err(|source| AntiEntropyError::Wire { peer, source })?;
+        Ok((records, page.more))
     }
 
     /// Merges name records into this node's replica records; returns how many it accepted.

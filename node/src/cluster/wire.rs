@@ -114,6 +114,14 @@ pub fn reply(reply: &Reply) -> Vec<u8> {
 /// # Errors
 /// `Count` when the number differs; `Body` for the first malformed reply.
 pub fn replies(replies: &[Vec<u8>], sent: usize) -> Result<Vec<Reply>, WireError> {
+    decoded_replies(replies, sent)
+}
+
+/// The `sent` replies of one kind in a batch, decoded in order.
+fn decoded_replies<T: serde::de::DeserializeOwned>(
+    replies: &[Vec<u8>],
+    sent: usize,
+) -> Result<Vec<T>, WireError> {
     if replies.len() != sent {
         return Err(WireError::Count {
             sent,
@@ -231,19 +239,7 @@ pub fn name_reply(reply: &NameReply) -> Vec<u8> {
 /// # Errors
 /// `Count` when the number differs; `Body` for the first malformed reply.
 pub fn name_replies(replies: &[Vec<u8>], sent: usize) -> Result<Vec<NameReply>, WireError> {
-    if replies.len() != sent {
-        return Err(WireError::Count {
-            sent,
-            got: replies.len(),
-        });
-    }
-    replies
-        .iter()
-        .enumerate()
-        .map(|(index, bytes)| {
-            codec::decode_framed(bytes).map_err(|source| WireError::Body { index, source })
-        })
-        .collect()
+    decoded_replies(replies, sent)
 }
 
 /// The digest of the name records a pair shares, encoded.
