@@ -784,6 +784,21 @@ async fn check_node(shared: &Shared, endpoint: &str) -> Result<NodeCheck> {
     })
 }
 
+/// Of the acknowledged sends `acked`, those delivered and never acknowledged deleted: the ones a
+/// failed delete may have removed (a delete of it failed and every node says the queue is
+/// empty), and the rest, unsettled.
+fn undeleted(
+    acked: impl Iterator<Item = u64>,
+    delivered: impl Fn(u64) -> bool,
+    deleted: impl Fn(u64) -> bool,
+    delete_failed: impl Fn(u64) -> bool,
+    queue_empty_everywhere: bool,
+) -> (Vec<u64>, Vec<u64>) {
+    acked
+        .filter(|&seq| delivered(seq) && !deleted(seq))
+        .partition(|&seq| queue_empty_everywhere && delete_failed(seq))
+}
+
 fn build_report(
     shared: &Shared,
     phases: &[Phase],
@@ -807,12 +822,13 @@ fn build_report(
     // spreads), which only ever happens to a delivered message. Such a message is settled once
     // every node says the queue holds nothing; the rest are unsettled.
     let queue_empty_everywhere = nodes.iter().all(|node| node.queue_counts == [0, 0, 0]);
-    let (deleted_by_failed_delete, unsettled): (Vec<u64>, Vec<u64>) = journal
-        .acked
-        .keys()
-        .filter(|seq| delivered.contains_key(seq) && !journal.deleted.contains_key(seq))
-        .copied()
-        .partition(|seq| queue_empty_everywhere && journal.delete_failures.contains_key(seq));
+    let (deleted_by_failed_delete, unsettled) = undeleted(
+        journal.acked.keys().copied(),
+        |seq| delivered.contains_key(&seq),
+        |seq| journal.deleted.contains_key(&seq),
+        |seq| journal.delete_failures.contains_key(&seq),
+        queue_empty_everywhere,
+    );
     let resurrected: BTreeSet<u64> = journal
         .deliveries
         .iter()
@@ -1099,6 +1115,23 @@ mod tests {
         assert_eq!(parse_body(&body(42)), Some(42));
         assert_eq!(parse_body(&body(42).replace('z', "y")), None);
         assert_eq!(parse_body("hello"), None);
+    }
+
+    #[test]
+    fn only_a_failed_delete_with_the_queue_empty_everywhere_settles_an_undeleted_message() {
+        // 1 deleted, 2 delivered with a failed delete, 3 delivered with no delete tried,
+        // 4 never delivered (the lost check's business).
+        let settled = |empty| {
+            undeleted(
+                [1, 2, 3, 4].into_iter(),
+                |seq| seq != 4,
+                |seq| seq == 1,
+                |seq| seq == 2,
+                empty,
+            )
+        };
+        assert_eq!(settled(true), (vec![2], vec![3]));
+        assert_eq!(settled(false), (vec![], vec![2, 3]));
     }
 
     #[test]
