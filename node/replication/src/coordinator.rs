@@ -1034,6 +1034,198 @@ pub fn dead_letter_copy(source: &Record, source_queue: SourceQueue, now: Millis)
     }
 }
 
+// ----- redrive --------------------------------------------------------------------------------
+
+/// The answer to the redrive of one message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedriveAnswer {
+    /// The copy is durable on two of the target's replicas and the dead-letter generation is
+    /// tombstoned on two.
+    Moved,
+    /// The copy is durable but the dead-letter copy's tombstone was refused or timed out (a
+    /// receive in the dead-letter queue claimed it between the read and the tombstone): the
+    /// message is in both queues, a duplicate (spec/replication.md#redrive).
+    CopiedOnly,
+    /// The read found nothing to redrive: gone, hidden by its purge mark, delayed, or claimed
+    /// with a visibility deadline not yet passed by this coordinator's clock. Nothing written.
+    NotMovable,
+    /// No read quorum or no quorum for the copy by the deadline: the dead-letter copy was not
+    /// touched (the copy may exist: a duplicate at worst).
+    Unavailable,
+    /// The replicas disagree on a once-field.
+    Diverged(Divergence),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum RedrivePhase {
+    Read(ReadPhase),
+    Copy(WritePhase),
+    Source(WritePhase),
+    Answered,
+}
+
+/// spec/replication.md#redrive (as section 7 states it): read the dead-letter copy by quorum; a
+/// live copy never received, or whose claim's deadline passed by this coordinator's clock, is
+/// written to the target queue as `(g + 1, Live { claim: None, receive_count: 0 })` with two
+/// durable acks; only then the dead-letter generation `g` gets a conditional tombstone
+/// conditioned on the claim the read found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedriveOp {
+    source: Target,
+    target: Target,
+    now: Millis,
+    generation: Generation,
+    expect: Option<Claim>,
+    round: u32,
+    phase: RedrivePhase,
+}
+
+impl RedriveOp {
+    /// Starts the redrive of the dead-letter copy under `source_key` to `target_key` (the same
+    /// message id in the queue it goes to) at `now`.
+    #[must_use]
+    pub fn start(
+        (source_key, source_replicas): (RecordKey, [NodeId; REPLICAS]),
+        (target_key, target_replicas): (RecordKey, [NodeId; REPLICAS]),
+        now: Millis,
+    ) -> (RedriveOp, Effects<RedriveAnswer>) {
+        assert_eq!(
+            source_key.message, target_key.message,
+            "a redrive keeps the message id"
+        );
+        let source = Target {
+            key: source_key,
+            replicas: source_replicas,
+        };
+        let sends = reads(&source, FIRST_ROUND);
+        let op = RedriveOp {
+            source,
+            target: Target {
+                key: target_key,
+                replicas: target_replicas,
+            },
+            now,
+            generation: Generation(0),
+            expect: None,
+            round: FIRST_ROUND,
+            phase: RedrivePhase::Read(ReadPhase::new(source_replicas, read_quorum())),
+        };
+        (op, Effects::sends(sends))
+    }
+
+    /// One replica's reply to round `round` (of either queue).
+    pub fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<RedriveAnswer> {
+        if round != self.round {
+            return Effects::none();
+        }
+        match &mut self.phase {
+            RedrivePhase::Read(read) => {
+                if !read.take(from, reply) {
+                    return Effects::none();
+                }
+                let read = read.clone();
+                self.decide(&read)
+            }
+            RedrivePhase::Copy(write) => match write.take(from, reply) {
+                Progress::Quorum => {
+                    self.round += 1;
+                    self.phase = RedrivePhase::Source(WritePhase::new(self.source.replicas));
+                    Effects::sends(broadcast(
+                        &self.source,
+                        self.round,
+                        &Write::Tombstone {
+                            generation: self.generation,
+                            expect: self.expect,
+                            tombstone: Tombstone {
+                                reason: TombstoneReason::Moved,
+                                at: self.now,
+                            },
+                        },
+                    ))
+                }
+                Progress::Refused => self.finish(Vec::new(), RedriveAnswer::Unavailable),
+                Progress::Waiting => Effects::none(),
+            },
+            RedrivePhase::Source(write) => match write.take(from, reply) {
+                Progress::Quorum => self.finish(Vec::new(), RedriveAnswer::Moved),
+                Progress::Refused => self.finish(Vec::new(), RedriveAnswer::CopiedOnly),
+                Progress::Waiting => Effects::none(),
+            },
+            RedrivePhase::Answered => Effects::none(),
+        }
+    }
+
+    /// The deadline passed.
+    pub fn on_timeout(&mut self) -> Effects<RedriveAnswer> {
+        match self.phase {
+            RedrivePhase::Answered => Effects::none(),
+            RedrivePhase::Read(_) | RedrivePhase::Copy(_) => {
+                self.finish(Vec::new(), RedriveAnswer::Unavailable)
+            }
+            RedrivePhase::Source(_) => self.finish(Vec::new(), RedriveAnswer::CopiedOnly),
+        }
+    }
+
+    fn decide(&mut self, read: &ReadPhase) -> Effects<RedriveAnswer> {
+        let merged = match read.merged() {
+            Ok(merged) => merged,
+            Err(divergence) => return self.finish(Vec::new(), RedriveAnswer::Diverged(divergence)),
+        };
+        let mut sends = read.repairs(&self.source.key, merged.as_ref());
+        let movable = merged.as_ref().filter(|record| {
+            record.live().is_some_and(|live| {
+                !record.hidden(None)
+                    && live.birth.visible_from <= self.now
+                    && live.held.is_none_or(|held| held.deadline <= self.now)
+            })
+        });
+        let Some(record) = movable else {
+            return self.finish(sends, RedriveAnswer::NotMovable);
+        };
+        self.generation = record.generation;
+        self.expect = record.claim();
+        self.round += 1;
+        sends.extend(broadcast(
+            &self.target,
+            self.round,
+            &Write::Merge(redrive_copy(record, self.now)),
+        ));
+        self.phase = RedrivePhase::Copy(WritePhase::new(self.target.replicas));
+        Effects::sends(sends)
+    }
+
+    fn finish(&mut self, sends: Vec<Outgoing>, answer: RedriveAnswer) -> Effects<RedriveAnswer> {
+        self.phase = RedrivePhase::Answered;
+        Effects {
+            sends,
+            answer: Some(answer),
+        }
+    }
+}
+
+/// The redriven copy of the dead-letter copy `source` (spec/replication.md §12, *Redrives of
+/// one dead-letter copy by two task runners*): generation `g + 1`, the payload and `sent_at`
+/// copied, no source queue, no delay, no claim, receive count 0, no first receive, entering at
+/// the writer's clock (the one field two redrivers may write differently, merged by the latest).
+#[must_use]
+pub fn redrive_copy(source: &Record, now: Millis) -> Record {
+    let live = source.live().expect("only a live copy is redriven");
+    let mut birth = live.birth.clone();
+    birth.source_queue = None;
+    birth.visible_from = Millis(0);
+    Record {
+        generation: source.generation.next(),
+        body: Body::Live(Live {
+            birth,
+            entered_at: now,
+            hidden_through: None,
+            held: None,
+            receive_count: 0,
+            first_received_at: None,
+        }),
+    }
+}
+
 // ----- collection -----------------------------------------------------------------------------
 
 /// The answer to the read of a collection.
@@ -1166,6 +1358,7 @@ operation!(SendOp, SendAnswer);
 operation!(ReceiveOp, ReceiveAnswer);
 operation!(HandleOp, HandleAnswer);
 operation!(MoveOp, MoveAnswer);
+operation!(RedriveOp, RedriveAnswer);
 operation!(CollectOp, CollectAnswer);
 
 #[cfg(test)]
@@ -1471,6 +1664,115 @@ mod tests {
             refused.answer,
             Some(HandleAnswer::Visibility(VisibilityAnswer::ExceedsCap))
         );
+    }
+
+    fn dead_letter_key() -> RecordKey {
+        RecordKey {
+            queue: QueueName::try_from("jobs-dlq".to_string()).unwrap(),
+            ..key()
+        }
+    }
+
+    /// A dead-letter copy (generation 1) received once, its claim's deadline at `deadline`.
+    fn received_copy(deadline: u64) -> Record {
+        let source = SourceQueue {
+            name: key().queue,
+            incarnation: key().incarnation,
+        };
+        let mut copy = dead_letter_copy(&sent(), source, Millis(2_000));
+        if let Body::Live(live) = &mut copy.body {
+            live.held = Some(Held {
+                claim: Claim {
+                    seq: 1,
+                    coordinator: NodeId(2),
+                    nonce: 9,
+                },
+                change_counter: 0,
+                deadline: Millis(deadline),
+                received_at: Millis(2_500),
+            });
+            live.receive_count = 4;
+            live.first_received_at = Some(Millis(2_500));
+        }
+        copy
+    }
+
+    #[test]
+    fn a_redrive_copies_first_and_conditions_the_tombstone_on_the_claim_read() {
+        let held = received_copy(3_000);
+        let (mut op, effects) = RedriveOp::start((dead_letter_key(), R), (key(), R), Millis(5_000));
+        assert!(effects.sends.iter().all(|out| out.request == Request::Read));
+        assert_eq!(
+            op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())))
+                .answer,
+            None
+        );
+        let copy = op.on_reply(R[1], 1, &Reply::Record(Some(held.clone())));
+        let Request::Write { write, ack: true } = &copy.sends[0].request else {
+            panic!("the copy is an awaited write, got {:?}", copy.sends);
+        };
+        let Write::Merge(copied) = write.as_ref() else {
+            panic!("the copy is a merge");
+        };
+        assert_eq!(copy.sends[0].key, key());
+        assert_eq!(copied.generation, Generation(2));
+        let live = copied.live().unwrap();
+        assert_eq!(
+            (live.receive_count, live.held, live.first_received_at),
+            (0, None, None)
+        );
+        assert_eq!(live.birth.source_queue, None);
+        assert_eq!(live.entered_at, Millis(5_000));
+        assert_eq!(live.birth.payload, b"job");
+        // Nothing touches the dead-letter copy before the copy has two acks.
+        assert_eq!(op.on_reply(R[0], 2, &Reply::Ack).answer, None);
+        let tombstone = op.on_reply(R[1], 2, &Reply::Ack);
+        assert_eq!(tombstone.sends.len(), 3);
+        assert_eq!(tombstone.sends[0].key, dead_letter_key());
+        let Request::Write { write, .. } = &tombstone.sends[0].request else {
+            panic!("a tombstone write");
+        };
+        assert_eq!(
+            write.as_ref(),
+            &Write::Tombstone {
+                generation: Generation(1),
+                expect: held.claim(),
+                tombstone: Tombstone {
+                    reason: TombstoneReason::Moved,
+                    at: Millis(5_000),
+                },
+            }
+        );
+        assert_eq!(op.on_reply(R[0], 3, &Reply::Ack).answer, None);
+        assert_eq!(
+            op.on_reply(R[2], 3, &Reply::Ack).answer,
+            Some(RedriveAnswer::Moved)
+        );
+    }
+
+    #[test]
+    fn a_redrive_leaves_a_copy_whose_claim_is_current_and_reports_a_lost_tombstone() {
+        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), (key(), R), Millis(5_000));
+        let held = received_copy(9_000);
+        op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
+        let effects = op.on_reply(R[1], 1, &Reply::Record(Some(held)));
+        assert_eq!(effects.answer, Some(RedriveAnswer::NotMovable));
+        assert!(effects.sends.is_empty(), "nothing written");
+        // A copy claimed again between the read and the tombstone: in both queues.
+        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), (key(), R), Millis(5_000));
+        let held = received_copy(3_000);
+        op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
+        op.on_reply(R[1], 1, &Reply::Record(Some(held)));
+        op.on_reply(R[0], 2, &Reply::Ack);
+        op.on_reply(R[1], 2, &Reply::Ack);
+        op.on_reply(R[0], 3, &Reply::Refused);
+        assert_eq!(
+            op.on_reply(R[1], 3, &Reply::Refused).answer,
+            Some(RedriveAnswer::CopiedOnly)
+        );
+        // No read quorum: nothing written, unavailable.
+        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), (key(), R), Millis(5_000));
+        assert_eq!(op.on_timeout().answer, Some(RedriveAnswer::Unavailable));
     }
 
     #[test]

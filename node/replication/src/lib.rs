@@ -1,8 +1,9 @@
 //! trireme-replication: the protocol of spec/replication.md as a pure crate, beside
 //! `trireme-core` (queue-core). It owns the record a replica stores and its merge (`record`), what
 //! a replica accepts and refuses (`replica`), where a message's three copies live (`placement`),
-//! one state machine per coordinator operation (`coordinator`), and what anti-entropy compares
-//! and exchanges (`anti_entropy`): inputs in, effects out.
+//! one state machine per coordinator operation (`coordinator`), what anti-entropy compares
+//! and exchanges (`anti_entropy`), and move tasks' replicated record, its replicas' conditions
+//! and its runner (`task`): inputs in, effects out.
 //!
 //! It must never read a clock, draw randomness, block, log, or touch a file or socket. Time,
 //! request ids and nonces come in as values; messages to peers, records to persist and answers
@@ -19,6 +20,7 @@ pub mod placement;
 pub mod planted;
 pub mod record;
 pub mod replica;
+pub mod task;
 
 pub use ids::{Generation, NodeId, RequestId};
 pub use key::RecordKey;
