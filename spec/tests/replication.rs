@@ -27,6 +27,8 @@ mod replication {
 
     const ORPHAN: &str = "claim reached one replica, then its coordinator died";
     const CONCURRENT: &str = "two coordinators claim one version at once";
+    const SPLIT: &str =
+        "split claim: one replica acked it, another holds a rival claim of its version";
     const DELETE_RACE: &str = "delete races a receive after the visibility timeout";
     const REPAIRED: &str = "acknowledged delete, stale replica fixed by read repair";
     const ANTI_ENTROPY: &str = "acknowledged delete, stale replica fixed by anti-entropy";
@@ -223,6 +225,7 @@ mod replication {
             receive_race(),
             &[
                 CONCURRENT,
+                SPLIT,
                 ORPHAN,
                 DELETE_RACE,
                 REPAIRED,

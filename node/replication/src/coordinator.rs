@@ -31,6 +31,9 @@ use crate::replica::Write;
 pub const WRITE_QUORUM: usize = 2;
 /// Replies a read needs before the coordinator decides (`R`).
 pub const READ_QUORUM: usize = 2;
+/// How long a split claim (one ack, one refusal) waits for its third replica before it is
+/// given up, in milliseconds (`SPLIT_WAIT`, spec/replication.md, receive step 7).
+pub const SPLIT_WAIT_MS: u64 = 50;
 const _: () = assert!(WRITE_QUORUM + READ_QUORUM > REPLICAS);
 const _: () = assert!(2 * WRITE_QUORUM > REPLICAS);
 
@@ -382,6 +385,10 @@ pub enum ReceiveAnswer {
     DeadLetter(Record),
     /// Replicas refused the claim (another receive took this version): nothing delivered.
     LostRace,
+    /// The claim split (one ack, one refusal) and its third replica did not answer within
+    /// `SPLIT_WAIT` (spec/replication.md, receive step 7): given up, nothing delivered, ever,
+    /// by this operation.
+    GaveUpSplit,
     /// No quorum by the deadline: nothing delivered.
     Unavailable,
     /// The replies disagree on a once-field (a bug elsewhere): nothing delivered.
@@ -475,6 +482,27 @@ impl ReceiveOp {
             return Effects::none();
         }
         self.finish(ReceiveAnswer::Unavailable)
+    }
+
+    /// Whether the claim split: one replica acked it, one refused it, and it can count only
+    /// through the third (spec/replication.md, receive step 7). The driver then waits for the
+    /// third at most `SPLIT_WAIT` before [`ReceiveOp::on_split_wait`].
+    #[must_use]
+    pub fn split(&self) -> bool {
+        matches!(
+            &self.phase,
+            ReceivePhase::Claim { write, .. } if write.acks.len() == 1 && write.refusals.len() == 1
+        )
+    }
+
+    /// `SPLIT_WAIT` passed since the split: a claim still split is given up (nothing is
+    /// delivered, ever, by this operation); any other state is left as it is.
+    pub fn on_split_wait(&mut self) -> Effects<ReceiveAnswer> {
+        if self.split() {
+            self.finish(ReceiveAnswer::GaveUpSplit)
+        } else {
+            Effects::none()
+        }
     }
 
     fn decide(&mut self, read: &ReadPhase) -> Effects<ReceiveAnswer> {
@@ -1338,6 +1366,16 @@ pub trait Operation {
     fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<Self::Answer>;
     /// The operation's deadline passed.
     fn on_timeout(&mut self) -> Effects<Self::Answer>;
+    /// Whether a write round can now count only through its last replica (one ack, one
+    /// refusal) and gives up after `SPLIT_WAIT` (spec/replication.md, receive step 7). Only a
+    /// receive's claim does; other operations wait for their deadline.
+    fn split(&self) -> bool {
+        false
+    }
+    /// `SPLIT_WAIT` passed since [`Operation::split`] first held.
+    fn on_split_wait(&mut self) -> Effects<Self::Answer> {
+        Effects::none()
+    }
 }
 
 macro_rules! operation {
@@ -1355,11 +1393,26 @@ macro_rules! operation {
 }
 
 operation!(SendOp, SendAnswer);
-operation!(ReceiveOp, ReceiveAnswer);
 operation!(HandleOp, HandleAnswer);
 operation!(MoveOp, MoveAnswer);
 operation!(RedriveOp, RedriveAnswer);
 operation!(CollectOp, CollectAnswer);
+
+impl Operation for ReceiveOp {
+    type Answer = ReceiveAnswer;
+    fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<ReceiveAnswer> {
+        ReceiveOp::on_reply(self, from, round, reply)
+    }
+    fn on_timeout(&mut self) -> Effects<ReceiveAnswer> {
+        ReceiveOp::on_timeout(self)
+    }
+    fn split(&self) -> bool {
+        ReceiveOp::split(self)
+    }
+    fn on_split_wait(&mut self) -> Effects<ReceiveAnswer> {
+        ReceiveOp::on_split_wait(self)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -1467,6 +1520,47 @@ mod tests {
             None,
             "a late ack delivers nothing"
         );
+    }
+
+    #[test]
+    fn a_split_claim_is_given_up_after_the_split_wait_and_never_delivers() {
+        let (mut op, _) = ReceiveOp::start(key(), R, settings(5_000, None));
+        op.on_reply(R[0], 1, &Reply::Record(Some(sent())));
+        op.on_reply(R[1], 1, &Reply::Record(Some(sent())));
+        assert!(!op.split(), "reading is not split");
+        assert_eq!(op.on_reply(R[0], 2, &Reply::Ack).answer, None);
+        assert!(!op.split(), "one ack alone is not split");
+        assert_eq!(
+            op.on_split_wait().answer,
+            None,
+            "a claim that is not split waits on"
+        );
+        assert_eq!(op.on_reply(R[1], 2, &Reply::Refused).answer, None);
+        assert!(op.split(), "one ack and one refusal");
+        assert_eq!(op.on_split_wait().answer, Some(ReceiveAnswer::GaveUpSplit));
+        assert_eq!(
+            op.on_reply(R[2], 2, &Reply::Ack).answer,
+            None,
+            "the third replica's late ack delivers nothing"
+        );
+        assert_eq!(op.on_timeout().answer, None, "answered once");
+    }
+
+    #[test]
+    fn a_split_claim_whose_third_replica_acks_in_time_is_delivered() {
+        let (mut op, _) = ReceiveOp::start(key(), R, settings(5_000, None));
+        op.on_reply(R[0], 1, &Reply::Record(Some(sent())));
+        op.on_reply(R[1], 1, &Reply::Record(Some(sent())));
+        op.on_reply(R[1], 2, &Reply::Refused);
+        op.on_reply(R[0], 2, &Reply::Ack);
+        assert!(op.split());
+        let answer = op.on_reply(R[2], 2, &Reply::Ack).answer;
+        assert!(
+            matches!(answer, Some(ReceiveAnswer::Delivered(_))),
+            "{answer:?}"
+        );
+        assert!(!op.split());
+        assert_eq!(op.on_split_wait().answer, None, "already answered");
     }
 
     #[test]

@@ -37,7 +37,7 @@ use trireme_core::{Incarnation, MessageId, QueueName};
 use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp,
     MoveAnswer, MoveOp, Operation, Outgoing, ReceiveAnswer, ReceiveOp, ReceiveSettings, Reply,
-    Request, SendAnswer, SendOp, VisibilityAnswer,
+    Request, SPLIT_WAIT_MS, SendAnswer, SendOp, VisibilityAnswer,
 };
 use trireme_replication::placement::{Placement, REPLICAS, Ring, TooFewMembers};
 use trireme_replication::record::{Birth, Record, SourceQueue};
@@ -75,6 +75,12 @@ pub enum ClusterError {
     /// This node is listed among its own peers.
     #[error("node {0} is listed among its own peers")]
     SelfAsPeer(u16),
+}
+
+/// The replica that owns a message for receive candidate order: the first of `replicas` (in
+/// ring order) that this node does not take for down (`None` if it takes all for down).
+fn owner(replicas: &[NodeId; REPLICAS], down: impl Fn(NodeId) -> bool) -> Option<NodeId> {
+    replicas.iter().copied().find(|replica| !down(*replica))
 }
 
 /// A message delivered by a receive: its key, its record (holding the new claim), and the
@@ -247,9 +253,11 @@ impl Cluster {
     ) -> Vec<Delivered> {
         let now = self.inner.me.clock.now();
         // Which candidates to try is a hint, never a safety question (the quorum decides): of
-        // the oldest few, those whose first replica is this node come first, so coordinators
-        // serving one queue at once mostly claim different messages instead of racing for the
-        // same oldest ones (spec/replication.md, Considerations, *Candidate order*).
+        // the oldest few, those this node owns come first (their first replica on the ring
+        // that it does not take for down is itself), so coordinators serving one queue at once
+        // mostly claim different messages instead of racing for the same oldest ones, also
+        // while a peer is down (spec/replication.md, the paragraph after receive step 7, and
+        // Considerations, *Candidate order* and *Split claims (F2)*).
         let mut candidates = self
             .inner
             .store
@@ -257,7 +265,7 @@ impl Cluster {
         let me = self.inner.me.node;
         candidates.sort_by_key(|id| {
             let replicas = self.inner.ring.replicas(queue, *id);
-            replicas[0] != me
+            owner(&replicas, |peer| peer != me && self.inner.peers.down(peer)) != Some(me)
         });
         candidates.truncate(max);
         let mut claims = JoinSet::new();
@@ -302,6 +310,7 @@ impl Cluster {
                     }
                     ReceiveAnswer::Nothing(_)
                     | ReceiveAnswer::LostRace
+                    | ReceiveAnswer::GaveUpSplit
                     | ReceiveAnswer::Unavailable
                     | ReceiveAnswer::Diverged(_) => None,
                 }
@@ -420,6 +429,9 @@ impl Cluster {
     async fn run<O: Operation>(&self, mut op: O, mut effects: Effects<O::Answer>) -> O::Answer {
         let (replies, mut incoming) = mpsc::unbounded_channel();
         let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
+        // Set when the operation's write round splits (spec/replication.md, receive step 7):
+        // its third replica gets `SPLIT_WAIT` from then, within the operation's deadline.
+        let mut split_deadline: Option<tokio::time::Instant> = None;
         loop {
             if let Some(answer) = effects.answer.take() {
                 // Requests the answering step still sent (read repairs) go out unawaited.
@@ -427,6 +439,13 @@ impl Cluster {
                 return answer;
             }
             self.dispatch(std::mem::take(&mut effects.sends), Some(&replies));
+            if split_deadline.is_none() && op.split() {
+                split_deadline = Some(
+                    (tokio::time::Instant::now() + Duration::from_millis(SPLIT_WAIT_MS))
+                        .min(deadline),
+                );
+            }
+            let split_at = split_deadline.unwrap_or(deadline);
             effects = tokio::select! {
                 // A reply that arrives with the deadline counts: and an unbiased select would
                 // draw from tokio's random source, which a simulation cannot seed.
@@ -435,6 +454,14 @@ impl Cluster {
                     let (from, round, reply): (NodeId, u32, Reply) =
                         reply.expect("the operation holds a sender of its own replies");
                     op.on_reply(from, round, &reply)
+                }
+                () = tokio::time::sleep_until(split_at), if split_deadline.is_some() => {
+                    let effects = op.on_split_wait();
+                    if effects.answer.is_none() && effects.sends.is_empty() {
+                        // No longer split (a later round): wait for the deadline again.
+                        split_deadline = None;
+                    }
+                    effects
                 }
                 () = tokio::time::sleep_until(deadline) => op.on_timeout(),
             };
@@ -480,5 +507,23 @@ impl Cluster {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_owned_by_its_first_replica_that_is_not_taken_for_down() {
+        let replicas = [NodeId(3), NodeId(1), NodeId(2)];
+        assert_eq!(owner(&replicas, |_| false), Some(NodeId(3)));
+        assert_eq!(owner(&replicas, |peer| peer == NodeId(3)), Some(NodeId(1)));
+        assert_eq!(
+            owner(&replicas, |peer| peer != NodeId(2)),
+            Some(NodeId(2)),
+            "the last replica up owns it"
+        );
+        assert_eq!(owner(&replicas, |_| true), None);
     }
 }

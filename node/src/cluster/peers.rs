@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -92,6 +92,10 @@ pub struct Peers {
     /// Clients for the calls that are not batched (anti-entropy's digests and pages); they
     /// share the links' connections.
     clients: Arc<BTreeMap<NodeId, ReplicaClient<Channel>>>,
+    /// Per peer: its last call failed and none has succeeded since. A guess of this node's
+    /// alone, used only to order receive candidates (spec/replication.md, the paragraph after
+    /// receive step 7); no decision depends on it.
+    down: Arc<BTreeMap<NodeId, Arc<AtomicBool>>>,
 }
 
 /// This node as a sender.
@@ -144,6 +148,7 @@ impl Peers {
         let request_ids = Arc::new(AtomicU64::new(1));
         let mut links = BTreeMap::new();
         let mut clients = BTreeMap::new();
+        let mut down = BTreeMap::new();
         for (peer, address) in peers {
             let endpoint = Endpoint::from_shared(format!("http://{address}"))?
                 .connect_timeout(settings.connect_timeout)
@@ -155,19 +160,34 @@ impl Peers {
             let channel = channel(&endpoint);
             clients.insert(*peer, ReplicaClient::new(channel.clone()));
             let (queue, waiting) = mpsc::channel(PEER_QUEUE_MAX);
+            let peer_down = Arc::new(AtomicBool::new(false));
             tokio::spawn(run_link(
-                *peer,
-                ReplicaClient::new(channel),
+                Link {
+                    peer: *peer,
+                    client: ReplicaClient::new(channel),
+                    identity: identity.clone(),
+                    request_ids: Arc::clone(&request_ids),
+                    down: Arc::clone(&peer_down),
+                },
                 waiting,
-                identity.clone(),
-                Arc::clone(&request_ids),
             ));
             links.insert(*peer, queue);
+            down.insert(*peer, peer_down);
         }
         Ok(Peers {
             links: Arc::new(links),
             clients: Arc::new(clients),
+            down: Arc::new(down),
         })
+    }
+
+    /// Whether this node takes `peer` for down: its last call failed and none has succeeded
+    /// since. A hint (candidate order), never a decision.
+    #[must_use]
+    pub fn down(&self, peer: NodeId) -> bool {
+        self.down
+            .get(&peer)
+            .is_some_and(|down| down.load(Ordering::Relaxed))
     }
 
     /// A client of `peer`'s internal service for a call that is not batched (`None`: not a
@@ -230,13 +250,24 @@ impl Peers {
     }
 }
 
-async fn run_link(
+/// One peer's link as its task runs it.
+struct Link {
     peer: NodeId,
     client: ReplicaClient<Channel>,
-    mut waiting: mpsc::Receiver<Pending>,
     identity: Identity,
     request_ids: Arc<AtomicU64>,
-) {
+    /// Set when a call fails, cleared when one succeeds ([`Peers::down`]).
+    down: Arc<AtomicBool>,
+}
+
+async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
+    let Link {
+        peer,
+        client,
+        identity,
+        request_ids,
+        down,
+    } = link;
     let calls = Arc::new(Semaphore::new(CALLS_IN_FLIGHT_MAX));
     while let Some(first) = waiting.recv().await {
         let mut batch = vec![first];
@@ -267,9 +298,11 @@ async fn run_link(
             entries,
             names,
         };
+        let down = Arc::clone(&down);
         tokio::spawn(async move {
             let outcome = client.exchange(request).await;
             drop(permit);
+            down.store(outcome.is_err(), Ordering::Relaxed);
             let replies = match outcome {
                 Ok(response) => {
                     let response = response.into_inner();

@@ -6,6 +6,8 @@
 
 use stateright::{Model, Property};
 
+use super::record::Claim;
+
 use super::protocol::{
     Bug, COORDINATORS, Config, MoveCause, Op, Queue, REPLICAS, Scenario, Start, State, Violation,
 };
@@ -293,6 +295,10 @@ impl Model for ReplicationModel {
                 |_, s: &State| concurrent_claims(s),
             ),
             Property::sometimes(
+                "split claim: one replica acked it, another holds a rival claim of its version",
+                |_, s: &State| split_claim(s),
+            ),
+            Property::sometimes(
                 "delete races a receive after the visibility timeout",
                 |_, s: &State| delete_races_receive(s),
             ),
@@ -399,6 +405,34 @@ fn drained(s: &State) -> bool {
         || s.ghost.deleted
         || dead_letter_live;
     !source_live && accounted
+}
+
+/// A claim in its write phase that one replica holds while another holds a rival claim of the
+/// same version: it can count only through the third replica, and its coordinator may give it
+/// up here (`Abandon`), which is what a split claim does after `SPLIT_WAIT` (spec, receive step
+/// 7, and *Considerations*, *Split claims (F2)*).
+fn split_claim(s: &State) -> bool {
+    s.coordinators.iter().any(|c| match c.op {
+        Op::ClaimWrite {
+            queue,
+            generation,
+            claim,
+            ..
+        } => {
+            let held = |pick: &dyn Fn(Claim) -> bool| {
+                s.replicas
+                    .iter()
+                    .filter(|r| {
+                        let record = r.store[queue.index()];
+                        record.generation == generation && record.claim().is_some_and(pick)
+                    })
+                    .count()
+            };
+            held(&|other| other == claim) == 1
+                && held(&|other| other.seq == claim.seq && other != claim) >= 1
+        }
+        _ => false,
+    })
 }
 
 fn concurrent_claims(s: &State) -> bool {
