@@ -97,43 +97,61 @@ pub fn shares_name(ring: &Ring, a: NodeId, b: NodeId, name: &QueueName) -> bool 
     replicas.contains(&a) && replicas.contains(&b)
 }
 
-/// Which name records go which way, given what each replica holds of one range of names.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NamesReconciled {
-    /// Names the peer lacks something of: this replica's record, to be merged there.
-    pub to_peer: Vec<(QueueName, NameRecord)>,
-    /// Names this replica lacks something of: the peer's record, to be merged here.
-    pub to_me: Vec<(QueueName, NameRecord)>,
+/// Which records of a kind whose merge never fails (queue names' and move tasks' records) go
+/// which way, given what each replica holds of one range of keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinsReconciled<K, V> {
+    /// Keys the peer lacks something of: this replica's record, to be merged there.
+    pub to_peer: Vec<(K, V)>,
+    /// Keys this replica lacks something of: the peer's record, to be merged here.
+    pub to_me: Vec<(K, V)>,
 }
 
-/// Which name records go which way (the name records' [`reconcile`]): merging `to_me` into
-/// `mine` and `to_peer` into `theirs` leaves both holding the join of the two.
+/// Which name records go which way.
+pub type NamesReconciled = JoinsReconciled<QueueName, NameRecord>;
+
+/// Which records go which way (the [`reconcile`] of a kind whose merge `merge` is a total
+/// join): merging `to_me` into `mine` and `to_peer` into `theirs` leaves both holding the join
+/// of the two.
+#[must_use]
+pub fn reconcile_joins<K: Ord + Clone, V: Clone + PartialEq>(
+    mine: &BTreeMap<K, V>,
+    theirs: &BTreeMap<K, V>,
+    merge: impl Fn(&V, &V) -> V,
+) -> JoinsReconciled<K, V> {
+    let keys: BTreeSet<&K> = mine.keys().chain(theirs.keys()).collect();
+    let mut reconciled = JoinsReconciled {
+        to_peer: Vec::new(),
+        to_me: Vec::new(),
+    };
+    for key in keys {
+        let (held, peer) = (mine.get(key), theirs.get(key));
+        let merged = match (held, peer) {
+            (Some(held), Some(peer)) => merge(held, peer),
+            (Some(only), None) | (None, Some(only)) => only.clone(),
+            (None, None) => unreachable!("the key came from one of the two maps"),
+        };
+        if let Some(held) = held
+            && Some(&merged) != peer
+        {
+            reconciled.to_peer.push((key.clone(), held.clone()));
+        }
+        if let Some(peer) = peer
+            && Some(&merged) != held
+        {
+            reconciled.to_me.push((key.clone(), peer.clone()));
+        }
+    }
+    reconciled
+}
+
+/// Which name records go which way (the name records' [`reconcile`]).
 #[must_use]
 pub fn reconcile_names(
     mine: &BTreeMap<QueueName, NameRecord>,
     theirs: &BTreeMap<QueueName, NameRecord>,
 ) -> NamesReconciled {
-    let names: BTreeSet<&QueueName> = mine.keys().chain(theirs.keys()).collect();
-    let mut reconciled = NamesReconciled::default();
-    for name in names {
-        let (held, peer) = (mine.get(name), theirs.get(name));
-        let merged = match (held, peer) {
-            (Some(held), Some(peer)) => held.merge(peer),
-            (Some(only), None) | (None, Some(only)) => only.clone(),
-            (None, None) => unreachable!("the name came from one of the two maps"),
-        };
-        if let Some(held) = held
-            && Some(&merged) != peer
-        {
-            reconciled.to_peer.push((name.clone(), held.clone()));
-        }
-        if let Some(peer) = peer
-            && Some(&merged) != held
-        {
-            reconciled.to_me.push((name.clone(), peer.clone()));
-        }
-    }
-    reconciled
+    reconcile_joins(mine, theirs, NameRecord::merge)
 }
 
 /// What one exchange of a range of records moves between two replicas.

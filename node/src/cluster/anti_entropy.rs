@@ -10,7 +10,9 @@
 //! in name order, both keeping the merge (names are few, and a whole record is compared, votes
 //! included), and the catalog: the records of the names the peer replicates and this node does
 //! not, pulled into this node's view when their digest differs from the view's (§11). Then the
-//! messages' records as above.
+//! move tasks' records the pair replicates (§8), every one of them in pages in key order, both
+//! keeping the merge (one per source that ever had a task: few). Then the messages' records as
+//! above.
 //!
 //! Every node runs a round with every peer, so each pair is compared twice per period (once from
 //! each end); either end alone converges the pair. A round's work is bounded: it stops after
@@ -29,17 +31,18 @@ use tracing::{debug, warn};
 use trireme_core::QueueName;
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::anti_entropy::{
-    differing, reconcile, reconcile_names, shared, shares_name,
+    differing, reconcile, reconcile_joins, reconcile_names, shared, shares_name,
 };
 use trireme_replication::coordinator::{Reply, Request};
 use trireme_replication::name::{NameRecord, NameReply, NameRequest};
 use trireme_replication::record::Record;
 use trireme_replication::replica::Write;
+use trireme_replication::task::{TaskKey, TaskRecord, TaskReply, TaskRequest, TaskWrite};
 use trireme_replication::{NodeId, RecordKey};
 
 use super::Cluster;
-use super::service::NAMES_PER_PAGE_MAX;
-use super::store::{Entry, NameEntry};
+use super::service::{NAMES_PER_PAGE_MAX, TASKS_PER_PAGE_MAX};
+use super::store::{Entry, NameEntry, TaskEntry};
 use super::wire;
 
 /// Partitions in the key space (a partition is the first 16 bits of a ring position).
@@ -94,6 +97,12 @@ pub struct RoundReport {
     /// node's view (the catalog's anti-entropy, spec/replication.md §11); 0 when the view's
     /// digest of them already agreed.
     pub catalog_pulled: usize,
+    /// Move tasks' records compared, both sides together.
+    pub tasks_compared: usize,
+    /// Task records the peer lacked something of, pushed and acknowledged.
+    pub tasks_pushed: usize,
+    /// Task records this node lacked something of, merged here.
+    pub tasks_pulled: usize,
     /// Non-empty partitions compared (either side's).
     pub partitions_compared: usize,
     /// Partitions whose digests differed and whose records were exchanged.
@@ -245,6 +254,7 @@ impl Cluster {
         let mut report = RoundReport::default();
         self.exchange_names(&mut client, peer, &mut report).await?;
         self.pull_catalog(&mut client, peer, &mut report).await?;
+        self.exchange_tasks(&mut client, peer, &mut report).await?;
         let step = u32::from(settings.partitions_per_call);
         for first in (0..PARTITIONS).step_by(step as usize) {
             let last = (first + step - 1).min(PARTITIONS - 1);
@@ -477,6 +487,103 @@ impl Cluster {
         acked
     }
 
+    /// Exchanges every move task's record the pair replicates with `peer`, page by page: the
+    /// peer's page, this node's records of the same key range, and both sides' merges.
+    async fn exchange_tasks(
+        &self,
+        client: &mut pb::replica_client::ReplicaClient<tonic::transport::Channel>,
+        peer: NodeId,
+        report: &mut RoundReport,
+    ) -> Result<(), AntiEntropyError> {
+        let mut after: Option<Vec<u8>> = None;
+        // Bounded: every page moves `after` forward through a finite, ordered set of keys.
+        loop {
+            let page = client
+                .task_records(pb::TaskRecordsRequest {
+                    sender: Some(self.inner.me.now().into()),
+                    after_key: after.clone().unwrap_or_default(),
+                    limit: u32::try_from(TASKS_PER_PAGE_MAX).expect("a small page"),
+                })
+                .await
+                .map_err(|status| AntiEntropyError::Call { peer, status })?
+                .into_inner();
+            let theirs: BTreeMap<TaskKey, TaskRecord> = wire::stored_tasks(&page.records)
+                .map_err(|source| AntiEntropyError::Wire { peer, source })?
+                .into_iter()
+                .collect();
+            let through = if page.more {
+                page.records.last().map(|stored| stored.key.clone())
+            } else {
+                None
+            };
+            let range = (after.clone(), through.clone());
+            let mine: BTreeMap<TaskKey, TaskRecord> = self
+                .blocking(move |cluster| {
+                    let (ring, me) = (&cluster.inner.ring, cluster.inner.me.node);
+                    cluster
+                        .inner
+                        .store
+                        .task_records(range.0.as_deref(), usize::MAX, |key, _| {
+                            range
+                                .1
+                                .as_deref()
+                                .is_none_or(|last| key.encode().as_slice() <= last)
+                                && shares_name(ring, me, peer, &key.queue)
+                        })
+                        .map(|(records, _)| records)
+                })
+                .await
+                .map_err(std::sync::Arc::new)?
+                .into_iter()
+                .collect();
+            report.tasks_compared += mine.len() + theirs.len();
+            let reconciled = reconcile_joins(&mine, &theirs, TaskRecord::merge);
+            report.tasks_pulled += self.merge_tasks_here(reconciled.to_me).await?;
+            report.tasks_pushed += self.push_tasks(peer, reconciled.to_peer).await;
+            match through {
+                Some(last) => after = Some(last),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Merges task records into this node's store; returns how many it accepted.
+    async fn merge_tasks_here(
+        &self,
+        records: Vec<(TaskKey, TaskRecord)>,
+    ) -> Result<usize, AntiEntropyError> {
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let entries = records
+            .into_iter()
+            .map(|(key, record)| TaskEntry {
+                key,
+                request: merge_task(record),
+            })
+            .collect();
+        let replies = self.inner.store.apply_tasks(entries).await?;
+        Ok(replies
+            .iter()
+            .filter(|reply| **reply == TaskReply::Ack)
+            .count())
+    }
+
+    /// Pushes task records to `peer` as ordinary merges; returns how many it acknowledged.
+    async fn push_tasks(&self, peer: NodeId, records: Vec<(TaskKey, TaskRecord)>) -> usize {
+        let answers: Vec<_> = records
+            .into_iter()
+            .map(|(key, record)| self.inner.peers.send_task(peer, key, merge_task(record)))
+            .collect();
+        let mut acked = 0;
+        for answer in answers {
+            if matches!(answer.await, Ok(Ok(TaskReply::Ack))) {
+                acked += 1;
+            }
+        }
+        acked
+    }
+
     /// Exchanges one partition with `peer`, page by page: the peer's page, this node's records
     /// of the same key range, and both sides' merges.
     async fn exchange_partition(
@@ -600,6 +707,13 @@ impl Cluster {
 fn merge(record: Record) -> Request {
     Request::Write {
         write: Box::new(Write::Merge(record)),
+        ack: true,
+    }
+}
+
+fn merge_task(record: TaskRecord) -> TaskRequest {
+    TaskRequest::Write {
+        write: Box::new(TaskWrite::Merge(record)),
         ack: true,
     }
 }

@@ -1,8 +1,8 @@
 //! Channels to the other members (the internal service's clients).
 //!
 //! One link per peer, connected lazily, with `TCP_NODELAY`, HTTP/2 keepalive, a connect timeout
-//! and a per-call timeout. Requests to one peer (about messages' records and about queue names'
-//! own records alike) are batched: whatever is waiting when a call
+//! and a per-call timeout. Requests to one peer (about messages' records, queue names' own
+//! records and move tasks' records alike) are batched: whatever is waiting when a call
 //! can go is sent as one `Exchange`, and several calls may be in flight at once, so a slow call
 //! does not hold the next batch. A dead peer costs its requests a failed answer at the call's
 //! timeout (or at once when the connection is refused), never a wait of the operation beyond
@@ -21,6 +21,7 @@ use trireme_proto::replica::v1 as pb;
 use trireme_proto::replica::v1::replica_client::ReplicaClient;
 use trireme_replication::coordinator::{Reply, Request};
 use trireme_replication::name::{NameReply, NameRequest};
+use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 use trireme_replication::{NodeId, RecordKey};
 
 use super::wire::{self, Sender};
@@ -69,6 +70,11 @@ enum Pending {
         request: NameRequest,
         answer: oneshot::Sender<Result<NameReply, PeerError>>,
     },
+    Task {
+        key: TaskKey,
+        request: TaskRequest,
+        answer: oneshot::Sender<Result<TaskReply, PeerError>>,
+    },
 }
 
 impl Pending {
@@ -79,6 +85,9 @@ impl Pending {
                 let _ = answer.send(Err(error));
             }
             Pending::Name { answer, .. } => {
+                let _ = answer.send(Err(error));
+            }
+            Pending::Task { answer, .. } => {
                 let _ = answer.send(Err(error));
             }
         }
@@ -236,6 +245,26 @@ impl Peers {
         answered
     }
 
+    /// Sends one request about a move task's record to `peer`; the answer arrives on the
+    /// returned channel.
+    pub fn send_task(
+        &self,
+        peer: NodeId,
+        key: TaskKey,
+        request: TaskRequest,
+    ) -> oneshot::Receiver<Result<TaskReply, PeerError>> {
+        let (answer, answered) = oneshot::channel();
+        self.enqueue(
+            peer,
+            Pending::Task {
+                key,
+                request,
+                answer,
+            },
+        );
+        answered
+    }
+
     fn enqueue(&self, peer: NodeId, pending: Pending) {
         let Some(link) = self.links.get(&peer) else {
             pending.fail(PeerError::Call {
@@ -282,21 +311,23 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
             .await
             .expect("the semaphore is never closed");
         let mut client = client.clone();
-        let (mut entries, mut names) = (Vec::new(), Vec::new());
+        let (mut entries, mut names, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
         for pending in &batch {
             match pending {
                 Pending::Record { key, request, .. } => entries.push(wire::entry(key, request)),
                 Pending::Name { name, request, .. } => {
                     names.push(wire::name_entry(name, request));
                 }
+                Pending::Task { key, request, .. } => tasks.push(wire::task_entry(key, request)),
             }
         }
-        let (sent, names_sent) = (entries.len(), names.len());
+        let (sent, names_sent, tasks_sent) = (entries.len(), names.len(), tasks.len());
         let request = pb::Batch {
             request_id: request_ids.fetch_add(1, Ordering::Relaxed),
             sender: Some(identity.now().into()),
             entries,
             names,
+            tasks,
         };
         let down = Arc::clone(&down);
         tokio::spawn(async move {
@@ -308,16 +339,18 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
                     let response = response.into_inner();
                     wire::replies(&response.replies, sent)
                         .and_then(|replies| {
-                            wire::name_replies(&response.name_replies, names_sent)
-                                .map(|names| (replies, names))
+                            let names = wire::name_replies(&response.name_replies, names_sent)?;
+                            let tasks = wire::task_replies(&response.task_replies, tasks_sent)?;
+                            Ok((replies, names, tasks))
                         })
                         .map_err(|error| error.to_string())
                 }
                 Err(status) => Err(format!("{}: {}", status.code(), status.message())),
             };
             match replies {
-                Ok((replies, names)) => {
-                    let (mut replies, mut names) = (replies.into_iter(), names.into_iter());
+                Ok((replies, names, tasks)) => {
+                    let (mut replies, mut names, mut tasks) =
+                        (replies.into_iter(), names.into_iter(), tasks.into_iter());
                     for pending in batch {
                         match pending {
                             Pending::Record { answer, .. } => {
@@ -326,6 +359,10 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
                             }
                             Pending::Name { answer, .. } => {
                                 let reply = names.next().expect("one reply per name, counted");
+                                let _ = answer.send(Ok(reply));
+                            }
+                            Pending::Task { answer, .. } => {
+                                let reply = tasks.next().expect("one reply per task, counted");
                                 let _ = answer.send(Ok(reply));
                             }
                         }

@@ -2,10 +2,11 @@
 //! side of every operation. It refuses anyone who is not a member (and says so in the log), and
 //! every request older than the horizon by its sender's clock
 //! (spec/replication.md#tombstones-and-their-collection, *Horizon rule*). Anti-entropy's reads
-//! (`Digests`, `Records`, `NameDigest`, `NameRecords`) answer only with records both the caller
-//! and this node replicate. A request about a queue name's record is answered only by the
-//! name's replicas (others refuse it); a push of a settled name record goes to the name view of
-//! any member.
+//! (`Digests`, `Records`, `NameDigest`, `NameRecords`, `TaskRecords`) answer only with records
+//! both the caller and this node replicate. A request about a queue name's record, or about a
+//! move task's record (placed on its source name's replicas, spec/replication.md §8), is
+//! answered only by the name's replicas (others refuse it); a push of a settled name record goes
+//! to the name view of any member.
 
 use std::collections::BTreeSet;
 
@@ -19,9 +20,10 @@ use trireme_replication::coordinator::{self, Reply};
 use trireme_replication::name::{NameReply, NameRequest};
 use trireme_replication::placement::Ring;
 use trireme_replication::replica::within_horizon;
+use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 
 use super::peers::Identity;
-use super::store::{Entry, NameEntry, ReplicaStore};
+use super::store::{Entry, NameEntry, ReplicaStore, TaskEntry};
 use super::wire;
 
 /// The replica side of this node.
@@ -54,35 +56,73 @@ impl pb::replica_server::Replica for ReplicaService {
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let names = wire::name_entries(&batch.names)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let tasks = wire::task_entries(&batch.tasks)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let now = self.me.clock.now();
-        let (replies, name_replies) = if within_horizon(sender.clock, now, self.horizon_ms) {
-            let entries = entries
-                .into_iter()
-                .map(|(key, request)| Entry { key, request })
-                .collect();
-            self.apply(entries, names).await?
-        } else {
-            warn!(
-                node = sender.node.0,
-                sent_ms = sender.clock.0,
-                now_ms = now.0,
-                "refused a batch older than the horizon"
-            );
-            let replies = entries
-                .iter()
-                .map(|(_, request)| match request {
-                    coordinator::Request::Read | coordinator::Request::Write { .. } => {
-                        Reply::Refused
-                    }
-                })
-                .collect();
-            (replies, vec![NameReply::Refused; names.len()])
-        };
+        let (replies, name_replies, task_replies) =
+            if within_horizon(sender.clock, now, self.horizon_ms) {
+                let entries = entries
+                    .into_iter()
+                    .map(|(key, request)| Entry { key, request })
+                    .collect();
+                self.apply(entries, names, tasks).await?
+            } else {
+                warn!(
+                    node = sender.node.0,
+                    sent_ms = sender.clock.0,
+                    now_ms = now.0,
+                    "refused a batch older than the horizon"
+                );
+                let replies = entries
+                    .iter()
+                    .map(|(_, request)| match request {
+                        coordinator::Request::Read | coordinator::Request::Write { .. } => {
+                            Reply::Refused
+                        }
+                    })
+                    .collect();
+                (
+                    replies,
+                    vec![NameReply::Refused; names.len()],
+                    vec![TaskReply::Refused; tasks.len()],
+                )
+            };
         Ok(Response::new(pb::BatchReply {
             request_id: batch.request_id,
             sender: Some(self.me.now().into()),
             replies: replies.iter().map(wire::reply).collect(),
             name_replies: name_replies.iter().map(wire::name_reply).collect(),
+            task_replies: task_replies.iter().map(wire::task_reply).collect(),
+        }))
+    }
+
+    async fn task_records(
+        &self,
+        request: Request<pb::TaskRecordsRequest>,
+    ) -> Result<Response<pb::TaskRecordsReply>, Status> {
+        let remote = request.remote_addr();
+        let request = request.into_inner();
+        let sender = self.member(remote, request.sender.as_ref())?;
+        let after = (!request.after_key.is_empty()).then_some(request.after_key);
+        let limit = usize::try_from(request.limit)
+            .unwrap_or(usize::MAX)
+            .clamp(1, TASKS_PER_PAGE_MAX);
+        let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
+        let (page, more) = tokio::task::spawn_blocking(move || {
+            store.task_records(after.as_deref(), limit, |key, _| {
+                shares_name(&ring, me, sender.node, &key.queue)
+            })
+        })
+        .await
+        .expect("a task page scan does not panic")
+        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        Ok(Response::new(pb::TaskRecordsReply {
+            sender: Some(self.me.now().into()),
+            records: page
+                .iter()
+                .map(|(key, record)| wire::stored_task(key, record))
+                .collect(),
+            more,
         }))
     }
 
@@ -231,15 +271,20 @@ fn exchanged(ring: &Ring, me: NodeId, caller: NodeId, name: &QueueName, catalog:
 /// is a few KiB at most, so a page stays well under tonic's 4 MiB message limit.
 pub const NAMES_PER_PAGE_MAX: usize = 256;
 
+/// Task records one anti-entropy page holds at most: a task record with its history is a few
+/// KiB at most, so a page stays well under tonic's 4 MiB message limit.
+pub const TASKS_PER_PAGE_MAX: usize = 256;
+
 impl ReplicaService {
-    /// Applies a batch within the horizon: its message entries and the name entries this node
-    /// is a replica of in one group commit; pushes into the name view; a name request for a
-    /// name this node does not replicate is refused.
+    /// Applies a batch within the horizon: its message entries, and the name and task entries
+    /// this node is a replica of, in one group commit; pushes into the name view; a name or task
+    /// request for a name this node does not replicate is refused.
     async fn apply(
         &self,
         entries: Vec<Entry>,
         names: Vec<(QueueName, NameRequest)>,
-    ) -> Result<(Vec<Reply>, Vec<NameReply>), Status> {
+        tasks: Vec<(TaskKey, TaskRequest)>,
+    ) -> Result<(Vec<Reply>, Vec<NameReply>, Vec<TaskReply>), Status> {
         let unavailable = |error| Status::unavailable(format!("replica store: {error}"));
         let mut name_replies = vec![NameReply::Refused; names.len()];
         let (mut stored, mut stored_at, mut pushed) = (Vec::new(), Vec::new(), Vec::new());
@@ -265,15 +310,26 @@ impl ReplicaService {
                 .await
                 .map_err(unavailable)?;
         }
-        let (replies, answers) = self
+        let mut task_replies = vec![TaskReply::Refused; tasks.len()];
+        let (mut task_entries, mut task_at) = (Vec::new(), Vec::new());
+        for (index, (key, request)) in tasks.into_iter().enumerate() {
+            if self.ring.name_replicas(&key.queue).contains(&self.me.node) {
+                task_entries.push(TaskEntry { key, request });
+                task_at.push(index);
+            }
+        }
+        let (replies, answers, task_answers) = self
             .store
-            .apply_batch(entries, stored)
+            .apply_batch(entries, stored, task_entries)
             .await
             .map_err(unavailable)?;
         for (index, answer) in stored_at.into_iter().zip(answers) {
             name_replies[index] = answer;
         }
-        Ok((replies, name_replies))
+        for (index, answer) in task_at.into_iter().zip(task_answers) {
+            task_replies[index] = answer;
+        }
+        Ok((replies, name_replies, task_replies))
     }
 
     /// The sender of a peer's call, if it is another member; refused (and logged) otherwise.

@@ -24,8 +24,11 @@
 //! deleted incarnations in the same commit; a message write under a listed incarnation is
 //! acknowledged and not stored, and [`ReplicaStore::drop_deleted`] removes what is left.
 //!
-//! This module must never decide protocol questions: `trireme_replication::replica::accept` and
-//! `trireme_replication::name::vote` do.
+//! Move tasks' records (spec/replication.md §8) live in a table of their own too, keyed by the
+//! source queue and its incarnation, and go through the same committer and the same fsync.
+//!
+//! This module must never decide protocol questions: `trireme_replication::replica::accept`,
+//! `trireme_replication::name::vote` and `trireme_replication::task::accept_task` do.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -45,6 +48,9 @@ use trireme_replication::name::{NameRecord, NameReply, NameRequest, QueueIncarna
 use trireme_replication::placement::REPLICAS;
 use trireme_replication::record::Record;
 use trireme_replication::replica::{Verdict, accept};
+use trireme_replication::task::{
+    TaskKey, TaskRecord, TaskReply, TaskRequest, TaskVerdict, accept_task,
+};
 use trireme_replication::{NodeId, RecordKey};
 
 use crate::codec::{self, CodecError};
@@ -53,6 +59,9 @@ use crate::codec::{self, CodecError};
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_records");
 /// Queue names' records by name, framed and checksummed by the codec (spec/replication.md §1).
 const NAMES: TableDefinition<&str, &[u8]> = TableDefinition::new("replica_names");
+/// Move tasks' records by stored key (`TaskKey::encode`), framed and checksummed by the codec
+/// (spec/replication.md §8).
+const TASKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_tasks");
 /// Every deleted incarnation this node learned of (`deleted_key`), with its delete's time (u64
 /// LE): the messages whose key names one are dropped, and stay dropped.
 const DELETED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_deleted_incarnations");
@@ -144,11 +153,21 @@ pub struct NameEntry {
     pub request: NameRequest,
 }
 
+/// One request of a batch about a move task's record (spec/replication.md §8).
+#[derive(Clone, Debug)]
+pub struct TaskEntry {
+    /// Which record.
+    pub key: TaskKey,
+    /// What is asked.
+    pub request: TaskRequest,
+}
+
 enum Work {
     /// Requests of one batch, answered in order.
     Apply {
         entries: Vec<Entry>,
         names: Vec<NameEntry>,
+        tasks: Vec<TaskEntry>,
     },
     /// Name records for the view: settled ones learned at `now` by this node's clock, or
     /// (`now: None`) copies of a replica's record that confirm nothing.
@@ -163,18 +182,24 @@ enum Work {
 impl Work {
     fn len(&self) -> usize {
         match self {
-            Work::Apply { entries, names } => entries.len() + names.len(),
+            Work::Apply {
+                entries,
+                names,
+                tasks,
+            } => entries.len() + names.len() + tasks.len(),
             Work::Learn { records, .. } => records.len(),
             Work::Drop { keys } => keys.len(),
         }
     }
 }
 
-/// What one job is answered with: a reply per message request and per name request.
+/// What one job is answered with: a reply per message request, per name request and per task
+/// request.
 #[derive(Debug, Default)]
 struct Answers {
     replies: Vec<Reply>,
     names: Vec<NameReply>,
+    tasks: Vec<TaskReply>,
 }
 
 struct Job {
@@ -549,6 +574,7 @@ impl ReplicaStore {
             .submit(Work::Apply {
                 entries,
                 names: Vec::new(),
+                tasks: Vec::new(),
             })
             .await?;
         Ok(answers.replies)
@@ -567,13 +593,33 @@ impl ReplicaStore {
             .submit(Work::Apply {
                 entries: Vec::new(),
                 names,
+                tasks: Vec::new(),
             })
             .await?;
         Ok(answers.names)
     }
 
-    /// Applies a peer's batch: its message requests, then its name requests, in one group, and
-    /// answers each after the fsync.
+    /// Applies move tasks' record requests in order and answers each, after the fsync that makes
+    /// them durable.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::apply`].
+    pub async fn apply_tasks(
+        &self,
+        tasks: Vec<TaskEntry>,
+    ) -> Result<Vec<TaskReply>, Arc<StoreError>> {
+        let answers = self
+            .submit(Work::Apply {
+                entries: Vec::new(),
+                names: Vec::new(),
+                tasks,
+            })
+            .await?;
+        Ok(answers.tasks)
+    }
+
+    /// Applies a peer's batch: its message requests, then its name requests, then its task
+    /// requests, in one group, and answers each after the fsync.
     ///
     /// # Errors
     /// As [`ReplicaStore::apply`].
@@ -581,9 +627,45 @@ impl ReplicaStore {
         &self,
         entries: Vec<Entry>,
         names: Vec<NameEntry>,
-    ) -> Result<(Vec<Reply>, Vec<NameReply>), Arc<StoreError>> {
-        let answers = self.submit(Work::Apply { entries, names }).await?;
-        Ok((answers.replies, answers.names))
+        tasks: Vec<TaskEntry>,
+    ) -> Result<(Vec<Reply>, Vec<NameReply>, Vec<TaskReply>), Arc<StoreError>> {
+        let answers = self
+            .submit(Work::Apply {
+                entries,
+                names,
+                tasks,
+            })
+            .await?;
+        Ok((answers.replies, answers.names, answers.tasks))
+    }
+
+    /// Move tasks' records this replica holds, in key order, those passing `select` only: those
+    /// after the stored key `after` (`None`: from the first), at most `limit`; and whether more
+    /// follow. Blocking: call it off the async runtime.
+    ///
+    /// # Errors
+    /// The redb variants when the scan fails; `Corrupt` for a record that does not decode.
+    pub fn task_records(
+        &self,
+        after: Option<&[u8]>,
+        limit: usize,
+        mut select: impl FnMut(&TaskKey, &TaskRecord) -> bool,
+    ) -> Result<(Vec<(TaskKey, TaskRecord)>, bool), StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(TASKS)?;
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut page = Vec::new();
+        for row in table.range::<&[u8]>((lower, Bound::Unbounded))? {
+            let (key, value) = row?;
+            let (key, record) = decode_task_row(key.value(), value.value())?;
+            if select(&key, &record) {
+                if page.len() == limit {
+                    return Ok((page, true));
+                }
+                page.push((key, record));
+            }
+        }
+        Ok((page, false))
     }
 
     /// Merges settled name records into the name view at `now` (this node's clock), making any
@@ -878,6 +960,20 @@ fn decode_name_row(name: &str, value: &[u8]) -> Result<(QueueName, NameRecord), 
     Ok((queue, record))
 }
 
+fn decode_task_row(key: &[u8], value: &[u8]) -> Result<(TaskKey, TaskRecord), StoreError> {
+    let task_key = TaskKey::decode(key).ok_or_else(|| StoreError::Corrupt {
+        key: format!("task {key:?}"),
+        source: CodecError::Malformed {
+            reason: "not a task key".to_owned(),
+        },
+    })?;
+    let record = codec::decode_framed(value).map_err(|source| StoreError::Corrupt {
+        key: format!("{task_key:?}"),
+        source,
+    })?;
+    Ok((task_key, record))
+}
+
 fn decode_row(key: &[u8], value: &[u8]) -> Result<(RecordKey, Record), StoreError> {
     let record_key = RecordKey::decode(key).ok_or_else(|| StoreError::Corrupt {
         key: format!("{key:?}"),
@@ -954,6 +1050,7 @@ fn identify(db: &Database, node: NodeId, new_disk_id: u64) -> Result<u64, StoreE
     txn.open_table(RECORDS)?;
     txn.open_table(NAMES)?;
     txn.open_table(DELETED)?;
+    txn.open_table(TASKS)?;
     txn.commit()?;
     Ok(disk_id)
 }
@@ -1076,6 +1173,8 @@ struct Applied {
     records: Vec<(RecordKey, Option<Record>)>,
     names: Vec<(QueueName, NameRecord)>,
     learned: Vec<(QueueName, NameRecord, Option<Millis>)>,
+    /// Task records written (they have no view).
+    tasks: usize,
     deletions: u64,
 }
 
@@ -1101,10 +1200,15 @@ fn apply_group(
             records: txn.open_table(RECORDS)?,
             names: txn.open_table(NAMES)?,
             deleted: txn.open_table(DELETED)?,
+            tasks: txn.open_table(TASKS)?,
         };
         for job in group {
             let answers = match &job.work {
-                Work::Apply { entries, names } => {
+                Work::Apply {
+                    entries,
+                    names,
+                    tasks,
+                } => {
                     let mut answers = Answers::default();
                     for entry in entries {
                         let reply = apply_entry(&mut tables, entry, names_view, &mut applied)?;
@@ -1113,6 +1217,10 @@ fn apply_group(
                     for entry in names {
                         let reply = apply_name(&mut tables, entry, &mut applied)?;
                         answers.names.push(reply);
+                    }
+                    for entry in tasks {
+                        let reply = apply_task(&mut tables, entry, &mut applied)?;
+                        answers.tasks.push(reply);
                     }
                     answers
                 }
@@ -1140,7 +1248,11 @@ fn apply_group(
             applied.answers.push(answers);
         }
     }
-    if applied.records.is_empty() && applied.names.is_empty() && applied.deletions == 0 {
+    if applied.records.is_empty()
+        && applied.names.is_empty()
+        && applied.tasks == 0
+        && applied.deletions == 0
+    {
         // Nothing new to make durable: what the reads saw and the acks confirm was committed
         // by an earlier group.
         txn.abort()?;
@@ -1154,6 +1266,7 @@ struct Tables<'txn> {
     records: redb::Table<'txn, &'static [u8], &'static [u8]>,
     names: redb::Table<'txn, &'static str, &'static [u8]>,
     deleted: redb::Table<'txn, &'static [u8], &'static [u8]>,
+    tasks: redb::Table<'txn, &'static [u8], &'static [u8]>,
 }
 
 fn apply_entry(
@@ -1234,6 +1347,36 @@ fn apply_name(
     Ok(reply)
 }
 
+fn apply_task(
+    tables: &mut Tables<'_>,
+    entry: &TaskEntry,
+    applied: &mut Applied,
+) -> Result<TaskReply, StoreError> {
+    let stored_key = entry.key.encode();
+    let held: Option<TaskRecord> = match tables.tasks.get(stored_key.as_slice())? {
+        Some(value) => Some(decode_task_row(&stored_key, value.value())?.1),
+        None => None,
+    };
+    let write = match &entry.request {
+        TaskRequest::Read => return Ok(TaskReply::Record(held)),
+        TaskRequest::Write { write, .. } => write,
+    };
+    let verdict = accept_task(held.as_ref(), write);
+    let acks = verdict.acks();
+    if let TaskVerdict::Store(record) = verdict {
+        let value = codec::encode_framed(&record);
+        tables
+            .tasks
+            .insert(stored_key.as_slice(), value.as_slice())?;
+        applied.tasks += 1;
+    }
+    Ok(if acks {
+        TaskReply::Ack
+    } else {
+        TaskReply::Refused
+    })
+}
+
 /// Makes the deletion `record` shows durable in the deleted list, if it is new.
 fn note_deletion(
     tables: &mut Tables<'_>,
@@ -1286,6 +1429,71 @@ mod tests {
         let (store, closed) =
             ReplicaStore::open(dir.path(), NodeId(2), 5).expect("the store opens again");
         assert_eq!(store.disk_id(), 99, "the disk id is the first start's");
+        drop(store);
+        closed.wait();
+    }
+
+    #[test]
+    fn task_records_survive_a_restart_and_a_start_is_acked_once_per_number() {
+        use trireme_replication::task::{Starter, TaskParams, TaskWrite, start};
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let task_key = TaskKey {
+            queue: key().queue,
+            incarnation: key().incarnation,
+        };
+        let params = TaskParams {
+            destination: None,
+            rate_per_s: None,
+            started_at: Millis(3),
+            to_move: 2,
+        };
+        let record =
+            start(&TaskRecord::default(), Starter::default(), params).expect("nothing runs yet");
+        let entry = |request| TaskEntry {
+            key: task_key.clone(),
+            request,
+        };
+        let start_write = TaskRequest::Write {
+            write: Box::new(TaskWrite::Start(record.clone())),
+            ack: true,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let (store, closed) =
+            ReplicaStore::open(dir.path(), NodeId(1), 1).expect("the store opens");
+        let replies = runtime
+            .block_on(store.apply_tasks(vec![
+                entry(start_write.clone()),
+                entry(start_write.clone()),
+                entry(TaskRequest::Read),
+            ]))
+            .expect("the group commits");
+        assert_eq!(
+            replies,
+            vec![
+                TaskReply::Ack,
+                TaskReply::Refused,
+                TaskReply::Record(Some(record.clone()))
+            ]
+        );
+        drop(store);
+        closed.wait();
+        let (store, closed) =
+            ReplicaStore::open(dir.path(), NodeId(1), 1).expect("the store opens again");
+        let (page, more) = store
+            .task_records(None, 10, |_, _| true)
+            .expect("the task records read");
+        assert_eq!(page, vec![(task_key.clone(), record)]);
+        assert!(!more);
+        let replies = runtime
+            .block_on(store.apply_tasks(vec![entry(start_write)]))
+            .expect("the group commits");
+        assert_eq!(
+            replies,
+            vec![TaskReply::Refused],
+            "still refused after the restart"
+        );
         drop(store);
         closed.wait();
     }

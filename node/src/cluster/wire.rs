@@ -9,6 +9,7 @@ use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
 use trireme_replication::name::{NameRecord, NameReply, NameRequest};
 use trireme_replication::record::Record;
+use trireme_replication::task::{TaskKey, TaskRecord, TaskReply, TaskRequest};
 
 use crate::codec::{self, CodecError};
 
@@ -45,6 +46,9 @@ pub enum WireError {
     /// A key that is not a record key.
     #[error("entry {index} has a malformed key")]
     Key { index: usize },
+    /// A key that is not a task record's key.
+    #[error("task entry {index} has a malformed key")]
+    TaskKey { index: usize },
     /// A name that is not a valid queue name.
     #[error("name entry {index} names no valid queue")]
     Name { index: usize },
@@ -284,6 +288,72 @@ pub fn stored_names(records: &[pb::StoredName]) -> Result<Vec<(QueueName, NameRe
             let record = codec::decode_framed(&stored.record)
                 .map_err(|source| WireError::Body { index, source })?;
             Ok((name, record))
+        })
+        .collect()
+}
+
+/// One task request of a batch, encoded.
+#[must_use]
+pub fn task_entry(key: &TaskKey, request: &TaskRequest) -> pb::TaskEntry {
+    pb::TaskEntry {
+        key: key.encode(),
+        request: codec::encode_framed(request),
+    }
+}
+
+/// The task requests of a batch, decoded.
+///
+/// # Errors
+/// `TaskKey` or `Body` for the first malformed entry.
+pub fn task_entries(entries: &[pb::TaskEntry]) -> Result<Vec<(TaskKey, TaskRequest)>, WireError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let key = TaskKey::decode(&entry.key).ok_or(WireError::TaskKey { index })?;
+            let request = codec::decode_framed(&entry.request)
+                .map_err(|source| WireError::Body { index, source })?;
+            Ok((key, request))
+        })
+        .collect()
+}
+
+/// A task reply, encoded.
+#[must_use]
+pub fn task_reply(reply: &TaskReply) -> Vec<u8> {
+    codec::encode_framed(reply)
+}
+
+/// The task replies of a batch of `sent` task requests, decoded.
+///
+/// # Errors
+/// `Count` when the number differs; `Body` for the first malformed reply.
+pub fn task_replies(replies: &[Vec<u8>], sent: usize) -> Result<Vec<TaskReply>, WireError> {
+    decoded_replies(replies, sent)
+}
+
+/// One task record, encoded for an anti-entropy page.
+#[must_use]
+pub fn stored_task(key: &TaskKey, record: &TaskRecord) -> pb::StoredTask {
+    pb::StoredTask {
+        key: key.encode(),
+        record: codec::encode_framed(record),
+    }
+}
+
+/// A peer's page of task records, decoded.
+///
+/// # Errors
+/// `TaskKey` or `Body` for the first malformed record.
+pub fn stored_tasks(records: &[pb::StoredTask]) -> Result<Vec<(TaskKey, TaskRecord)>, WireError> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(index, stored)| {
+            let key = TaskKey::decode(&stored.key).ok_or(WireError::TaskKey { index })?;
+            let record = codec::decode_framed(&stored.record)
+                .map_err(|source| WireError::Body { index, source })?;
+            Ok((key, record))
         })
         .collect()
 }

@@ -492,6 +492,7 @@ async fn exchange_name(
             }),
             entries: Vec::new(),
             names: vec![wire::name_entry(&queue(name), request)],
+            tasks: Vec::new(),
         })
         .await
         .expect("the batch is answered")

@@ -89,6 +89,7 @@ async fn exchange(
             sender: Some(sender(from)),
             entries: vec![wire::entry(key, request)],
             names: Vec::new(),
+            tasks: Vec::new(),
         })
         .await?
         .into_inner();
