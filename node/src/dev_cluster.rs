@@ -3,7 +3,10 @@
 //! N − 1 with its data directory `node-N` under the root, all with one cluster secret that is
 //! generated once and kept in the root (mode 0600). It prints each node's addresses as the
 //! node reports them, forwards SIGINT and SIGTERM to the three (as SIGTERM: a graceful stop)
-//! and waits for them; if one exits on its own it says so and stops the others.
+//! and waits for them. A node that exits on its own once it served (a crash, or a `kill -9`
+//! to watch the other two keep serving) is said so and started again on its data after
+//! `RESTART_PAUSE`; a node that exits before it serves (it cannot start: a port in use, a data
+//! directory it refuses) stops the others, since starting it again would fail the same way.
 //!
 //! This module only starts, watches and stops processes: it must never serve anything itself.
 
@@ -36,6 +39,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 /// Output lines of the nodes waiting to be handled.
 const LINES_QUEUED_MAX: usize = 256;
+/// How long a node that died after it served stays down before it is started again: long
+/// enough to see the other two serve without it.
+const RESTART_PAUSE: Duration = Duration::from_secs(2);
 
 /// What a node reported on its standard output.
 #[derive(Debug, Default)]
@@ -58,11 +64,66 @@ struct Exit {
 /// Why the cluster is being stopped.
 enum Stop {
     Signal(&'static str),
-    NodeExited { node: u16, status: String },
+    /// A node exited before it served: it cannot start.
+    NodeExited {
+        node: u16,
+        status: String,
+    },
+    /// A node that died could not be started again.
+    RestartFailed {
+        node: u16,
+        error: String,
+    },
     StartTimeout,
 }
 
-/// Runs the dev cluster until SIGINT or SIGTERM, or until a node exits on its own.
+/// What starting a node needs: the same for its first start and every restart.
+struct Launch {
+    executable: PathBuf,
+    root: PathBuf,
+    ports: Ports,
+    peers: String,
+    secret: String,
+    log: String,
+    lines: mpsc::Sender<(u16, String)>,
+}
+
+impl Launch {
+    /// Starts node `node` on its data directory, forwarding its output; returns its process.
+    fn start(&self, node: u16) -> anyhow::Result<Child> {
+        let mut child = Command::new(&self.executable)
+            .arg("--node-id")
+            .arg(node.to_string())
+            .arg("--data-dir")
+            .arg(node_dir(&self.root, node))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.ports.grpc(node)))
+            .arg("--sqs-listen")
+            .arg(format!("127.0.0.1:{}", self.ports.sqs(node)))
+            .arg("--peer-listen")
+            .arg(format!("127.0.0.1:{}", self.ports.peer(node)))
+            .arg("--peers")
+            .arg(&self.peers)
+            .arg("--log")
+            .arg(&self.log)
+            // In the environment, not on the command line, which every user can read.
+            .env("TRIREME_CLUSTER_SECRET", &self.secret)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start node {node}"))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        tokio::spawn(forward_stdout(node, stdout, self.lines.clone()));
+        tokio::spawn(forward_stderr(node, stderr));
+        Ok(child)
+    }
+}
+
+/// Runs the dev cluster until SIGINT or SIGTERM, or until a node exits before it serves (a node
+/// that dies after it served is started again).
 ///
 /// # Errors
 /// The root directory or the secret cannot be set up, a node cannot be started, a node exited
@@ -83,47 +144,35 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
 
     let (stop_sender, stop) = watch::channel(false);
     let (line_sender, mut lines) = mpsc::channel(LINES_QUEUED_MAX);
+    let launch = Launch {
+        executable,
+        root: args.data_dir.clone(),
+        ports,
+        peers,
+        secret,
+        log: args.log.clone(),
+        lines: line_sender,
+    };
     let mut exits = JoinSet::new();
     let mut pids = BTreeMap::new();
     for node in 1..=NODES {
-        let data_dir = node_dir(&args.data_dir, node);
-        let mut child = Command::new(&executable)
-            .arg("--node-id")
-            .arg(node.to_string())
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", ports.grpc(node)))
-            .arg("--sqs-listen")
-            .arg(format!("127.0.0.1:{}", ports.sqs(node)))
-            .arg("--peer-listen")
-            .arg(format!("127.0.0.1:{}", ports.peer(node)))
-            .arg("--peers")
-            .arg(&peers)
-            .arg("--log")
-            .arg(&args.log)
-            // In the environment, not on the command line, which every user can read.
-            .env("TRIREME_CLUSTER_SECRET", &secret)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start node {node}"))?;
+        let child = launch.start(node)?;
         pids.insert(node, child.id().unwrap_or(0));
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        tokio::spawn(forward_stdout(node, stdout, line_sender.clone()));
-        tokio::spawn(forward_stderr(node, stderr));
         exits.spawn(supervise(node, child, stop.clone()));
     }
-    drop(line_sender);
 
     let mut reported: BTreeMap<u16, Reported> = BTreeMap::new();
     let mut up = BTreeSet::new();
+    // Nodes that died after they served, and when each is started again.
+    let mut restarts: BTreeMap<u16, tokio::time::Instant> = BTreeMap::new();
     let start_deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    let mut started = false;
     let mut exited = Vec::new();
     let reason = loop {
+        let next_restart = restarts
+            .iter()
+            .min_by_key(|(_, at)| **at)
+            .map(|(n, at)| (*n, *at));
         tokio::select! {
             _ = interrupt.recv() => break Stop::Signal("SIGINT"),
             _ = terminate.recv() => break Stop::Signal("SIGTERM"),
@@ -131,8 +180,32 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
                 let exit = joined.expect("a supervisor does not panic");
                 let status = describe(&exit.status);
                 let node = exit.node;
-                exited.push(exit);
-                break Stop::NodeExited { node, status };
+                if !up.remove(&node) {
+                    exited.push(exit);
+                    break Stop::NodeExited { node, status };
+                }
+                reported.remove(&node);
+                restarts.insert(node, tokio::time::Instant::now() + RESTART_PAUSE);
+                say(&format!(
+                    "node {node} exited ({status}); the other {} keep serving; starting it again in {} s",
+                    NODES - 1,
+                    RESTART_PAUSE.as_secs()
+                ));
+            }
+            () = async {
+                if let Some((_, at)) = next_restart {
+                    tokio::time::sleep_until(at).await;
+                }
+            }, if next_restart.is_some() => {
+                let (node, _) = next_restart.expect("guarded");
+                restarts.remove(&node);
+                match launch.start(node) {
+                    Ok(child) => {
+                        pids.insert(node, child.id().unwrap_or(0));
+                        exits.spawn(supervise(node, child, stop.clone()));
+                    }
+                    Err(error) => break Stop::RestartFailed { node, error: format!("{error:#}") },
+                }
             }
             Some((node, line)) = lines.recv() => {
                 let report = reported.entry(node).or_default();
@@ -145,7 +218,8 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
                         shown(report.peers.as_deref()),
                         shown(report.data.as_deref()),
                     ));
-                    if up.len() == usize::from(NODES) {
+                    if up.len() == usize::from(NODES) && !started {
+                        started = true;
                         say(&format!(
                             "{NODES} nodes running, secret in {}; Ctrl-C stops them",
                             args.data_dir.join(SECRET_FILE_NAME).display()
@@ -153,7 +227,7 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
                     }
                 }
             }
-            () = tokio::time::sleep_until(start_deadline), if up.len() < usize::from(NODES) => {
+            () = tokio::time::sleep_until(start_deadline), if !started => {
                 break Stop::StartTimeout;
             }
         }
@@ -161,7 +235,10 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
     match &reason {
         Stop::Signal(name) => say(&format!("{name} received: stopping the nodes")),
         Stop::NodeExited { node, status } => say(&format!(
-            "node {node} exited unexpectedly ({status}): stopping the others"
+            "node {node} exited before it served ({status}): stopping the others"
+        )),
+        Stop::RestartFailed { node, error } => say(&format!(
+            "node {node} could not be started again ({error}): stopping the others"
         )),
         Stop::StartTimeout => say(&format!(
             "the nodes did not all start within {} s: stopping them",
@@ -190,7 +267,12 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
     match reason {
         Stop::Signal(_) if clean => Ok(()),
         Stop::Signal(_) => bail!("a node did not stop cleanly"),
-        Stop::NodeExited { node, status } => bail!("node {node} exited unexpectedly ({status})"),
+        Stop::NodeExited { node, status } => {
+            bail!("node {node} exited before it served ({status})")
+        }
+        Stop::RestartFailed { node, error } => {
+            bail!("node {node} could not be started again: {error}")
+        }
         Stop::StartTimeout => bail!("the nodes did not start in time"),
     }
 }

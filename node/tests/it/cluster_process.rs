@@ -2,10 +2,10 @@
 //! flags: three of them join each other (a record written to one reaches another through
 //! anti-entropy over their own links), a request from a node that is not a member is refused
 //! and logged, a data directory of another node id is refused at start; and `dev-cluster`
-//! starts three, stops them all on SIGINT, and stops the others when one dies.
+//! starts three, stops them all on SIGINT, starts a node that died again while the other two
+//! serve, and stops the others when a node cannot start.
 //!
-//! The test speaks the internal service itself, as a member would (the public endpoints do not
-//! route through the cluster yet).
+//! The membership tests speak the internal service itself, as a member would.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -313,6 +313,25 @@ async fn start_dev_cluster(root: &Path) -> DevCluster {
 }
 
 impl DevCluster {
+    /// Reads its output up to the first line containing `needle`, and returns that line.
+    async fn next_line_with(&mut self, needle: &str) -> String {
+        tokio::time::timeout(PROCESS_GUARD * 2, async {
+            loop {
+                let line = self
+                    .stdout
+                    .next_line()
+                    .await
+                    .unwrap()
+                    .expect("dev-cluster exited");
+                if line.contains(needle) {
+                    return line;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("dev-cluster never said {needle:?}"))
+    }
+
     /// The rest of its output, until it exits, and how it exited.
     async fn finish(mut self) -> (Vec<String>, std::process::ExitStatus) {
         tokio::time::timeout(PROCESS_GUARD * 3, async {
@@ -370,7 +389,7 @@ async fn dev_cluster_runs_three_nodes_and_stops_them_all_on_sigint() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_cluster_stops_the_others_when_a_node_dies() {
+async fn dev_cluster_starts_a_dead_node_again_while_the_others_serve() {
     let root = TempDir::new().unwrap();
     let secret_before = {
         let cluster = start_dev_cluster(root.path()).await;
@@ -381,25 +400,114 @@ async fn dev_cluster_stops_the_others_when_a_node_dies() {
         secret
     };
     // Started again on the same root, it keeps the secret (and the nodes their data).
-    let cluster = start_dev_cluster(root.path()).await;
+    let mut cluster = start_dev_cluster(root.path()).await;
     assert_eq!(
         std::fs::read_to_string(root.path().join("cluster-secret")).unwrap(),
         secret_before
     );
-    signal(cluster.up[&2].0, "KILL");
-    let (lines, status) = cluster.finish().await;
-    assert!(!status.success(), "{lines:?}");
-    assert!(
-        lines
-            .iter()
-            .any(|line| line.contains("node 2 exited unexpectedly")),
-        "{lines:?}"
-    );
+    let (old_pid, grpc) = cluster.up[&2];
+    signal(old_pid, "KILL");
+    let exited = cluster.next_line_with("node 2 exited").await;
+    assert!(exited.contains("the other 2 keep serving"), "{exited}");
+    // While node 2 is down the other two serve.
     for node in [1, 3] {
+        let mut client = connect(cluster.up[&node].1).await;
+        client
+            .create_queue(trireme_proto::v1::CreateQueueRequest {
+                name: format!("while-down-{node}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let again = cluster.next_line_with("node 2 up (pid ").await;
+    let new_pid: u32 = again
+        .split_once("up (pid ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(pid, _)| pid.parse().unwrap())
+        .unwrap();
+    assert_ne!(new_pid, old_pid, "{again}");
+    // Its listing is its own view, which the anti-entropy pass it runs at start fills in.
+    let mut client = connect(grpc).await;
+    let mut listed = Vec::new();
+    for _ in 0..80 {
+        listed = client
+            .list_queues(trireme_proto::v1::ListQueuesRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .names;
+        if ["while-down-1", "while-down-3"]
+            .iter()
+            .all(|name| listed.iter().any(|listed| listed == name))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(
+        listed.len() == 2,
+        "the restarted node lists the queues made while it was down: {listed:?}"
+    );
+    signal(cluster.child.id().unwrap(), "INT");
+    let (lines, status) = cluster.finish().await;
+    assert!(status.success(), "{lines:?}");
+    for node in 1..=3 {
         let stopped = format!("node {node} stopped (exit status: 0)");
         assert!(
             lines.iter().any(|line| line.ends_with(&stopped)),
             "{lines:?}"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_cluster_stops_the_others_when_a_node_cannot_start() {
+    let root = TempDir::new().unwrap();
+    let cluster = start_dev_cluster(root.path()).await;
+    signal(cluster.child.id().unwrap(), "TERM");
+    let (_, status) = cluster.finish().await;
+    assert!(status.success());
+    // Node 3's data directory now holds node 2's data: node 3 refuses to start.
+    std::fs::remove_dir_all(root.path().join("node-3")).unwrap();
+    copy_dir(&root.path().join("node-2"), &root.path().join("node-3"));
+    let base = consecutive_free(9);
+    let output = tokio::time::timeout(
+        PROCESS_GUARD * 3,
+        Command::new(env!("CARGO_BIN_EXE_trireme-node"))
+            .arg("dev-cluster")
+            .arg("--data-dir")
+            .arg(root.path())
+            .args(["--grpc-port", &base.to_string()])
+            .args(["--sqs-port", &(base + 3).to_string()])
+            .args(["--peer-port", &(base + 6).to_string()])
+            .args(["--log", "warn"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("dev-cluster did not stop")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("node 3 exited before it served"),
+        "{stdout}"
+    );
+    for node in [1, 2] {
+        let stopped = format!("node {node} stopped (exit status: 0)");
+        assert!(
+            stdout.lines().any(|line| line.ends_with(&stopped)),
+            "{stdout}"
+        );
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
 }
