@@ -7,7 +7,7 @@ use trireme_core::{Command, Delivery, MessageId, Millis, Outcome, QueueName, Que
 use crate::cluster::edge::ClusterEdge;
 use crate::engine::{Engine, EngineError};
 use crate::handle::HandleCodec;
-use crate::redrive::RedriveTasks;
+use crate::redrive::{RedriveError, RedriveProgress};
 
 /// The queue service behind the edges. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -124,17 +124,57 @@ impl Backend {
         }
     }
 
-    /// The node's redrive (message move) tasks.
+    /// Starts a message move task out of the dead-letter queue `from` (spec/queue-core.md
+    /// #redrived-to-max; in a cluster spec/replication.md §8); returns the task's handle.
     ///
     /// # Errors
-    /// `Unsupported` in a cluster: move tasks across the cluster (spec/replication.md §8) are
-    /// not served yet.
-    pub fn redrives(&self) -> Result<&RedriveTasks, EngineError> {
+    /// As `RedriveTasks::start`; in a cluster, `Engine` (`Unavailable`) without a quorum.
+    pub async fn start_move_task(
+        &self,
+        from: QueueName,
+        to: Option<QueueName>,
+        rate_per_s: Option<u32>,
+    ) -> Result<String, RedriveError> {
         match self {
-            Backend::Alone(engine) => Ok(engine.redrives()),
-            Backend::Cluster(_) => Err(EngineError::Unsupported {
-                action: "A message move task",
-            }),
+            Backend::Alone(engine) => engine.redrives().start(from, to, rate_per_s).await,
+            Backend::Cluster(edge) => edge.start_move_task(from, to, rate_per_s).await,
+        }
+    }
+
+    /// Up to `limit` move tasks of `from`, newest first.
+    ///
+    /// # Errors
+    /// None alone; `Unavailable` in a cluster.
+    pub async fn list_move_tasks(
+        &self,
+        from: &QueueName,
+        limit: usize,
+    ) -> Result<Vec<RedriveProgress>, EngineError> {
+        match self {
+            Backend::Alone(engine) => Ok(engine.redrives().list(from, limit)),
+            Backend::Cluster(edge) => edge.list_move_tasks(from, limit).await,
+        }
+    }
+
+    /// The move task with `handle`, if it is known.
+    ///
+    /// # Errors
+    /// None alone; `Unavailable` in a cluster.
+    pub async fn move_task(&self, handle: &str) -> Result<Option<RedriveProgress>, EngineError> {
+        match self {
+            Backend::Alone(engine) => Ok(engine.redrives().get(handle)),
+            Backend::Cluster(edge) => edge.move_task(handle).await,
+        }
+    }
+
+    /// Cancels the move task with `handle`; returns how many messages it had moved.
+    ///
+    /// # Errors
+    /// `TaskNotFound`, `NotRunning`; in a cluster also `Engine` (`Unavailable`).
+    pub async fn cancel_move_task(&self, handle: &str) -> Result<u64, RedriveError> {
+        match self {
+            Backend::Alone(engine) => engine.redrives().cancel(handle),
+            Backend::Cluster(edge) => edge.cancel_move_task(handle).await,
         }
     }
 }

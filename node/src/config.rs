@@ -18,6 +18,7 @@ use trireme_replication::placement::REPLICAS;
 
 use crate::cluster::anti_entropy::AntiEntropySettings;
 use crate::cluster::collection::CollectionSettings;
+use crate::cluster::move_task::MoveTaskSettings;
 use crate::handle::HANDLE_KEY_BYTES_MIN;
 use crate::limits;
 
@@ -425,6 +426,9 @@ pub struct ClusterConfig {
     pub collection_period_s: u64,
     /// Rows one collection round walks at most.
     pub collection_rows_per_round_max: usize,
+    /// A move task's lease (`TASK_LEASE`, spec/replication.md §8): the page's 30 s; tests
+    /// shorten it so a takeover comes within seconds.
+    pub move_task_lease_ms: u64,
 }
 
 impl ClusterConfig {
@@ -758,6 +762,7 @@ fn resolve_cluster(input: ClusterInput) -> Result<Option<ClusterConfig>, ConfigE
         collection_rows_per_round_max: input
             .collection_rows_per_round_max
             .unwrap_or(collection.rows_per_round_max),
+        move_task_lease_ms: MoveTaskSettings::default().lease_ms,
     }))
 }
 

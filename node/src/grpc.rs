@@ -1165,9 +1165,7 @@ impl QueueService for GrpcService {
             };
             let task_handle = self
                 .backend
-                .redrives()
-                .map_err(|error| engine_status(&error))?
-                .start(from, to, rate)
+                .start_move_task(from, to, rate)
                 .await
                 .map_err(|error| status::redrive_status(&error))?;
             Ok(Response::new(pb::StartRedriveResponse { task_handle }))
@@ -1194,9 +1192,9 @@ impl QueueService for GrpcService {
             .map_err(|e| field_status(&e))?;
             let tasks = self
                 .backend
-                .redrives()
-                .map_err(|error| engine_status(&error))?
-                .list(&from, limit);
+                .list_move_tasks(&from, limit)
+                .await
+                .map_err(|error| engine_status(&error))?;
             Ok(Response::new(pb::ListRedrivesResponse {
                 tasks: tasks.into_iter().map(redrive_task).collect(),
             }))
@@ -1214,9 +1212,8 @@ impl QueueService for GrpcService {
         async move {
             let moved = self
                 .backend
-                .redrives()
-                .map_err(|error| engine_status(&error))?
-                .cancel(&request.task_handle)
+                .cancel_move_task(&request.task_handle)
+                .await
                 .map_err(|error| status::redrive_status(&error))?;
             Ok(Response::new(pb::CancelRedriveResponse { moved }))
         }

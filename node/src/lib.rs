@@ -44,6 +44,7 @@ use crate::clock::Clock;
 use crate::cluster::anti_entropy::{AntiEntropySettings, AntiEntropyTask};
 use crate::cluster::collection::{CollectionSettings, CollectionTask};
 use crate::cluster::edge::ClusterEdge;
+use crate::cluster::move_task::{MoveTaskDriver, MoveTaskSettings};
 use crate::cluster::peers::LinkSettings;
 use crate::cluster::store::{ReplicaStore, StoreClosed, StoreError};
 use crate::cluster::{Cluster, ClusterError, ClusterSettings};
@@ -132,8 +133,9 @@ struct Member {
     peer_router: Option<tonic::transport::server::Router>,
     anti_entropy: AntiEntropySettings,
     collection: CollectionSettings,
+    move_tasks: MoveTaskSettings,
     /// The background work, once the peers are served.
-    tasks: Option<(AntiEntropyTask, CollectionTask)>,
+    tasks: Option<(AntiEntropyTask, CollectionTask, MoveTaskDriver)>,
     /// Resolves when the replica database is closed.
     store_closed: StoreClosed,
 }
@@ -193,11 +195,18 @@ impl Member {
             rows_per_round_max: config.collection_rows_per_round_max,
             ..CollectionSettings::default()
         };
+        let move_tasks = MoveTaskSettings {
+            lease_ms: config.move_task_lease_ms,
+            // A look well within a lease, so a takeover is not late by much more than the rule.
+            scan_period: Duration::from_millis(config.move_task_lease_ms / 4)
+                .min(MoveTaskSettings::default().scan_period),
+        };
         Ok(Member {
             cluster,
             peer_router: Some(peer_router),
             anti_entropy,
             collection,
+            move_tasks,
             tasks: None,
             store_closed,
         })
@@ -206,7 +215,8 @@ impl Member {
     /// Stops the background work, lets go of the cluster and waits (until `deadline`) for the
     /// replica database to close: its last group committed, the file released.
     async fn stop(self, deadline: tokio::time::Instant) {
-        if let Some((anti_entropy, collection)) = self.tasks {
+        if let Some((anti_entropy, collection, move_tasks)) = self.tasks {
+            move_tasks.stop().await;
             anti_entropy.stop().await;
             collection.stop().await;
         }
@@ -369,6 +379,7 @@ impl Node {
         member.tasks = Some((
             member.cluster.spawn_anti_entropy(member.anti_entropy),
             member.cluster.spawn_collection(member.collection),
+            member.cluster.spawn_move_tasks(member.move_tasks),
         ));
     }
 

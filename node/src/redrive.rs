@@ -317,15 +317,17 @@ fn forget_oldest_finished(registry: &mut Registry) {
     }
 }
 
-/// Messages per step and the pause between steps for a rate.
-fn pacing(rate_per_s: Option<u32>) -> (u32, Duration) {
+/// Messages per step (at most `step_max`) and the pause between steps for a rate. The cluster's
+/// move tasks pace their batches with it too.
+pub(crate) fn pacing(rate_per_s: Option<u32>, step_max: u32) -> (u32, Duration) {
+    assert!(step_max >= 1);
     match rate_per_s {
-        None => (limits::redrive_step_messages_max, Duration::ZERO),
+        None => (step_max, Duration::ZERO),
         Some(rate) => {
             assert!(rate >= 1);
             // Ten steps a second at most, so a slow rate moves one message at a time and a fast
             // one does not pay a commit per message.
-            let step = rate.div_ceil(10).max(1);
+            let step = rate.div_ceil(10).clamp(1, step_max);
             (
                 step,
                 Duration::from_millis(u64::from(step) * 1_000 / u64::from(rate)),
@@ -342,7 +344,7 @@ async fn run_task(
     rate_per_s: Option<u32>,
     mut cancelled: watch::Receiver<bool>,
 ) {
-    let (step, pause) = pacing(rate_per_s);
+    let (step, pause) = pacing(rate_per_s, limits::redrive_step_messages_max);
     let to_move = tasks.update(order, |_| {}).to_move;
     // Messages that failed stay ready at the head of the dead-letter queue and are taken again
     // by the next step, so each step asks for that many more than it means to move.
@@ -414,13 +416,13 @@ mod tests {
 
     #[test]
     fn pacing_keeps_the_asked_rate() {
-        assert_eq!(pacing(Some(1)), (1, Duration::from_millis(1_000)));
-        assert_eq!(pacing(Some(10)), (1, Duration::from_millis(100)));
-        assert_eq!(pacing(Some(500)), (50, Duration::from_millis(100)));
-        assert_eq!(pacing(Some(15)), (2, Duration::from_millis(133)));
-        assert_eq!(
-            pacing(None),
-            (limits::redrive_step_messages_max, Duration::ZERO)
-        );
+        let max = limits::redrive_step_messages_max;
+        assert_eq!(pacing(Some(1), max), (1, Duration::from_millis(1_000)));
+        assert_eq!(pacing(Some(10), max), (1, Duration::from_millis(100)));
+        assert_eq!(pacing(Some(500), max), (50, Duration::from_millis(100)));
+        assert_eq!(pacing(Some(15), max), (2, Duration::from_millis(133)));
+        assert_eq!(pacing(None, max), (max, Duration::ZERO));
+        // A smaller step keeps the rate with shorter pauses.
+        assert_eq!(pacing(Some(500), 10), (10, Duration::from_millis(20)));
     }
 }

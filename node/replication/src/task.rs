@@ -675,6 +675,51 @@ impl TaskWriteOp {
     }
 }
 
+/// What both task operations offer their driver: replies in, a timeout, effects out.
+pub trait TaskOperation {
+    /// What the caller is told.
+    type Answer;
+    /// One replica's reply to round `round`.
+    fn on_reply(
+        &mut self,
+        from: NodeId,
+        round: u32,
+        reply: &TaskReply,
+    ) -> Effects<Self::Answer, TaskOutgoing>;
+    /// The operation's deadline passed.
+    fn on_timeout(&mut self) -> Effects<Self::Answer, TaskOutgoing>;
+}
+
+impl TaskOperation for TaskReadOp {
+    type Answer = TaskReadAnswer;
+    fn on_reply(
+        &mut self,
+        from: NodeId,
+        round: u32,
+        reply: &TaskReply,
+    ) -> Effects<TaskReadAnswer, TaskOutgoing> {
+        TaskReadOp::on_reply(self, from, round, reply)
+    }
+    fn on_timeout(&mut self) -> Effects<TaskReadAnswer, TaskOutgoing> {
+        TaskReadOp::on_timeout(self)
+    }
+}
+
+impl TaskOperation for TaskWriteOp {
+    type Answer = TaskWriteAnswer;
+    fn on_reply(
+        &mut self,
+        from: NodeId,
+        round: u32,
+        reply: &TaskReply,
+    ) -> Effects<TaskWriteAnswer, TaskOutgoing> {
+        TaskWriteOp::on_reply(self, from, round, reply)
+    }
+    fn on_timeout(&mut self) -> Effects<TaskWriteAnswer, TaskOutgoing> {
+        TaskWriteOp::on_timeout(self)
+    }
+}
+
 // ----- the clients' actions ---------------------------------------------------------------------
 
 /// The record a start writes (as a conditional start) over the merged read `merged`: task
@@ -765,23 +810,27 @@ pub fn acquire(merged: &TaskRecord, me: NodeId, now: Millis, lease_ms: u64) -> A
     }
 }
 
-/// Whether `me`, the `rank`-th of the record's replicas in ring order (0: first), should try to
-/// acquire the current task of `held` (its own copy of the record) at `now`, when it does not
-/// run it itself: a task never leased (the starter acquires it at once; replicas after
-/// `SKEW_MAX` and one lease per rank), a lease this node holds by the record but no longer runs
-/// (it restarted: at once), or another holder's lease whose `deadline + SKEW_MAX` passed by
-/// this node's clock (plus one lease per rank, so three nodes do not race).
+/// Whether `me`, the `rank`-th of the record's replicas in ring order (0: first; a node that is
+/// none of them passes `REPLICAS`), should try to acquire the current task of `held` at `now`,
+/// when it does not run it itself: a cancelled task (whoever finds it ends it, at once), a task
+/// never leased (its starter at once; replicas after `SKEW_MAX` and one lease per rank), a
+/// lease this node holds by the record but no longer runs (it restarted or let go: at once), or
+/// another holder's lease whose `deadline + SKEW_MAX` passed by this node's clock (plus one
+/// lease per rank, so three nodes do not race).
 #[must_use]
 pub fn acquire_due(held: &TaskRecord, me: NodeId, rank: usize, now: Millis, lease_ms: u64) -> bool {
     let Some((_, task)) = held.current() else {
         return false;
     };
-    if !task.status.active() {
-        return false;
+    match task.status {
+        TaskStatus::Cancelling => return true,
+        TaskStatus::Running => {}
+        _ => return false,
     }
     let stagger = lease_ms.saturating_mul(rank as u64);
     let due = match task.lease {
         Some(lease) if lease.holder == me => return true,
+        None if task.starter.coordinator == me => return true,
         Some(lease) => lease.deadline.0,
         None => task.params.started_at.0,
     };
@@ -1110,12 +1159,23 @@ mod tests {
             Millis(deadline + SKEW_MAX_MS + lease_ms),
             lease_ms
         ));
-        // Never leased: counted from the start.
+        // Never leased: its starter at once, the others counted from the start.
+        assert!(acquire_due(&record, NodeId(1), 2, Millis(1_000), lease_ms));
+        assert!(!acquire_due(&record, NodeId(2), 0, Millis(1_000), lease_ms));
         assert!(acquire_due(
             &record,
             NodeId(2),
             0,
             Millis(1_000 + SKEW_MAX_MS),
+            lease_ms
+        ));
+        // A cancel is ended by whoever finds it.
+        let (cancelling, _) = cancel(&lease, 1).unwrap();
+        assert!(acquire_due(
+            &cancelling,
+            NodeId(3),
+            2,
+            Millis(2_001),
             lease_ms
         ));
         // An ended task needs nobody.

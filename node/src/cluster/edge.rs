@@ -39,6 +39,8 @@ use crate::codec;
 use crate::engine::EngineError;
 use crate::handle::HandleCodec;
 
+mod move_tasks;
+
 /// How often a long poll looks at the local view again while nothing is ready.
 const LONG_POLL_RECHECK: Duration = Duration::from_millis(50);
 

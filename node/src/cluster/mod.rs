@@ -12,12 +12,15 @@
 //! - `collection`: the background collection of tombstones after the horizon;
 //! - `names`: queues in the cluster: create, delete, attribute and tag changes, the name view,
 //!   and the sweep of deleted queues' messages;
+//! - `move_task`: move tasks' start, cancel and reads, and the driver that runs them under a
+//!   lease (spec/replication.md §8);
 //! - `peers`: batched, lazily connected links to the peers;
 //! - `wire`: the internal service's messages as protocol values.
 
 pub mod anti_entropy;
 pub mod collection;
 pub mod edge;
+pub mod move_task;
 pub mod names;
 pub mod peers;
 pub mod service;
@@ -128,6 +131,8 @@ struct Inner {
     /// The hybrid logical clock's last stamp (spec/replication.md §1): queue incarnations and
     /// attribute registers this node stamps.
     hlc: Mutex<u64>,
+    /// The move tasks this node runs, and those a start or a cancel asked it to look at now.
+    move_tasks: move_task::MoveTasks,
     /// Drops deleted incarnations' message records; stops with the cluster.
     _sweeper: names::Sweeper,
 }
@@ -199,6 +204,7 @@ impl Cluster {
                 collector: tokio::sync::Mutex::new(collection::Collector::default()),
                 nonces: Mutex::new(nonces),
                 hlc: Mutex::new(0),
+                move_tasks: move_task::MoveTasks::default(),
                 _sweeper: names::Sweeper::spawn(sweeper_store),
             }),
         };

@@ -270,8 +270,7 @@ impl Sqs {
         }
         let task_id = self
             .backend
-            .redrives()?
-            .start(from.clone(), to.clone(), rate)
+            .start_move_task(from.clone(), to.clone(), rate)
             .await
             .map_err(|error| move_task_error(error, &from))?;
         Ok(StartMessageMoveTaskResponse {
@@ -296,7 +295,10 @@ impl Sqs {
         )?
         .unwrap_or(1);
         let from = self.move_task_queue(&source_arn, "SourceArn").await?;
-        let tasks = self.backend.redrives()?.list(&from, usize_from(limit));
+        let tasks = self
+            .backend
+            .list_move_tasks(&from, usize_from(limit))
+            .await?;
         let results = tasks
             .into_iter()
             .map(|task| {
@@ -346,16 +348,16 @@ impl Sqs {
         // A task of another queue is no task of this one.
         if self
             .backend
-            .redrives()?
-            .get(&handle.task_id)
+            .move_task(&handle.task_id)
+            .await?
             .is_none_or(|task| task.from != from)
         {
             return Err(SqsError::TaskDoesNotExist);
         }
         let moved = self
             .backend
-            .redrives()?
-            .cancel(&handle.task_id)
+            .cancel_move_task(&handle.task_id)
+            .await
             .map_err(|error| move_task_error(error, &from))?;
         Ok(CancelMessageMoveTaskResponse {
             approximate_number_of_messages_moved: moved,

@@ -491,6 +491,7 @@ async fn configured_nodes_replicate_and_close_their_replica_stores_on_shutdown()
             anti_entropy_period_s: 3_600,
             collection_period_s: 3_600,
             collection_rows_per_round_max: 1_000,
+            move_task_lease_ms: 30_000,
         });
         let storage = trireme_node::open_storage(&config).unwrap();
         let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

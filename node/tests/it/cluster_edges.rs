@@ -23,22 +23,24 @@ use crate::harness::{Client, connect, eventually, send_request};
 use crate::loopback;
 
 const MEMBERS: u16 = 3;
+/// Move tasks' lease: short, so a takeover comes within seconds (cluster_move_tasks).
+const MOVE_TASK_LEASE_MS: u64 = 2_000;
 
 /// One member: its node, its gRPC client and its SQS address.
-struct Member {
+pub(crate) struct Member {
     node: Option<Node>,
     client: Client,
     sqs: SocketAddr,
 }
 
 /// Three members on loopback.
-struct EdgeCluster {
+pub(crate) struct EdgeCluster {
     members: Vec<Member>,
     _dirs: Vec<TempDir>,
 }
 
 impl EdgeCluster {
-    async fn start() -> EdgeCluster {
+    pub(crate) async fn start() -> EdgeCluster {
         let peers = loopback::reserve(1..=MEMBERS);
         let peer_addresses = loopback::addresses(&peers);
         let mut peers = peers;
@@ -60,6 +62,7 @@ impl EdgeCluster {
                 anti_entropy_period_s: 1,
                 collection_period_s: 3_600,
                 collection_rows_per_round_max: 1_024,
+                move_task_lease_ms: MOVE_TASK_LEASE_MS,
             });
             let storage = trireme_node::open_storage(&config).unwrap();
             let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -95,26 +98,26 @@ impl EdgeCluster {
     }
 
     /// Member `index` (0-based)'s gRPC client.
-    fn at(&mut self, index: usize) -> &mut Client {
+    pub(crate) fn at(&mut self, index: usize) -> &mut Client {
         let members = self.members.len();
         &mut self.members[index % members].client
     }
 
     /// Stops member `index` for good (its replicas stop answering).
-    async fn stop(&mut self, index: usize) {
+    pub(crate) async fn stop(&mut self, index: usize) {
         if let Some(node) = self.members[index].node.take() {
             node.shutdown().await;
         }
     }
 
-    async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         for index in 0..self.members.len() {
             self.stop(index).await;
         }
     }
 }
 
-async fn create(client: &mut Client, name: &str, attributes: pb::QueueAttributes) {
+pub(crate) async fn create(client: &mut Client, name: &str, attributes: pb::QueueAttributes) {
     client
         .create_queue(pb::CreateQueueRequest {
             name: name.to_owned(),

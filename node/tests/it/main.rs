@@ -7,6 +7,7 @@ mod cluster;
 mod cluster_anti_entropy;
 mod cluster_edges;
 mod cluster_faults;
+mod cluster_move_tasks;
 mod cluster_names;
 mod cluster_process;
 mod crash;

@@ -1,0 +1,590 @@
+//! Move tasks across the cluster (spec/replication.md §8): the start, cancel and read of a
+//! source's task record through its three replicas, and the background driver that runs the
+//! active tasks of the records this node holds, under a lease, moving each message by section
+//! 7's redrive (`RedriveOp`: the copy to the destination first, then the dead-letter copy's
+//! conditional tombstone), at the task's rate.
+//!
+//! Nothing of a task lives only in memory: the record is durable on its replicas, and a node
+//! that restarts finds in its own copy the tasks whose lease it held or whose lease expired, and
+//! acquires them anew (a new epoch). Which task to run and when, what to write and whether a
+//! write may go on are `trireme_replication::task`'s decisions; this module reads the clock,
+//! sends, waits and sleeps. It must never move a message but through `RedriveOp`.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc};
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::{Instrument, debug, info, info_span, warn};
+use trireme_core::MessageId;
+use trireme_replication::RecordKey;
+use trireme_replication::coordinator::{Effects, RedriveAnswer, RedriveOp};
+use trireme_replication::task::{
+    Acquire, CancelRefused, FailureReason, Runner, Starter, TASK_BATCH_MAX, TASK_LEASE_MS,
+    TaskHandle, TaskKey, TaskOperation, TaskOutgoing, TaskParams, TaskReadAnswer, TaskReadOp,
+    TaskRecord, TaskReply, TaskStatus, TaskWrite, TaskWriteAnswer, TaskWriteOp, acquire,
+    acquire_due,
+};
+use trireme_replication::{NodeId, placement::REPLICAS};
+
+use super::Cluster;
+use super::store::TaskEntry;
+use crate::redrive::pacing;
+
+/// How the driver runs tasks.
+#[derive(Clone, Copy, Debug)]
+pub struct MoveTaskSettings {
+    /// `TASK_LEASE`: how long a lease lasts past its last renewal.
+    pub lease_ms: u64,
+    /// Between two looks at this node's task records for a task that needs a runner.
+    pub scan_period: Duration,
+}
+
+impl Default for MoveTaskSettings {
+    /// The page's lease, 30 s, and a look every second.
+    fn default() -> MoveTaskSettings {
+        MoveTaskSettings {
+            lease_ms: TASK_LEASE_MS,
+            scan_period: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The tasks this node runs now and those a start asked it to run at once. Shared by the
+/// cluster handle (a start kicks) and the driver (which runs).
+#[derive(Default)]
+pub(super) struct MoveTasks {
+    running: Mutex<BTreeSet<TaskKey>>,
+    kicked: Mutex<BTreeSet<TaskKey>>,
+    wake: Notify,
+}
+
+/// Fewer than two replicas answered in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("fewer than two replicas of the task record answered in time")]
+pub struct TaskUnavailable;
+
+/// The answer to a start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartAnswer {
+    /// Two replicas acknowledged task `number`.
+    Started(TaskHandle),
+    /// Task `number` is still running or cancelling (one active task per source).
+    AlreadyRunning(TaskHandle),
+    /// No quorum by the deadline (the start may have taken effect, as a failed send may).
+    Unavailable,
+}
+
+/// The answer to a cancel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelAnswer {
+    /// `CANCELLING` is on two replicas; the task had moved this many.
+    Cancelling(u64),
+    /// Refused (the handle names no task, or one that is not running).
+    Refused(CancelRefused),
+    /// No quorum by the deadline.
+    Unavailable,
+}
+
+/// The background driver of one node. Dropping it stops the driver and every runner.
+pub struct MoveTaskDriver {
+    task: JoinHandle<()>,
+}
+
+impl MoveTaskDriver {
+    /// Stops the driver and its runners, and waits until they let go of the cluster. A batch in
+    /// progress ends where it is: each move is a redrive, safe wherever it stops.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        // A cancelled task ends with a `JoinError`, which is the point.
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for MoveTaskDriver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Cluster {
+    /// The replicas of a task record: its source name's (spec §8, *The task record*).
+    #[must_use]
+    pub fn task_replicas(&self, key: &TaskKey) -> [NodeId; REPLICAS] {
+        self.name_replicas(&key.queue)
+    }
+
+    /// The quorum read of `key`'s task record, repairing the replica that answered with less.
+    ///
+    /// # Errors
+    /// [`TaskUnavailable`] without two replies by the operation timeout.
+    pub async fn read_task(&self, key: &TaskKey) -> Result<TaskRecord, TaskUnavailable> {
+        let (op, effects) = TaskReadOp::start(key.clone(), self.task_replicas(key));
+        match self.run_task_op(op, effects).await {
+            TaskReadAnswer::Read(record) => Ok(record),
+            TaskReadAnswer::Unavailable => Err(TaskUnavailable),
+        }
+    }
+
+    async fn write_task(&self, key: &TaskKey, write: TaskWrite) -> TaskWriteAnswer {
+        let (op, effects) = TaskWriteOp::start(key.clone(), self.task_replicas(key), write);
+        self.run_task_op(op, effects).await
+    }
+
+    /// Starts a task of the source `key` with `params` (spec §8, *Start*): a quorum read, then
+    /// the conditional start of the next number; once two replicas acknowledged it, this node
+    /// acquires the lease at once (its driver is kicked).
+    pub async fn start_task(&self, key: &TaskKey, params: TaskParams) -> StartAnswer {
+        let handle = |task| TaskHandle {
+            key: key.clone(),
+            task,
+        };
+        let Ok(merged) = self.read_task(key).await else {
+            return StartAnswer::Unavailable;
+        };
+        let starter = Starter {
+            coordinator: self.node(),
+            nonce: self.nonce(),
+        };
+        let record = match trireme_replication::task::start(&merged, starter, params) {
+            Ok(record) => record,
+            Err(running) => return StartAnswer::AlreadyRunning(handle(running)),
+        };
+        let number = record.number();
+        match self.write_task(key, TaskWrite::Start(record)).await {
+            TaskWriteAnswer::Written => {
+                self.inner.move_tasks.kick(key.clone());
+                StartAnswer::Started(handle(number))
+            }
+            // Another start took the number on two replicas: it is the running task, unless it
+            // already ended, which a second read tells.
+            TaskWriteAnswer::Refused => match self.read_task(key).await {
+                Ok(now) => match now.current() {
+                    Some((n, task)) if task.status.active() => {
+                        StartAnswer::AlreadyRunning(handle(n))
+                    }
+                    _ => StartAnswer::Unavailable,
+                },
+                Err(TaskUnavailable) => StartAnswer::Unavailable,
+            },
+            TaskWriteAnswer::Unavailable => StartAnswer::Unavailable,
+        }
+    }
+
+    /// Cancels the task `handle` names (spec §8, *Cancel*): a quorum read, then `CANCELLING`
+    /// with two acks. The runner's next renewal is refused, and whoever finds the cancel writes
+    /// `CANCELLED`.
+    pub async fn cancel_task(&self, handle: &TaskHandle) -> CancelAnswer {
+        let Ok(merged) = self.read_task(&handle.key).await else {
+            return CancelAnswer::Unavailable;
+        };
+        let (record, moved) = match trireme_replication::task::cancel(&merged, handle.task) {
+            Ok(cancelled) => cancelled,
+            Err(refused) => return CancelAnswer::Refused(refused),
+        };
+        match self.write_task(&handle.key, TaskWrite::Merge(record)).await {
+            TaskWriteAnswer::Written => {
+                // Ends the task at once if this node runs it; any other finder ends it too.
+                self.inner.move_tasks.kick(handle.key.clone());
+                CancelAnswer::Cancelling(moved)
+            }
+            TaskWriteAnswer::Refused | TaskWriteAnswer::Unavailable => CancelAnswer::Unavailable,
+        }
+    }
+
+    /// Starts the driver: every `settings.scan_period` (or at once when a start or a cancel
+    /// kicks it) it looks at this node's task records for an active task it does not run and
+    /// whose lease is due by the takeover rule, and at the tasks kicked, and runs each in a
+    /// task of its own.
+    #[must_use]
+    pub fn spawn_move_tasks(&self, settings: MoveTaskSettings) -> MoveTaskDriver {
+        let cluster = self.clone();
+        let task = tokio::spawn(async move {
+            // Runners live in the set: dropping the driver's task drops them with it.
+            let mut runners = JoinSet::new();
+            loop {
+                while runners.try_join_next().is_some() {}
+                for key in cluster.due_tasks(settings).await {
+                    if cluster.inner.move_tasks.claim(&key) {
+                        let span = info_span!("move_task", queue = %key.queue);
+                        let cluster = cluster.clone();
+                        runners.spawn(
+                            async move {
+                                cluster.run_task(&key, settings).await;
+                                cluster.inner.move_tasks.release(&key);
+                            }
+                            .instrument(span),
+                        );
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(settings.scan_period) => {}
+                    () = cluster.inner.move_tasks.wake.notified() => {}
+                }
+            }
+        });
+        MoveTaskDriver { task }
+    }
+
+    /// The tasks to run now: kicked ones, and the active tasks of this node's records whose
+    /// lease is due for this node (`acquire_due`), those it runs already left out.
+    async fn due_tasks(&self, settings: MoveTaskSettings) -> BTreeSet<TaskKey> {
+        let mut due = self.inner.move_tasks.take_kicked();
+        let store = self.inner.store.clone();
+        let scanned = tokio::task::spawn_blocking(move || {
+            store.task_records(None, usize::MAX, |_, record| {
+                record
+                    .current()
+                    .is_some_and(|(_, task)| task.status.active())
+            })
+        })
+        .await
+        .expect("a task scan does not panic");
+        let records = match scanned {
+            Ok((records, _)) => records,
+            Err(error) => {
+                warn!(%error, "move tasks: the task records could not be read");
+                return due;
+            }
+        };
+        let (me, now) = (self.node(), self.inner.me.clock.now());
+        for (key, record) in records {
+            let rank = self
+                .task_replicas(&key)
+                .iter()
+                .position(|node| *node == me)
+                .unwrap_or(REPLICAS);
+            if acquire_due(&record, me, rank, now, settings.lease_ms) {
+                due.insert(key);
+            }
+        }
+        due.retain(|key| !self.inner.move_tasks.runs(key));
+        due
+    }
+
+    /// Runs the task of `key` while this node holds its lease (spec §8, *Acquire*, *Renew and
+    /// move*, *Complete*, *Fail*): acquire, then renew and move a batch until the task ends, the
+    /// lease is lost, or a write gets no quorum (the next scan reads again).
+    async fn run_task(&self, key: &TaskKey, settings: MoveTaskSettings) {
+        let (me, clock) = (self.node(), Arc::clone(&self.inner.me.clock));
+        let Ok(merged) = self.read_task(key).await else {
+            return;
+        };
+        // The scan decided on this node's copy; the quorum read may know a live lease of
+        // another runner (a kick after a refused renewal, or a takeover already done).
+        let rank = self
+            .task_replicas(key)
+            .iter()
+            .position(|node| *node == me)
+            .unwrap_or(REPLICAS);
+        if !acquire_due(&merged, me, rank, clock.now(), settings.lease_ms) {
+            return;
+        }
+        let mut runner = match acquire(&merged, me, clock.now(), settings.lease_ms) {
+            Acquire::Lease(record) => {
+                match self.write_task(key, TaskWrite::Lease(record.clone())).await {
+                    TaskWriteAnswer::Written => Runner::new(me, record, settings.lease_ms),
+                    answer => {
+                        debug!(?answer, "move task: lease not acquired");
+                        return;
+                    }
+                }
+            }
+            Acquire::Cancelled(record) => {
+                let answer = self.write_task(key, TaskWrite::Merge(record)).await;
+                info!(?answer, "move task cancelled");
+                return;
+            }
+            Acquire::Nothing => return,
+        };
+        info!(
+            task = runner.number(),
+            "move task: running under a new lease"
+        );
+        let params = runner.task().params.clone();
+        let (step, pause) = pacing(params.rate_per_s, TASK_BATCH_MAX);
+        // Messages this run will not take again: skipped (their source queue is missing),
+        // claimed by a consumer, or copied whose tombstone lost to a receive.
+        let mut passed: BTreeSet<MessageId> = BTreeSet::new();
+        loop {
+            let renewal = runner.renewal(clock.now());
+            match self.write_task(key, renewal).await {
+                TaskWriteAnswer::Written => {}
+                answer => {
+                    // A cancel or a takeover refused it, or no quorum: let go; whoever reads the
+                    // record next ends a cancelled task or runs it under a new lease.
+                    info!(?answer, "move task: renewal not acknowledged, lease let go");
+                    self.inner.move_tasks.kick(key.clone());
+                    return;
+                }
+            }
+            let ended = match self.task_queues_gone(key, &params).await {
+                Ok(Some(reason)) => Some(TaskStatus::Failed(reason)),
+                Ok(None) if runner.done() => Some(TaskStatus::Completed),
+                Ok(None) => None,
+                // The names could not be read: try again at the next batch, under the lease.
+                Err(TaskUnavailable) => {
+                    tokio::time::sleep(pause.max(settings.scan_period)).await;
+                    continue;
+                }
+            };
+            if let Some(status) = ended {
+                self.end_task(key, &runner, status).await;
+                return;
+            }
+            let now = clock.now();
+            let mut candidates: Vec<MessageId> = self.inner.store.view(|view| {
+                view.candidates(
+                    &key.queue,
+                    key.incarnation,
+                    now,
+                    step as usize + passed.len(),
+                )
+            });
+            candidates.retain(|id| !passed.contains(id));
+            candidates.truncate(step as usize);
+            if candidates.is_empty() {
+                self.end_task(key, &runner, TaskStatus::Completed).await;
+                return;
+            }
+            let (mut moved, mut failed) = (0, 0);
+            for id in candidates {
+                if !runner.may_move(clock.now()) {
+                    break;
+                }
+                match self.redrive_one(key, &params, id).await {
+                    Redriven::Moved => moved += 1,
+                    Redriven::SourceMissing => {
+                        failed += 1;
+                        passed.insert(id);
+                    }
+                    Redriven::Passed => {
+                        passed.insert(id);
+                    }
+                    // Tried again in the next batch.
+                    Redriven::Unavailable => break,
+                }
+            }
+            runner.count(moved, failed);
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+
+    /// Whether the task's source or its named destination is gone (deleted, or deleted and
+    /// created again): the reason to fail it.
+    async fn task_queues_gone(
+        &self,
+        key: &TaskKey,
+        params: &TaskParams,
+    ) -> Result<Option<FailureReason>, TaskUnavailable> {
+        let live = |state: Option<super::names::QueueState>| state.map(|s| s.incarnation);
+        let source = self.queue(&key.queue).await.map_err(|_| TaskUnavailable)?;
+        if live(source) != Some(key.incarnation) {
+            return Ok(Some(FailureReason::SourceDeleted {
+                name: key.queue.clone(),
+            }));
+        }
+        if let Some(destination) = &params.destination {
+            let state = self
+                .queue(&destination.name)
+                .await
+                .map_err(|_| TaskUnavailable)?;
+            if live(state) != Some(destination.incarnation) {
+                return Ok(Some(FailureReason::DestinationDeleted {
+                    name: destination.name.clone(),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn end_task(&self, key: &TaskKey, runner: &Runner, status: TaskStatus) {
+        let answer = self.write_task(key, runner.end(status.clone())).await;
+        info!(
+            ?status,
+            ?answer,
+            moved = runner.task().moved_total(),
+            "move task ended"
+        );
+    }
+
+    /// Redrives the message `id` of the task's source to the named destination or to the
+    /// queue its dead-letter copy came from.
+    async fn redrive_one(&self, key: &TaskKey, params: &TaskParams, id: MessageId) -> Redriven {
+        let source = RecordKey {
+            queue: key.queue.clone(),
+            incarnation: key.incarnation,
+            message: id,
+        };
+        let target = match &params.destination {
+            Some(destination) => RecordKey {
+                queue: destination.name.clone(),
+                incarnation: destination.incarnation,
+                message: id,
+            },
+            None => {
+                // The dead-letter copy's source queue is written once per generation, so this
+                // replica's copy names it as every replica's does.
+                let store = self.inner.store.clone();
+                let lookup = source.clone();
+                let held = tokio::task::spawn_blocking(move || store.record(&lookup))
+                    .await
+                    .expect("a record read does not panic");
+                let Ok(Some(record)) = held else {
+                    return Redriven::Passed;
+                };
+                let Some(origin) = record.live().and_then(|l| l.birth.source_queue.clone()) else {
+                    return Redriven::Passed;
+                };
+                // As on one node, the source queue is found by name.
+                match self.queue(&origin.name).await {
+                    Ok(Some(state)) => RecordKey {
+                        queue: origin.name,
+                        incarnation: state.incarnation,
+                        message: id,
+                    },
+                    Ok(None) => return Redriven::SourceMissing,
+                    Err(_) => return Redriven::Unavailable,
+                }
+            }
+        };
+        let now = self.inner.me.clock.now();
+        let (op, effects) = RedriveOp::start(
+            (source.clone(), self.replicas(&source)),
+            (target.clone(), self.replicas(&target)),
+            now,
+        );
+        match self.run(op, effects).await {
+            RedriveAnswer::Moved => Redriven::Moved,
+            // In both queues (a duplicate the page allows) or not movable now: not again.
+            RedriveAnswer::CopiedOnly | RedriveAnswer::NotMovable => Redriven::Passed,
+            RedriveAnswer::Unavailable => Redriven::Unavailable,
+            RedriveAnswer::Diverged(divergence) => {
+                warn!(message = %id, %divergence, "move task: replicas disagree on a once-field; left in place");
+                Redriven::Passed
+            }
+        }
+    }
+
+    /// Runs a task record operation from its first `effects` to its answer or the operation
+    /// timeout.
+    async fn run_task_op<O: TaskOperation>(
+        &self,
+        mut op: O,
+        mut effects: Effects<O::Answer, TaskOutgoing>,
+    ) -> O::Answer {
+        let (replies, mut incoming) = mpsc::unbounded_channel();
+        let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
+        loop {
+            if let Some(answer) = effects.answer.take() {
+                // Read repairs the answering step still sent go out unawaited.
+                self.dispatch_tasks(std::mem::take(&mut effects.sends), None);
+                return answer;
+            }
+            self.dispatch_tasks(std::mem::take(&mut effects.sends), Some(&replies));
+            effects = tokio::select! {
+                // As `run`: a reply that arrives with the deadline counts, and no random draw.
+                biased;
+                reply = incoming.recv() => {
+                    let (from, round, reply): (NodeId, u32, TaskReply) =
+                        reply.expect("the operation holds a sender of its own replies");
+                    op.on_reply(from, round, &reply)
+                }
+                () = tokio::time::sleep_until(deadline) => op.on_timeout(),
+            };
+        }
+    }
+
+    /// Sends task requests: to this node's store directly, to peers through their links;
+    /// replies go to `replies` (an operation that still listens), and a failure is silence.
+    fn dispatch_tasks(
+        &self,
+        sends: Vec<TaskOutgoing>,
+        replies: Option<&mpsc::UnboundedSender<(NodeId, u32, TaskReply)>>,
+    ) {
+        for out in sends {
+            let (from, round) = (out.to, out.round);
+            let replies = replies.filter(|_| round != 0).cloned();
+            if out.to == self.node() {
+                let store = self.inner.store.clone();
+                let entry = TaskEntry {
+                    key: out.key,
+                    request: out.request,
+                };
+                tokio::spawn(async move {
+                    if let Ok(mut answers) = store.apply_tasks(vec![entry]).await
+                        && let (Some(replies), Some(reply)) = (replies, answers.pop())
+                    {
+                        let _ = replies.send((from, round, reply));
+                    }
+                });
+            } else {
+                let answered = self.inner.peers.send_task(out.to, out.key, out.request);
+                tokio::spawn(async move {
+                    if let Ok(Ok(reply)) = answered.await
+                        && let Some(replies) = replies
+                    {
+                        let _ = replies.send((from, round, reply));
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// What became of one message of a batch.
+enum Redriven {
+    /// Copied, and its dead-letter copy tombstoned.
+    Moved,
+    /// Its own source queue is missing: skipped, counted as failed (as on one node).
+    SourceMissing,
+    /// Not moved and not taken again by this run (claimed, gone, or a duplicate now).
+    Passed,
+    /// No quorum: the batch stops and tries again.
+    Unavailable,
+}
+
+impl MoveTasks {
+    /// Asks the driver to look at `key` at once.
+    fn kick(&self, key: TaskKey) {
+        self.kicked
+            .lock()
+            .expect("the move task lock is never poisoned")
+            .insert(key);
+        self.wake.notify_one();
+    }
+
+    fn take_kicked(&self) -> BTreeSet<TaskKey> {
+        std::mem::take(
+            &mut *self
+                .kicked
+                .lock()
+                .expect("the move task lock is never poisoned"),
+        )
+    }
+
+    fn runs(&self, key: &TaskKey) -> bool {
+        self.running
+            .lock()
+            .expect("the move task lock is never poisoned")
+            .contains(key)
+    }
+
+    /// Marks `key` run here; `false` if it already is.
+    fn claim(&self, key: &TaskKey) -> bool {
+        self.running
+            .lock()
+            .expect("the move task lock is never poisoned")
+            .insert(key.clone())
+    }
+
+    fn release(&self, key: &TaskKey) {
+        self.running
+            .lock()
+            .expect("the move task lock is never poisoned")
+            .remove(key);
+    }
+}

@@ -1,0 +1,300 @@
+//! Move tasks served by a three-member cluster (spec/replication.md §8): a task started through
+//! one member moves dead letters back and every member lists it, a second start and a cancel
+//! are answered as one node answers them, and a runner stopped mid-task is taken over by
+//! another member, which finishes without losing a message. Members as in `cluster_edges.rs`,
+//! with a 2 s lease.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tonic::Code;
+use trireme_proto::v1 as pb;
+use trireme_proto::v1::redrive_task::Status as TaskStatus;
+
+use crate::cluster_edges::{EdgeCluster, create};
+use crate::harness::{Client, eventually, eventually_within, redrive_to, send_request};
+
+/// Every wait for a task to end (a takeover waits a lease, `SKEW_MAX` and a lease per rank).
+const TASK_END_MAX: Duration = Duration::from_secs(60);
+
+async fn receive(client: &mut Client, queue: &str, visibility_s: u32) -> Vec<pb::ReceivedMessage> {
+    client
+        .receive_messages(pb::ReceiveMessagesRequest {
+            queue: queue.to_owned(),
+            max_messages: 10,
+            visibility_timeout_seconds: Some(visibility_s),
+            wait_seconds: Some(0),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .messages
+}
+
+async fn ready(client: &mut Client, queue: &str) -> u64 {
+    client
+        .get_queue(pb::GetQueueRequest {
+            name: queue.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .queue
+        .unwrap()
+        .stats
+        .unwrap()
+        .ready
+}
+
+/// `src` with dead-letter queue `dlq` (maxReceiveCount 1) and `count` messages moved there by
+/// receives through the members in turn; returns their ids once every member counts them ready
+/// in `dlq`.
+async fn dead_lettered(cluster: &mut EdgeCluster, count: usize) -> BTreeSet<String> {
+    create(cluster.at(0), "dlq", pb::QueueAttributes::default()).await;
+    create(cluster.at(1), "src", redrive_to("dlq", 1)).await;
+    let mut sent = BTreeSet::new();
+    for index in 0..count {
+        let reply = cluster
+            .at(index)
+            .send_message(send_request("src", &format!("m{index}")))
+            .await
+            .unwrap()
+            .into_inner();
+        sent.insert(reply.message_id);
+    }
+    // Each received once with visibility 0; the next receive finds it at its maximum and moves
+    // it instead.
+    let mut received = BTreeSet::new();
+    for attempt in 0..200 {
+        if received.len() == count {
+            break;
+        }
+        for message in receive(cluster.at(attempt), "src", 0).await {
+            received.insert(message.message_id);
+        }
+    }
+    assert_eq!(received, sent);
+    for index in 0..3 {
+        let mut client = cluster.at(index).clone();
+        eventually(&format!("member {index} counts every dead letter"), || {
+            let mut client = client.clone();
+            async move {
+                receive(&mut client, "src", 0).await;
+                ready(&mut client, "dlq").await == count as u64
+            }
+        })
+        .await;
+        assert_eq!(ready(&mut client, "dlq").await, count as u64);
+    }
+    sent
+}
+
+async fn start(
+    client: &mut Client,
+    destination: Option<&str>,
+    rate: u32,
+) -> Result<String, tonic::Status> {
+    let reply = client
+        .start_redrive(pb::StartRedriveRequest {
+            source_queue: "dlq".to_owned(),
+            destination_queue: destination.map(str::to_owned),
+            max_messages_per_second: rate,
+        })
+        .await?;
+    Ok(reply.into_inner().task_handle)
+}
+
+async fn tasks(client: &mut Client, queue: &str) -> Vec<pb::RedriveTask> {
+    client
+        .list_redrives(pb::ListRedrivesRequest {
+            source_queue: queue.to_owned(),
+            max_results: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks
+}
+
+async fn cancel(client: &mut Client, handle: &str) -> Result<u64, tonic::Status> {
+    let reply = client
+        .cancel_redrive(pb::CancelRedriveRequest {
+            task_handle: handle.to_owned(),
+        })
+        .await?;
+    Ok(reply.into_inner().moved)
+}
+
+/// Waits (bounded) until member `client` lists the task `handle` of `dlq` with `status`, and
+/// returns it.
+async fn listed_with(client: &Client, handle: &str, status: TaskStatus) -> pb::RedriveTask {
+    let what = format!("task {handle} listed as {status:?}");
+    eventually_within(&what, TASK_END_MAX, || {
+        let mut client = client.clone();
+        async move {
+            tasks(&mut client, "dlq")
+                .await
+                .iter()
+                .any(|task| task.task_handle == handle && task.status == status as i32)
+        }
+    })
+    .await;
+    let mut client = client.clone();
+    tasks(&mut client, "dlq")
+        .await
+        .into_iter()
+        .find(|task| task.task_handle == handle)
+        .unwrap()
+}
+
+/// Receives everything `src` holds through the members in turn until `expected` distinct
+/// messages came (duplicates allowed: the page allows them), each deleted; returns their ids.
+async fn drain_source(
+    cluster: &mut EdgeCluster,
+    members: &[usize],
+    expected: usize,
+) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    for attempt in 0..200 {
+        if seen.len() == expected {
+            break;
+        }
+        let member = members[attempt % members.len()];
+        for message in receive(cluster.at(member), "src", 30).await {
+            assert_eq!(
+                message.receive_count, 1,
+                "a redrive resets the count: {message:?}"
+            );
+            cluster
+                .at(member)
+                .delete_message(pb::DeleteMessageRequest {
+                    queue: "src".to_owned(),
+                    receipt_handle: message.receipt_handle,
+                })
+                .await
+                .unwrap();
+            seen.insert(message.message_id);
+        }
+        if seen.len() < expected {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_started_through_one_member_moves_dead_letters_back_and_every_member_lists_it() {
+    let mut cluster = EdgeCluster::start().await;
+    let sent = dead_lettered(&mut cluster, 5).await;
+    let handle = start(cluster.at(0), None, 0).await.unwrap();
+    for index in 0..3 {
+        let client = cluster.at(index).clone();
+        let done = listed_with(&client, &handle, TaskStatus::Completed).await;
+        assert_eq!(
+            (done.moved, done.failed, done.to_move),
+            (5, 0, 5),
+            "{done:?}"
+        );
+        assert_eq!(done.source_queue, "dlq");
+        assert_eq!(done.destination_queue, None);
+    }
+    let back = drain_source(&mut cluster, &[1, 2, 0], sent.len()).await;
+    assert_eq!(back, sent);
+    let mut client = cluster.at(2).clone();
+    eventually("the dead-letter queue is empty on member 2", || {
+        let mut client = client.clone();
+        async move { ready(&mut client, "dlq").await == 0 }
+    })
+    .await;
+    assert!(receive(&mut client, "dlq", 30).await.is_empty());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_start_is_refused_a_cancel_stops_the_task_and_refusals_match_one_node() {
+    let mut cluster = EdgeCluster::start().await;
+    let sent = dead_lettered(&mut cluster, 4).await;
+    let handle = start(cluster.at(1), Some("src"), 1).await.unwrap();
+    // One active task per source, whichever member is asked.
+    let second = start(cluster.at(2), None, 1).await.unwrap_err();
+    assert_eq!(second.code(), Code::FailedPrecondition, "{second:?}");
+    let moved = cancel(cluster.at(0), &handle).await.unwrap();
+    let client = cluster.at(2).clone();
+    let stopped = listed_with(&client, &handle, TaskStatus::Cancelled).await;
+    assert!(stopped.moved >= moved && stopped.moved < 4, "{stopped:?}");
+    assert_eq!(stopped.destination_queue.as_deref(), Some("src"));
+    // Only a running task is cancelled; a handle naming no task is not found, as on one node.
+    let again = cancel(cluster.at(1), &handle).await.unwrap_err();
+    assert_eq!(again.code(), Code::FailedPrecondition, "{again:?}");
+    let unknown = cancel(cluster.at(2), "redrive-0").await.unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
+    // A new task starts once the first ended, and the list gives both, newest first.
+    let next = start(cluster.at(0), None, 0).await.unwrap();
+    assert_ne!(next, handle);
+    let client = cluster.at(1).clone();
+    listed_with(&client, &next, TaskStatus::Completed).await;
+    let listed: Vec<String> = tasks(cluster.at(1), "dlq")
+        .await
+        .into_iter()
+        .map(|task| task.task_handle)
+        .collect();
+    assert_eq!(listed, [next, handle]);
+    let back = drain_source(&mut cluster, &[0, 1, 2], sent.len()).await;
+    assert_eq!(back, sent, "the cancel lost no message");
+    // The single node's refusals, in its words.
+    create(cluster.at(2), "plain", pb::QueueAttributes::default()).await;
+    let not_dlq = cluster
+        .at(0)
+        .start_redrive(pb::StartRedriveRequest {
+            source_queue: "plain".to_owned(),
+            destination_queue: None,
+            max_messages_per_second: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(not_dlq.code(), Code::FailedPrecondition);
+    assert!(not_dlq.message().contains("dead-letter"), "{not_dlq:?}");
+    let rate = start(cluster.at(1), Some("plain"), 501).await.unwrap_err();
+    assert_eq!(rate.code(), Code::InvalidArgument);
+    assert!(rate.message().contains("500"), "{rate:?}");
+    let missing = start(cluster.at(2), Some("absent"), 0).await.unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
+    assert!(tasks(cluster.at(0), "absent").await.is_empty());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_stopped_mid_task_is_taken_over_and_no_message_is_lost() {
+    let mut cluster = EdgeCluster::start().await;
+    let sent = dead_lettered(&mut cluster, 6).await;
+    // Started through member 0, which acquires the lease at once and runs it, one a second.
+    let handle = start(cluster.at(0), None, 1).await.unwrap();
+    let client = cluster.at(1).clone();
+    eventually_within("the runner moved a message", TASK_END_MAX, || {
+        let mut client = client.clone();
+        let handle = handle.clone();
+        async move {
+            tasks(&mut client, "dlq")
+                .await
+                .iter()
+                .any(|task| task.task_handle == handle && task.moved >= 1)
+        }
+    })
+    .await;
+    cluster.stop(0).await;
+    // Another member takes over once the lease and SKEW_MAX passed, and finishes.
+    for index in 1..3 {
+        let client = cluster.at(index).clone();
+        let done = listed_with(&client, &handle, TaskStatus::Completed).await;
+        assert_eq!(done.to_move, 6, "{done:?}");
+    }
+    let back = drain_source(&mut cluster, &[1, 2], sent.len()).await;
+    assert_eq!(back, sent, "every dead letter came back");
+    let client = cluster.at(1).clone();
+    eventually("the dead-letter queue is empty", || {
+        let mut client = client.clone();
+        async move { ready(&mut client, "dlq").await == 0 }
+    })
+    .await;
+    cluster.shutdown().await;
+}
