@@ -26,17 +26,52 @@ const MEMBERS: u16 = 3;
 /// Move tasks' lease: short, so a takeover comes within seconds (cluster_move_tasks).
 const MOVE_TASK_LEASE_MS: u64 = 2_000;
 
-/// One member: its node, its gRPC client and its SQS address.
+/// One member: its node, its gRPC client, its SQS address, and what it was started with.
 pub(crate) struct Member {
     node: Option<Node>,
     client: Client,
     sqs: SocketAddr,
+    config: Config,
 }
 
 /// Three members on loopback.
 pub(crate) struct EdgeCluster {
     members: Vec<Member>,
     _dirs: Vec<TempDir>,
+}
+
+impl Member {
+    /// Starts a member with `config`, serving its peers on `peer` (the reserved listener at the
+    /// first start, `None` to bind its address again after a restart).
+    async fn start(config: Config, peer: Option<std::net::TcpListener>) -> Member {
+        let peer_address = config.cluster.as_ref().unwrap().peer_listen;
+        let storage = trireme_node::open_storage(&config).unwrap();
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let grpc_address = grpc.local_addr().unwrap();
+        let mut node = Node::start(
+            &config,
+            storage,
+            trireme_node::tcp_incoming(grpc),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        let peer = loopback::listener(peer, peer_address);
+        node.serve_peers(trireme_node::tcp_incoming(peer));
+        let sqs = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sqs_address = sqs.local_addr().unwrap();
+        let settings = trireme_node::sqs::SqsSettings {
+            advertised_host: "127.0.0.1".to_owned(),
+            advertised_port: sqs_address.port(),
+            ..trireme_node::sqs::SqsSettings::default()
+        };
+        node.serve_sqs(sqs, settings);
+        Member {
+            node: Some(node),
+            client: connect(grpc_address).await,
+            sqs: sqs_address,
+            config,
+        }
+    }
 }
 
 impl EdgeCluster {
@@ -64,31 +99,7 @@ impl EdgeCluster {
                 collection_rows_per_round_max: 1_024,
                 move_task_lease_ms: MOVE_TASK_LEASE_MS,
             });
-            let storage = trireme_node::open_storage(&config).unwrap();
-            let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let grpc_address = grpc.local_addr().unwrap();
-            let mut node = Node::start(
-                &config,
-                storage,
-                trireme_node::tcp_incoming(grpc),
-                Arc::new(SystemClock),
-            )
-            .unwrap();
-            let peer = loopback::listener(peers.remove(&id), peer_addresses[&id]);
-            node.serve_peers(trireme_node::tcp_incoming(peer));
-            let sqs = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let sqs_address = sqs.local_addr().unwrap();
-            let settings = trireme_node::sqs::SqsSettings {
-                advertised_host: "127.0.0.1".to_owned(),
-                advertised_port: sqs_address.port(),
-                ..trireme_node::sqs::SqsSettings::default()
-            };
-            node.serve_sqs(sqs, settings);
-            members.push(Member {
-                node: Some(node),
-                client: connect(grpc_address).await,
-                sqs: sqs_address,
-            });
+            members.push(Member::start(config, peers.remove(&id)).await);
             dirs.push(dir);
         }
         EdgeCluster {
@@ -97,13 +108,24 @@ impl EdgeCluster {
         }
     }
 
+    /// Starts member `index` (stopped before) again on its data directory and peer address,
+    /// with a new gRPC client.
+    pub(crate) async fn restart(&mut self, index: usize) {
+        assert!(
+            self.members[index].node.is_none(),
+            "only a stopped member restarts"
+        );
+        let config = self.members[index].config.clone();
+        self.members[index] = Member::start(config, None).await;
+    }
+
     /// Member `index` (0-based)'s gRPC client.
     pub(crate) fn at(&mut self, index: usize) -> &mut Client {
         let members = self.members.len();
         &mut self.members[index % members].client
     }
 
-    /// Stops member `index` for good (its replicas stop answering).
+    /// Stops member `index` (its replicas stop answering) until it is restarted, if ever.
     pub(crate) async fn stop(&mut self, index: usize) {
         if let Some(node) = self.members[index].node.take() {
             node.shutdown().await;

@@ -1,8 +1,8 @@
 //! Move tasks served by a three-member cluster (spec/replication.md §8): a task started through
 //! one member moves dead letters back and every member lists it, a second start and a cancel
 //! are answered as one node answers them, and a runner stopped mid-task is taken over by
-//! another member, which finishes without losing a message. Members as in `cluster_edges.rs`,
-//! with a 2 s lease.
+//! another member, which finishes without losing a message, and a task survives a restart of
+//! the whole cluster. Members as in `cluster_edges.rs`, with a 2 s lease.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -296,5 +296,44 @@ async fn a_runner_stopped_mid_task_is_taken_over_and_no_message_is_lost() {
         async move { ready(&mut client, "dlq").await == 0 }
     })
     .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_survives_a_restart_of_every_member_and_finishes() {
+    let mut cluster = EdgeCluster::start().await;
+    let sent = dead_lettered(&mut cluster, 6).await;
+    let handle = start(cluster.at(2), None, 1).await.unwrap();
+    let client = cluster.at(0).clone();
+    eventually_within("the runner moved a message", TASK_END_MAX, || {
+        let mut client = client.clone();
+        let handle = handle.clone();
+        async move {
+            tasks(&mut client, "dlq")
+                .await
+                .iter()
+                .any(|task| task.task_handle == handle && task.moved >= 1)
+        }
+    })
+    .await;
+    // Every member forgets what it ran; the task is only in the replicas' records now.
+    for index in 0..3 {
+        cluster.stop(index).await;
+    }
+    for index in 0..3 {
+        cluster.restart(index).await;
+    }
+    let listed = tasks(cluster.at(1), "dlq").await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].task_handle, handle);
+    // Its runner before the restart finds its own lease in its record and takes it at once
+    // (a new epoch); the task ends as if nothing happened.
+    for index in 0..3 {
+        let client = cluster.at(index).clone();
+        let done = listed_with(&client, &handle, TaskStatus::Completed).await;
+        assert_eq!(done.to_move, 6, "{done:?}");
+    }
+    let back = drain_source(&mut cluster, &[0, 1, 2], sent.len()).await;
+    assert_eq!(back, sent, "every dead letter came back");
     cluster.shutdown().await;
 }

@@ -58,7 +58,7 @@ class RoundRobin:
 sqs = RoundRobin([client_for(endpoint) for endpoint in ENDPOINTS])
 
 CHECKS = []
-# Checks of actions a cluster does not serve yet (purge, move tasks): skipped against one.
+# Checks of actions a cluster does not serve yet (purge): skipped against one.
 ALONE_ONLY = set()
 
 
@@ -179,8 +179,6 @@ def dead_letter_and_move_task():
                                MessageSystemAttributeNames=["All"])
     [message] = dead["Messages"]
     assert message["Attributes"]["DeadLetterQueueSourceArn"].endswith(":" + name("src"))
-    if CLUSTER:
-        return  # move tasks are not served by a cluster yet
     task = sqs.start_message_move_task(SourceArn=dlq_arn)
     assert task["TaskHandle"]
     back = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=10)
@@ -321,7 +319,6 @@ def queues_addressed_by_bare_name():
 
 
 @check
-@alone_only
 def move_tasks_as_aws_runs_them():
     """Issue 14, class 8."""
     plain = sqs.create_queue(QueueName=name("plain"))["QueueUrl"]
