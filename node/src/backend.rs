@@ -7,25 +7,47 @@ use trireme_core::{Command, Delivery, MessageId, Millis, Outcome, QueueName, Que
 use crate::cluster::edge::ClusterEdge;
 use crate::engine::{Engine, EngineError};
 use crate::handle::HandleCodec;
-use crate::redrive::{RedriveError, RedriveProgress};
+use crate::redrive::{RedriveError, RedriveProgress, RedriveTasks};
 
 /// The queue service behind the edges. Cheap to clone.
 #[derive(Clone, Debug)]
 pub enum Backend {
-    /// A node running alone.
-    Alone(Engine),
+    /// A node running alone: its engine, and the move tasks that are its clients.
+    Alone {
+        /// The node's engine.
+        engine: Engine,
+        /// The node's move (redrive) tasks, which run their steps through the engine.
+        redrives: RedriveTasks,
+    },
     /// A cluster member coordinating through its peers.
     Cluster(ClusterEdge),
 }
 
 impl Backend {
+    /// The backend of a node running alone on `engine`, with no move task yet.
+    #[must_use]
+    pub fn alone(engine: Engine) -> Backend {
+        Backend::Alone {
+            redrives: RedriveTasks::new(engine.clone()),
+            engine,
+        }
+    }
+
+    /// Cancels every running move task of a node running alone (the first step of its
+    /// shutdown); a cluster's tasks stop with the member's background work and are taken over.
+    pub fn cancel_move_tasks(&self) {
+        if let Backend::Alone { redrives, .. } = self {
+            redrives.cancel_all();
+        }
+    }
+
     /// Applies `command`.
     ///
     /// # Errors
     /// As [`Engine::execute`], and in a cluster `Unavailable` or `Unsupported`.
     pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
         match self {
-            Backend::Alone(engine) => engine.execute(command).await,
+            Backend::Alone { engine, .. } => engine.execute(command).await,
             Backend::Cluster(edge) => edge.execute(command).await,
         }
     }
@@ -34,7 +56,7 @@ impl Backend {
     /// order.
     pub async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, EngineError>> {
         match self {
-            Backend::Alone(engine) => engine.execute_all(commands).await,
+            Backend::Alone { engine, .. } => engine.execute_all(commands).await,
             Backend::Cluster(edge) => edge.execute_all(commands).await,
         }
     }
@@ -51,7 +73,7 @@ impl Backend {
         wait_s: Option<u32>,
     ) -> Result<Vec<Delivery>, EngineError> {
         match self {
-            Backend::Alone(engine) => engine.receive(queue, max, visibility_s, wait_s).await,
+            Backend::Alone { engine, .. } => engine.receive(queue, max, visibility_s, wait_s).await,
             Backend::Cluster(edge) => edge.receive(queue, max, visibility_s, wait_s).await,
         }
     }
@@ -62,7 +84,7 @@ impl Backend {
     /// `ShuttingDown` alone; `Unavailable` in a cluster.
     pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
         match self {
-            Backend::Alone(engine) => engine.queue(name).await,
+            Backend::Alone { engine, .. } => engine.queue(name).await,
             Backend::Cluster(edge) => edge.queue(name).await,
         }
     }
@@ -78,7 +100,7 @@ impl Backend {
         limit: usize,
     ) -> Result<Vec<QueueName>, EngineError> {
         match self {
-            Backend::Alone(engine) => engine.list_queues(prefix, after, limit).await,
+            Backend::Alone { engine, .. } => engine.list_queues(prefix, after, limit).await,
             Backend::Cluster(edge) => edge.list_queues(prefix, after, limit).await,
         }
     }
@@ -92,7 +114,7 @@ impl Backend {
         dlq: &QueueName,
     ) -> Result<Vec<QueueName>, EngineError> {
         match self {
-            Backend::Alone(engine) => engine.dead_letter_sources(dlq).await,
+            Backend::Alone { engine, .. } => engine.dead_letter_sources(dlq).await,
             Backend::Cluster(edge) => edge.dead_letter_sources(dlq).await,
         }
     }
@@ -101,7 +123,7 @@ impl Backend {
     #[must_use]
     pub fn new_message_id(&self) -> MessageId {
         match self {
-            Backend::Alone(engine) => engine.new_message_id(),
+            Backend::Alone { engine, .. } => engine.new_message_id(),
             Backend::Cluster(edge) => edge.new_message_id(),
         }
     }
@@ -110,7 +132,7 @@ impl Backend {
     #[must_use]
     pub fn now(&self) -> Millis {
         match self {
-            Backend::Alone(engine) => engine.now(),
+            Backend::Alone { engine, .. } => engine.now(),
             Backend::Cluster(edge) => edge.now(),
         }
     }
@@ -119,7 +141,7 @@ impl Backend {
     #[must_use]
     pub fn handles(&self) -> &HandleCodec {
         match self {
-            Backend::Alone(engine) => engine.handles(),
+            Backend::Alone { engine, .. } => engine.handles(),
             Backend::Cluster(edge) => edge.handles(),
         }
     }
@@ -136,7 +158,7 @@ impl Backend {
         rate_per_s: Option<u32>,
     ) -> Result<String, RedriveError> {
         match self {
-            Backend::Alone(engine) => engine.redrives().start(from, to, rate_per_s).await,
+            Backend::Alone { redrives, .. } => redrives.start(from, to, rate_per_s).await,
             Backend::Cluster(edge) => edge.start_move_task(from, to, rate_per_s).await,
         }
     }
@@ -151,7 +173,7 @@ impl Backend {
         limit: usize,
     ) -> Result<Vec<RedriveProgress>, EngineError> {
         match self {
-            Backend::Alone(engine) => Ok(engine.redrives().list(from, limit)),
+            Backend::Alone { redrives, .. } => Ok(redrives.list(from, limit)),
             Backend::Cluster(edge) => edge.list_move_tasks(from, limit).await,
         }
     }
@@ -162,7 +184,7 @@ impl Backend {
     /// None alone; `Unavailable` in a cluster.
     pub async fn move_task(&self, handle: &str) -> Result<Option<RedriveProgress>, EngineError> {
         match self {
-            Backend::Alone(engine) => Ok(engine.redrives().get(handle)),
+            Backend::Alone { redrives, .. } => Ok(redrives.get(handle)),
             Backend::Cluster(edge) => edge.move_task(handle).await,
         }
     }
@@ -173,7 +195,7 @@ impl Backend {
     /// `TaskNotFound`, `NotRunning`; in a cluster also `Engine` (`Unavailable`).
     pub async fn cancel_move_task(&self, handle: &str) -> Result<u64, RedriveError> {
         match self {
-            Backend::Alone(engine) => engine.redrives().cancel(handle),
+            Backend::Alone { redrives, .. } => redrives.cancel(handle),
             Backend::Cluster(edge) => edge.cancel_move_task(handle).await,
         }
     }

@@ -32,7 +32,6 @@ use trireme_core::{
 use crate::clock::Clock;
 use crate::handle::HandleCodec;
 use crate::limits;
-use crate::redrive::RedriveTasks;
 use crate::storage::{Storage, StorageError};
 
 /// Why the engine did not apply a command.
@@ -124,7 +123,7 @@ enum Request {
     },
 }
 
-/// The part of the engine handle that talks to the task; shared with the redrive tasks.
+/// The part of the engine handle that talks to the task.
 pub(crate) struct EngineLink {
     requests: mpsc::Sender<Request>,
     /// Long polls whose caller went away. Bounded by `long_polls_max`; when full the cancel is
@@ -237,7 +236,6 @@ impl EngineLink {
 pub struct Engine {
     link: Arc<EngineLink>,
     handles: HandleCodec,
-    redrives: RedriveTasks,
     /// Set by the task when storage failed and it stopped: the node must stop too.
     failure: watch::Receiver<Option<String>>,
 }
@@ -301,7 +299,6 @@ impl Engine {
         };
         tokio::spawn(task.run());
         Ok(Engine {
-            redrives: RedriveTasks::new(link.clone()),
             link,
             handles,
             failure,
@@ -475,12 +472,6 @@ impl Engine {
         &self.handles
     }
 
-    /// The node's redrive tasks.
-    #[must_use]
-    pub fn redrives(&self) -> &RedriveTasks {
-        &self.redrives
-    }
-
     /// Answers every open long poll empty, and every later one at once. The first step of a
     /// graceful shutdown; commands are still applied.
     pub async fn stop_waiting(&self) {
@@ -495,7 +486,6 @@ impl Engine {
             // An error means the task already stopped, which also ended every long poll.
             let _ = finished.await;
         }
-        self.redrives.cancel_all();
     }
 
     /// Stops the engine task after the commands queued before this call, and closes the storage.

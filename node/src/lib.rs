@@ -302,7 +302,7 @@ impl Node {
                 backend_clock,
                 config.seed,
             )),
-            None => Backend::Alone(engine.clone()),
+            None => Backend::alone(engine.clone()),
         };
         let (stop_accepting, stop) = watch::channel(false);
         // No `tcp_nodelay` here: tonic ignores it for a custom incoming stream. The accepted
@@ -431,6 +431,7 @@ impl Node {
         info!("shutting down: no new requests");
         // Receivers live as long as the servers; none left means every server already ended.
         let _ = self.stop_accepting.send(true);
+        self.backend.cancel_move_tasks();
         self.engine.stop_waiting().await;
         info!("long polls answered");
         let deadline = tokio::time::Instant::now() + self.shutdown_grace;

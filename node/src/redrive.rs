@@ -1,7 +1,9 @@
 //! Redrive tasks: moving the messages of a dead-letter queue back to their source queues (or to
 //! one named queue) in small steps, at a limited rate, cancellable, with progress
 //! (spec/queue-core.md#redrived-to-max). Each step is one `Command::Redrive` through the engine,
-//! so every move is as durable as any other command.
+//! so every move is as durable as any other command. The tasks are a client of the engine: they
+//! hold an engine handle, and the engine knows nothing of them (the node's `Backend` holds both).
+//! In a cluster move tasks are replicated instead (`cluster::move_task`).
 //!
 //! Tasks live in memory: a restart forgets them (the messages they moved stay moved, the rest
 //! stay in the dead-letter queue, and a new task can be started). This module must never move a
@@ -11,13 +13,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::Rng;
 use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 use trireme_core::{Command, Millis, Outcome, QueueName, limits as core_limits};
 
-use crate::engine::{EngineError, EngineLink};
+use crate::engine::{Engine, EngineError};
 use crate::limits;
 
 /// Where a redrive task is in its life.
@@ -114,7 +115,7 @@ struct Registry {
 /// The node's redrive tasks. Cheap to clone.
 #[derive(Clone)]
 pub struct RedriveTasks {
-    link: Arc<EngineLink>,
+    engine: Engine,
     registry: Arc<Mutex<Registry>>,
 }
 
@@ -125,9 +126,11 @@ impl std::fmt::Debug for RedriveTasks {
 }
 
 impl RedriveTasks {
-    pub(crate) fn new(link: Arc<EngineLink>) -> Self {
+    /// The redrive tasks of the node whose engine is `engine` (none yet).
+    #[must_use]
+    pub fn new(engine: Engine) -> Self {
         RedriveTasks {
-            link,
+            engine,
             registry: Arc::new(Mutex::new(Registry::default())),
         }
     }
@@ -160,24 +163,25 @@ impl RedriveTasks {
                 max: limits::redrive_rate_per_s_max,
             });
         }
-        let Some(view) = self.link.queue(&from).await? else {
+        let Some(view) = self.engine.queue(&from).await? else {
             return Err(RedriveError::QueueNotFound { name: from });
         };
         match &to {
             Some(to) => {
-                if self.link.queue(to).await?.is_none() {
+                if self.engine.queue(to).await?.is_none() {
                     return Err(RedriveError::QueueNotFound { name: to.clone() });
                 }
             }
             None => {
-                if self.link.dead_letter_sources(&from).await?.is_empty() {
+                if self.engine.dead_letter_sources(&from).await?.is_empty() {
                     return Err(RedriveError::NotADeadLetterQueue { name: from });
                 }
             }
         }
         // UUID-shaped, as SQS's task ids are.
         let handle = {
-            let random: u128 = self.link.rng().random();
+            // From the node's random source, as message ids are.
+            let random: u128 = self.engine.new_message_id().0;
             let hex = format!("{random:032x}");
             format!(
                 "{}-{}-{}-{}-{}",
@@ -198,7 +202,7 @@ impl RedriveTasks {
             moved: 0,
             failed: 0,
             to_move: view.counts.ready,
-            started_at: self.link.now(),
+            started_at: self.engine.now(),
         };
         let order = {
             let mut registry = self.registry();
@@ -366,7 +370,7 @@ async fn run_task(
             to: to.clone(),
             max,
         };
-        match tasks.link.execute(command).await {
+        match tasks.engine.execute(command).await {
             // A task with a destination fails only when that queue is missing: it was deleted
             // while the task ran, and the task stops as SQS's does.
             Ok(Outcome::Redriven { failed, .. }) if failed > 0 && to.is_some() => {
