@@ -30,6 +30,7 @@ use trireme_replication::{NodeId, placement::REPLICAS};
 
 use super::Cluster;
 use super::store::TaskEntry;
+use crate::limits;
 use crate::redrive::pacing;
 
 /// How the driver runs tasks.
@@ -206,6 +207,11 @@ impl Cluster {
             loop {
                 while runners.try_join_next().is_some() {}
                 for key in cluster.due_tasks(settings).await {
+                    // Runners are capped as a node's tasks are alone; a task left over waits for
+                    // the next scan here, or for another replica's.
+                    if runners.len() >= limits::redrive_tasks_running_max {
+                        break;
+                    }
                     if cluster.inner.move_tasks.claim(&key) {
                         let span = info_span!("move_task", queue = %key.queue);
                         let cluster = cluster.clone();
