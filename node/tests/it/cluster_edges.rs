@@ -119,6 +119,11 @@ impl EdgeCluster {
         self.members[index] = Member::start(config, None).await;
     }
 
+    /// Member `index` (0-based)'s node, while it runs.
+    pub(crate) fn node(&self, index: usize) -> &Node {
+        self.members[index].node.as_ref().expect("the member runs")
+    }
+
     /// Member `index` (0-based)'s gRPC client.
     pub(crate) fn at(&mut self, index: usize) -> &mut Client {
         let members = self.members.len();

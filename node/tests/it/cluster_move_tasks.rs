@@ -2,7 +2,8 @@
 //! one member moves dead letters back and every member lists it, a second start and a cancel
 //! are answered as one node answers them, and a runner stopped mid-task is taken over by
 //! another member, which finishes without losing a message, and a task survives a restart of
-//! the whole cluster. Members as in `cluster_edges.rs`, with a 2 s lease.
+//! the whole cluster, and anti-entropy carries the task record to a member that was away. Members
+//! as in `cluster_edges.rs`, with a 2 s lease (anti-entropy every second).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -335,5 +336,43 @@ async fn a_task_survives_a_restart_of_every_member_and_finishes() {
     }
     let back = drain_source(&mut cluster, &[0, 1, 2], sent.len()).await;
     assert_eq!(back, sent, "every dead letter came back");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_away_during_the_task_gets_its_record_by_anti_entropy() {
+    let mut cluster = EdgeCluster::start().await;
+    let sent = dead_lettered(&mut cluster, 3).await;
+    cluster.stop(2).await;
+    let handle = start(cluster.at(0), None, 0).await.unwrap();
+    let client = cluster.at(1).clone();
+    listed_with(&client, &handle, TaskStatus::Completed).await;
+    let back = drain_source(&mut cluster, &[0, 1], sent.len()).await;
+    assert_eq!(back, sent);
+    cluster.restart(2).await;
+    // Nobody writes the record again once the task ended: only anti-entropy can bring it.
+    let records = |cluster: &EdgeCluster, index: usize| {
+        cluster
+            .node(index)
+            .cluster()
+            .unwrap()
+            .store()
+            .task_records(None, 10, |_, _| true)
+            .unwrap()
+            .0
+    };
+    let expected = records(&cluster, 0);
+    assert_eq!(expected.len(), 1);
+    assert_eq!(records(&cluster, 1), expected);
+    eventually_within(
+        "member 2 holds the ended task's record",
+        TASK_END_MAX,
+        || {
+            let held = records(&cluster, 2);
+            let expected = expected.clone();
+            async move { held == expected }
+        },
+    )
+    .await;
     cluster.shutdown().await;
 }
