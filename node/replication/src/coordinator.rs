@@ -22,7 +22,7 @@ use crate::key::RecordKey;
 use crate::placement::REPLICAS;
 use crate::planted::{Bug, planted};
 use crate::record::{
-    Body, Claim, Divergence, Held, Live, Record, SourceQueue, Tombstone, TombstoneReason,
+    Body, Claim, Divergence, Held, Live, Record, Settle, SourceQueue, Tombstone, TombstoneReason,
     merge_held,
 };
 use crate::replica::Write;
@@ -111,12 +111,12 @@ impl<A, O> Effects<A, O> {
 
 /// The replicas of one record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Target {
-    key: RecordKey,
-    replicas: [NodeId; REPLICAS],
+pub(crate) struct Target {
+    pub(crate) key: RecordKey,
+    pub(crate) replicas: [NodeId; REPLICAS],
 }
 
-fn broadcast(target: &Target, round: u32, write: &Write) -> Vec<Outgoing> {
+pub(crate) fn broadcast(target: &Target, round: u32, write: &Write) -> Vec<Outgoing> {
     target
         .replicas
         .iter()
@@ -218,7 +218,7 @@ impl ReadPhase {
 
 /// Counts acks and refusals of one write round.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct WritePhase {
+pub(crate) struct WritePhase {
     replicas: [NodeId; REPLICAS],
     acks: BTreeSet<NodeId>,
     refusals: BTreeSet<NodeId>,
@@ -226,7 +226,7 @@ struct WritePhase {
 
 /// Where a write round stands after a reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Progress {
+pub(crate) enum Progress {
     Waiting,
     /// `W` durable acks: the write counts.
     Quorum,
@@ -235,7 +235,7 @@ enum Progress {
 }
 
 impl WritePhase {
-    fn new(replicas: [NodeId; REPLICAS]) -> WritePhase {
+    pub(crate) fn new(replicas: [NodeId; REPLICAS]) -> WritePhase {
         WritePhase {
             replicas,
             acks: BTreeSet::new(),
@@ -243,7 +243,7 @@ impl WritePhase {
         }
     }
 
-    fn take(&mut self, from: NodeId, reply: &Reply) -> Progress {
+    pub(crate) fn take(&mut self, from: NodeId, reply: &Reply) -> Progress {
         if !self.replicas.contains(&from)
             || self.acks.contains(&from)
             || self.refusals.contains(&from)
@@ -289,7 +289,7 @@ pub struct SendOp {
 }
 
 /// The round of an operation's first phase; each later phase is the next number.
-const FIRST_ROUND: u32 = 1;
+pub(crate) const FIRST_ROUND: u32 = 1;
 
 impl SendOp {
     /// Starts the send of `record` (generation 0, never received) under `key`.
@@ -371,6 +371,9 @@ pub enum NothingBecause {
     Invisible,
     /// Still delayed.
     Delayed,
+    /// Held or void: a copy of a send with a deduplication id that no coordinator confirmed
+    /// (spec/replication.md §4), received as if it were not stored.
+    Unsettled,
 }
 
 /// The answer to a receive of one message.
@@ -520,6 +523,9 @@ impl ReceiveOp {
         };
         if record.hidden(settings.purged_through) {
             return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
+        }
+        if !record.ready() {
+            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Unsettled));
         }
         if live.held.is_some_and(|held| held.deadline > settings.now) {
             return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Invisible));
@@ -1046,6 +1052,10 @@ pub fn dead_letter_copy(source: &Record, source_queue: SourceQueue, now: Millis)
     let live = source
         .live()
         .expect("only a live copy is moved to the dead-letter queue");
+    assert!(
+        source.ready(),
+        "only a ready copy is moved (spec/replication.md §4)"
+    );
     let mut birth = live.birth.clone();
     birth.source_queue = Some(Box::new(source_queue));
     birth.visible_from = Millis(0);
@@ -1058,6 +1068,7 @@ pub fn dead_letter_copy(source: &Record, source_queue: SourceQueue, now: Millis)
             held: None,
             receive_count: live.receive_count,
             first_received_at: live.first_received_at,
+            settle: Settle::Ready,
         }),
     }
 }
@@ -1250,6 +1261,7 @@ pub fn redrive_copy(source: &Record, now: Millis) -> Record {
             held: None,
             receive_count: 0,
             first_received_at: None,
+            settle: Settle::Ready,
         }),
     }
 }

@@ -1,9 +1,10 @@
 //! trireme-replication: the protocol of spec/replication.md as a pure crate, beside
 //! `trireme-core` (queue-core). It owns the record a replica stores and its merge (`record`), what
 //! a replica accepts and refuses (`replica`), where a message's three copies live (`placement`),
-//! one state machine per coordinator operation (`coordinator`), what anti-entropy compares
-//! and exchanges (`anti_entropy`), and move tasks' replicated record, its replicas' conditions
-//! and its runner (`task`): inputs in, effects out.
+//! one state machine per coordinator operation (`coordinator`), deduplication ids across
+//! coordinators (`dedup`), what anti-entropy compares and exchanges (`anti_entropy`), and move
+//! tasks' replicated record, its replicas' conditions and its runner (`task`): inputs in,
+//! effects out.
 //!
 //! It must never read a clock, draw randomness, block, log, or touch a file or socket. Time,
 //! request ids and nonces come in as values; messages to peers, records to persist and answers
@@ -13,6 +14,7 @@
 
 pub mod anti_entropy;
 pub mod coordinator;
+pub mod dedup;
 pub mod ids;
 pub mod key;
 pub mod name;
@@ -24,4 +26,6 @@ pub mod task;
 
 pub use ids::{Generation, NodeId, RequestId};
 pub use key::RecordKey;
-pub use record::{Birth, Body, Claim, Divergence, Held, Live, Record, Tombstone, TombstoneReason};
+pub use record::{
+    Birth, Body, Claim, Divergence, Held, Live, Record, Settle, Tombstone, TombstoneReason,
+};

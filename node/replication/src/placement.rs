@@ -79,6 +79,13 @@ impl Ring {
         self.clockwise_from(name_position(name))
     }
 
+    /// The three replicas of a deduplication record (spec/replication.md §4): placed by its
+    /// key like any record, so in general not its message's replicas.
+    #[must_use]
+    pub fn dedup_replicas(&self, queue: &QueueName, dedup_id: &str) -> [NodeId; REPLICAS] {
+        self.clockwise_from(dedup_position(queue, dedup_id))
+    }
+
     /// The first three distinct members clockwise from `position`.
     fn clockwise_from(&self, position: u64) -> [NodeId; REPLICAS] {
         let start = self.points.partition_point(|(point, _)| *point < position);
@@ -121,6 +128,18 @@ pub fn name_position(name: &QueueName) -> u64 {
     let mut bytes = Vec::with_capacity(name.as_str().len() + 2);
     bytes.extend_from_slice(b"\xffn");
     bytes.extend_from_slice(name.as_str().as_bytes());
+    hash64(&bytes)
+}
+
+/// The ring position of a deduplication record: the hash of the queue name and the id behind a
+/// two-byte tag (`0xff`, `d`) that neither a queue name nor a name record's tag starts with.
+#[must_use]
+pub fn dedup_position(queue: &QueueName, dedup_id: &str) -> u64 {
+    let mut bytes = Vec::with_capacity(queue.as_str().len() + dedup_id.len() + 3);
+    bytes.extend_from_slice(b"\xffd");
+    bytes.extend_from_slice(queue.as_str().as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(dedup_id.as_bytes());
     hash64(&bytes)
 }
 

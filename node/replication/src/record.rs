@@ -117,6 +117,26 @@ pub struct Birth {
     pub dedup_id: Option<String>,
 }
 
+/// Where a copy of generation 0 of a send with a deduplication id stands (spec/replication.md
+/// §4, *Records it adds*): written *held* (stored with its body, never receivable), then made
+/// *ready* by a coordinator that saw two replicas name the message, or *void* when the id named
+/// another message. Merged by the greater, `Held < Void < Ready`: a void never hides a copy some
+/// coordinator confirmed, and a late held write never brings a void copy back. Every other copy
+/// (no deduplication id, and every later generation: moves and redrives copy only ready
+/// messages) is `Ready`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub enum Settle {
+    /// Stored, waiting for its deduplication id to be decided: never received, moved or counted.
+    Held,
+    /// Its deduplication id named another message: never received, moved or counted.
+    Void,
+    /// In the queue (part 1's live copy).
+    #[default]
+    Ready,
+}
+
 /// A message that is in the queue in this generation, received or not.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Live {
@@ -134,6 +154,8 @@ pub struct Live {
     pub receive_count: u32,
     /// The first receive of the message, kept across moves.
     pub first_received_at: Option<Millis>,
+    /// Held, void or ready (spec/replication.md §4): merged by the greater.
+    pub settle: Settle,
 }
 
 /// Why a generation ended. The order decides which reason a merge keeps (the first); nothing
@@ -201,8 +223,35 @@ impl Record {
                 held: None,
                 receive_count: 0,
                 first_received_at: None,
+                settle: Settle::Ready,
             }),
         }
+    }
+
+    /// A message just sent with a deduplication id (spec/replication.md §4, *Send* step 1):
+    /// generation 0, held until its id is decided.
+    #[must_use]
+    pub fn sent_held(birth: Birth) -> Record {
+        assert!(
+            birth.dedup_id.is_some(),
+            "only a send with a deduplication id is held"
+        );
+        let mut record = Record::sent(birth);
+        if let Body::Live(live) = &mut record.body {
+            live.settle = Settle::Held;
+        }
+        record
+    }
+
+    /// The same copy made void (spec/replication.md §4, *Send* step 4: the loser's copy).
+    #[must_use]
+    pub fn voided(&self) -> Record {
+        let mut record = self.clone();
+        if let Body::Live(live) = &mut record.body {
+            assert_eq!(live.settle, Settle::Held, "only a held copy is voided");
+            live.settle = Settle::Void;
+        }
+        record
     }
 
     /// The tombstone of `generation`.
@@ -240,6 +289,13 @@ impl Record {
         })
     }
 
+    /// Whether the record is live and ready: neither held nor void (spec/replication.md §4). A
+    /// held or void copy is never received, moved or counted, as if it were not stored.
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        self.live().is_some_and(|live| live.settle == Settle::Ready)
+    }
+
     /// Whether collection may drop the record once all three replicas hold it and the horizon
     /// has passed: a tombstone, or a live record its own purge mark hides
     /// (spec/replication.md#tombstones-and-their-collection and §2, *Sweep*).
@@ -261,7 +317,9 @@ impl Record {
     /// A later generation wins whole; within a generation a tombstone wins over a live copy;
     /// two tombstones keep the first reason and the earliest time; two live copies keep the
     /// greater lease (the order of [`Held`]), the greater receive count and purge mark, the
-    /// latest entry and the earliest first receive.
+    /// latest entry, the earliest first receive and the greater [`Settle`] (`Held < Void <
+    /// Ready`, so for generation 0 of a send with a deduplication id the order is `Absent <
+    /// held < void < ready < Tombstone`).
     ///
     /// # Errors
     /// [`Divergence`] when two live copies of one generation carry different once-fields.
@@ -298,6 +356,7 @@ impl Record {
                     },
                     receive_count: a.receive_count.max(b.receive_count),
                     first_received_at: earliest(a.first_received_at, b.first_received_at),
+                    settle: a.settle.max(b.settle),
                 })
             }
         };
@@ -398,8 +457,9 @@ mod tests {
             reason,
             at: Millis(at),
         });
-        (0u32..3, any::<bool>(), tombstone, live_parts()).prop_map(
-            |(generation, ended, tombstone, (entered_at, held, receive_count, first))| {
+        let settle = prop_oneof![Just(Settle::Held), Just(Settle::Void), Just(Settle::Ready)];
+        (0u32..3, any::<bool>(), tombstone, live_parts(), settle).prop_map(
+            |(generation, ended, tombstone, (entered_at, held, receive_count, first), settle)| {
                 let body = if ended {
                     Body::Tombstone(tombstone)
                 } else {
@@ -410,6 +470,13 @@ mod tests {
                         held,
                         receive_count,
                         first_received_at: first.map(Millis),
+                        // Only generation 0 of a send with a deduplication id is ever held or
+                        // void (spec/replication.md §4).
+                        settle: if generation == 0 {
+                            settle
+                        } else {
+                            Settle::Ready
+                        },
                     })
                 };
                 Record {
@@ -478,6 +545,47 @@ mod tests {
                 prop_assert!(after.receive_count >= before.receive_count);
             }
         }
+    }
+
+    proptest! {
+        /// spec/replication.md §4: `Absent < held < void < ready < Tombstone` for generation 0.
+        #[test]
+        fn a_void_never_hides_a_ready_copy_and_never_goes_back_to_held(
+            a in record(), b in record()
+        ) {
+            let joined = a.merge(&b).unwrap();
+            if a.generation == joined.generation && let (Some(before), Some(after)) = (a.live(), joined.live()) {
+                prop_assert!(after.settle >= before.settle);
+            }
+            if a.ready() && joined.generation == a.generation {
+                prop_assert!(joined.ready() || joined.is_tombstone());
+            }
+        }
+    }
+
+    fn held_copy() -> Record {
+        let mut birth = birth(0);
+        birth.dedup_id = Some("order-17".to_owned());
+        Record::sent_held(birth)
+    }
+
+    #[test]
+    fn the_settle_order_is_held_void_ready_tombstone() {
+        let held = held_copy();
+        let void = held.voided();
+        let mut ready = held.clone();
+        if let Body::Live(live) = &mut ready.body {
+            live.settle = Settle::Ready;
+        }
+        let tombstone = Record::tombstone(Generation(0), TombstoneReason::Deleted, Millis(9));
+        let order = [held, void, ready, tombstone];
+        for (i, lower) in order.iter().enumerate() {
+            for upper in &order[i..] {
+                assert_eq!(&lower.merge(upper).unwrap(), upper);
+                assert_eq!(&upper.merge(lower).unwrap(), upper);
+            }
+        }
+        assert!(!order[0].ready() && !order[1].ready() && order[2].ready());
     }
 
     #[test]

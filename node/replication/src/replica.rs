@@ -14,7 +14,7 @@ use trireme_core::Millis;
 
 use crate::ids::Generation;
 use crate::planted::{Bug, planted};
-use crate::record::{Body, Claim, Divergence, Held, Record, Tombstone, merge_held};
+use crate::record::{Body, Claim, Divergence, Held, Record, Settle, Tombstone, merge_held};
 
 /// A write a coordinator asks a replica to make.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +44,12 @@ pub enum Write {
     /// holding the handle's claim with its change counter plus one. Same condition as the
     /// tombstone, and refused where the generation already ended.
     Visibility(Record),
+    /// Confirm (spec/replication.md §4, *Send* step 4): make generation 0 of a message sent
+    /// with a deduplication id ready, because two replicas named it for its id. A held copy
+    /// becomes ready; a ready copy, a tombstone or a later generation is acked unchanged (the
+    /// message was ready already). Refused where no copy is stored (the body is not there) and
+    /// where the copy is void (a void copy is never the winner).
+    Confirm,
     /// Conditional drop of a confirmed tombstone or purge-marked record
     /// (spec/replication.md#tombstones-and-their-collection, step 3, and §2): dropped only if
     /// the replica still holds the tombstone of `generation`, or a record of `generation` that
@@ -139,6 +145,23 @@ pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
                 Verdict::Refused
             }
         }
+        Write::Confirm => match held {
+            None => Verdict::Refused,
+            Some(record) => match (&record.body, record.generation) {
+                (Body::Live(live), Generation(0)) => match live.settle {
+                    Settle::Held => {
+                        let mut ready = record.clone();
+                        if let Body::Live(live) = &mut ready.body {
+                            live.settle = Settle::Ready;
+                        }
+                        Verdict::Store(Some(ready))
+                    }
+                    Settle::Void => Verdict::Refused,
+                    Settle::Ready => Verdict::Unchanged,
+                },
+                _ => Verdict::Unchanged,
+            },
+        },
         Write::Drop { generation } => match held {
             Some(record) if record.generation == *generation && record.collectable() => {
                 Verdict::Store(None)
@@ -334,6 +357,53 @@ mod tests {
         assert_eq!(
             accept(Some(&held), &Write::Visibility(change)),
             Verdict::Refused
+        );
+    }
+
+    fn held_copy() -> Record {
+        Record::sent_held(Birth {
+            payload: b"body".to_vec(),
+            sent_at: Millis(1),
+            visible_from: Millis(0),
+            source_queue: None,
+            dedup_id: Some("order-17".to_owned()),
+        })
+    }
+
+    #[test]
+    fn a_confirm_makes_a_held_copy_ready_and_needs_its_body() {
+        let held = held_copy();
+        let Verdict::Store(Some(ready)) = accept(Some(&held), &Write::Confirm) else {
+            panic!("a held copy is confirmed");
+        };
+        assert!(ready.ready());
+        assert_eq!(accept(Some(&ready), &Write::Confirm), Verdict::Unchanged);
+        let deleted = Record::tombstone(Generation(0), TombstoneReason::Deleted, Millis(5));
+        assert_eq!(accept(Some(&deleted), &Write::Confirm), Verdict::Unchanged);
+        assert_eq!(accept(None, &Write::Confirm), Verdict::Refused);
+        assert_eq!(
+            accept(Some(&held.voided()), &Write::Confirm),
+            Verdict::Refused
+        );
+    }
+
+    #[test]
+    fn a_void_replaces_a_held_copy_or_nothing_and_never_a_ready_one() {
+        let held = held_copy();
+        let void = Write::Merge(held.voided());
+        assert_eq!(
+            accept(Some(&held), &void),
+            Verdict::Store(Some(held.voided()))
+        );
+        assert_eq!(accept(None, &void), Verdict::Store(Some(held.voided())));
+        let Verdict::Store(Some(ready)) = accept(Some(&held), &Write::Confirm) else {
+            panic!("a held copy is confirmed");
+        };
+        assert_eq!(accept(Some(&ready), &void), Verdict::Unchanged);
+        // A late held write does not bring a void copy back.
+        assert_eq!(
+            accept(Some(&held.voided()), &Write::Merge(held)),
+            Verdict::Unchanged
         );
     }
 

@@ -117,6 +117,7 @@ fn inject(record: model_record::Record) -> Option<Record> {
                 }),
                 receive_count: u32::from(receive_count),
                 first_received_at: claim.map(|_| Millis(0)),
+                settle: trireme_replication::Settle::Ready,
             }),
         }),
     }
@@ -206,6 +207,7 @@ fn wire_of_request(request: &Request) -> Wire {
                 generation: u8::try_from(generation.0).expect("small generations"),
             },
             Write::Visibility(_) => panic!("the model's runs here change no visibility"),
+            Write::Confirm => panic!("part 1's model sends no deduplication ids"),
         },
     }
 }
