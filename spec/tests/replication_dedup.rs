@@ -32,6 +32,8 @@ mod dedup {
     const DROPPED: &str = "the window ended on a replica holding a copy never made receivable";
     const LATE_PUT: &str = "a put arrived after the window ended";
     const ADOPTED: &str = "a sender adopted the other's message seen on one replica";
+    const HOME_VALUE: &str = "a sender put the home's message instead of its candidate";
+    const HOME_TIMEOUT: &str = "a sender put its candidate after the home's timeout";
     const HEALED: &str = "heal ran to its end";
 
     fn large() -> bool {
@@ -101,6 +103,8 @@ mod dedup {
                 REPAIRED,
                 DROPPED,
                 LATE_PUT,
+                HOME_VALUE,
+                HOME_TIMEOUT,
                 HEALED,
             ],
         );
@@ -122,6 +126,7 @@ mod dedup {
                 SPLIT,
                 REPAIRED,
                 DELIVERED,
+                HOME_TIMEOUT,
                 HEALED,
             ],
         );
@@ -151,6 +156,8 @@ mod dedup {
                 REPAIRED,
                 DROPPED,
                 LATE_PUT,
+                HOME_VALUE,
+                HOME_TIMEOUT,
                 HEALED,
             ],
         );

@@ -28,6 +28,10 @@ use crate::placement::{Placement, REPLICAS, Ring, dedup_position};
 use crate::record::Record;
 use crate::replica::Write;
 
+/// The deduplication record's home: its first replica in ring order, which every put reaches
+/// alone first (spec/replication.md §4, *Send* step 3).
+pub const HOME: usize = 0;
+
 /// Replies naming one message that decide a deduplication id (`W`, as for message records).
 pub const DECIDING_REPLIES: usize = 2;
 const _: () = assert!(2 * DECIDING_REPLIES > REPLICAS);
@@ -320,10 +324,12 @@ enum Phase {
         written: bool,
         reads: BTreeMap<NodeId, Option<DedupRecord>>,
     },
-    /// Step 3: the conditional put; each replica's named message (`None`: refused).
+    /// Step 3: the conditional put, to the home replica alone until `spread`; each replica's
+    /// named message (`None`: refused).
     Put {
         candidate: DedupRecord,
-        named: BTreeMap<NodeId, Option<DedupValue>>,
+        named: BTreeMap<NodeId, Option<DedupRecord>>,
+        spread: bool,
     },
     /// Step 4: the confirm of the winner and, for a loser, the void of its own copy.
     Settle {
@@ -476,16 +482,20 @@ impl DedupSendOp {
                 }
                 self.decide()
             }
-            Phase::Put { named, .. } if round == PUT_ROUND => {
+            Phase::Put {
+                candidate,
+                named,
+                spread,
+            } if round == PUT_ROUND => {
                 if named.contains_key(&from) {
                     return Effects::none();
                 }
-                let value = match reply {
-                    DedupReply::Record(record) => record.map(|record| record.value),
+                let record = match reply {
+                    DedupReply::Record(record) => *record,
                     DedupReply::Ack | DedupReply::Refused => None,
                 };
-                named.insert(from, value);
-                let agreed = decided(named.values().flatten());
+                named.insert(from, record);
+                let agreed = decided(named.values().flatten().map(|record| &record.value));
                 if let Some(winner) = agreed {
                     return self.settle(winner);
                 }
@@ -494,10 +504,37 @@ impl DedupSendOp {
                     // No two replicas can name one message any more in this window.
                     return self.finish(DedupSendAnswer::Undecided);
                 }
+                if from == self.dedup_replicas[HOME] && !*spread {
+                    // The home's first value is what every sender spreads, so concurrent sends
+                    // converge on it; a refusal spreads the candidate instead.
+                    let value = record.unwrap_or(*candidate);
+                    return self.spread(value);
+                }
                 Effects::none()
             }
             _ => Effects::none(),
         }
+    }
+
+    /// Whether the put waits for the home replica's reply before going to the other two: the
+    /// driver then calls [`DedupSendOp::on_home_timeout`] once after its home wait.
+    #[must_use]
+    pub fn waiting_for_home(&self) -> bool {
+        matches!(self.phase, Phase::Put { spread: false, .. })
+    }
+
+    /// The home did not answer the put in time: put the candidate to the other two
+    /// (spec/replication.md §4, *Send* step 3). Nothing if the put already went to them.
+    pub fn on_home_timeout(&mut self) -> Effects<DedupSendAnswer, SendOutgoing> {
+        let Phase::Put {
+            candidate,
+            spread: false,
+            ..
+        } = self.phase
+        else {
+            return Effects::none();
+        };
+        self.spread(candidate)
     }
 
     /// The deadline passed: an error, and nothing answered after it.
@@ -541,27 +578,37 @@ impl DedupSendOp {
                     self.settings.window_ms,
                 )
             });
-        let at = self.settings.now;
-        let sends = self
-            .dedup_replicas
-            .iter()
-            .map(|to| {
-                SendOutgoing::Dedup(DedupOutgoing {
-                    to: *to,
-                    key: self.dedup.clone(),
-                    round: PUT_ROUND,
-                    request: DedupRequest::Put {
-                        record: candidate,
-                        at,
-                    },
-                })
-            })
-            .collect();
         self.phase = Phase::Put {
             candidate,
             named: BTreeMap::new(),
+            spread: false,
         };
-        Effects::sends(sends)
+        // First to the home alone: it takes the first put that reaches it, and every sender
+        // then spreads what it names.
+        Effects::sends(vec![self.put(self.dedup_replicas[HOME], candidate)])
+    }
+
+    /// The put of `value` to the replicas other than the home, once per put.
+    fn spread(&mut self, value: DedupRecord) -> Effects<DedupSendAnswer, SendOutgoing> {
+        let Phase::Put { spread, .. } = &mut self.phase else {
+            unreachable!("a put spreads in its own phase");
+        };
+        assert!(!*spread, "a put spreads once");
+        *spread = true;
+        let others: Vec<NodeId> = self.dedup_replicas[HOME + 1..].to_vec();
+        Effects::sends(others.into_iter().map(|to| self.put(to, value)).collect())
+    }
+
+    fn put(&self, to: NodeId, record: DedupRecord) -> SendOutgoing {
+        SendOutgoing::Dedup(DedupOutgoing {
+            to,
+            key: self.dedup.clone(),
+            round: PUT_ROUND,
+            request: DedupRequest::Put {
+                record,
+                at: self.settings.now,
+            },
+        })
     }
 
     /// Step 4: confirm `winner` and, if it is not this send's message, void this send's copy.
@@ -641,6 +688,7 @@ mod tests {
     use crate::coordinator::Request;
     use crate::record::{Birth, Settle};
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     const WINDOW_MS: u64 = 300_000;
     const LATE_MS: u64 = 10_500;
@@ -859,6 +907,40 @@ mod tests {
     impl World {
         /// Delivers `sends` (all, or only those to `reach`) and feeds `op` every reply, until
         /// it answers or nothing is left to deliver.
+        /// Delivers one request to its replica and feeds `op` the reply.
+        fn deliver(
+            &mut self,
+            op: &mut DedupSendOp,
+            send: SendOutgoing,
+            now: Millis,
+        ) -> Effects<DedupSendAnswer, SendOutgoing> {
+            match send {
+                SendOutgoing::Record(out) => {
+                    let Request::Write { write, .. } = out.request else {
+                        panic!("a send with a deduplication id reads no message");
+                    };
+                    let slot = (out.to, out.key.message);
+                    let verdict = crate::replica::accept(self.records.get(&slot), &write);
+                    let acks = verdict.acks();
+                    if let crate::replica::Verdict::Store(Some(record)) = verdict {
+                        self.records.insert(slot, record);
+                    }
+                    let reply = if acks { Reply::Ack } else { Reply::Refused };
+                    op.on_record_reply(out.to, out.round, &reply)
+                }
+                SendOutgoing::Dedup(out) => {
+                    let held = self.dedups.get(&out.to);
+                    let (change, reply) = accept(held, &out.request, now, LATE_MS);
+                    if let DedupChange::Store(record) = change {
+                        self.dedups.insert(out.to, record);
+                    }
+                    op.on_dedup_reply(out.to, out.round, &reply)
+                }
+            }
+        }
+
+        /// Delivers `sends` (those to `reach` only; the rest are lost) and feeds `op` every
+        /// reply, until it answers or nothing is left to deliver.
         fn run(
             &mut self,
             op: &mut DedupSendOp,
@@ -869,36 +951,14 @@ mod tests {
             while !sends.is_empty() {
                 let mut next = Vec::new();
                 for send in sends {
-                    let effects = match send {
-                        SendOutgoing::Record(out) => {
-                            if !reach.contains(&out.to) {
-                                continue;
-                            }
-                            let Request::Write { write, .. } = out.request else {
-                                panic!("a send with a deduplication id reads no message");
-                            };
-                            let slot = (out.to, out.key.message);
-                            let held = self.records.get(&slot);
-                            let verdict = crate::replica::accept(held, &write);
-                            let acks = verdict.acks();
-                            if let crate::replica::Verdict::Store(Some(record)) = verdict {
-                                self.records.insert(slot, record);
-                            }
-                            let reply = if acks { Reply::Ack } else { Reply::Refused };
-                            op.on_record_reply(out.to, out.round, &reply)
-                        }
-                        SendOutgoing::Dedup(out) => {
-                            if !reach.contains(&out.to) {
-                                continue;
-                            }
-                            let held = self.dedups.get(&out.to);
-                            let (change, reply) = accept(held, &out.request, now, LATE_MS);
-                            if let DedupChange::Store(record) = change {
-                                self.dedups.insert(out.to, record);
-                            }
-                            op.on_dedup_reply(out.to, out.round, &reply)
-                        }
+                    let to = match &send {
+                        SendOutgoing::Record(out) => out.to,
+                        SendOutgoing::Dedup(out) => out.to,
                     };
+                    if !reach.contains(&to) {
+                        continue;
+                    }
+                    let effects = self.deliver(op, send, now);
                     if let Some(answer) = effects.answer {
                         return Some(answer);
                     }
@@ -1016,7 +1076,13 @@ mod tests {
         }
         let mut answered: Vec<MessageId> = Vec::new();
         let mut drops = 0;
-        for (pick, drop) in schedule.iter().copied().cycle().take(400) {
+        for (step, (pick, drop)) in schedule.iter().copied().cycle().take(400).enumerate() {
+            // Now and then a sender waiting for the home gives up on it.
+            if pick % 7 == 0 {
+                let sender = step % ops.len();
+                let effects = ops[sender].on_home_timeout();
+                pending.extend(effects.sends.into_iter().map(|send| (sender, send)));
+            }
             if pending.is_empty() {
                 break;
             }
@@ -1172,16 +1238,132 @@ mod tests {
                 .sends
                 .is_empty()
         );
-        // The second distinct read reply decides: a put to the three.
+        // The second distinct read reply decides: a put to the home alone.
         let effects = op.on_dedup_reply(NodeId(2), FIRST_ROUND, &empty);
-        assert_eq!(effects.sends.len(), REPLICAS);
-        assert!(effects.sends.iter().all(|send| matches!(
-            send,
-            SendOutgoing::Dedup(DedupOutgoing {
-                round: PUT_ROUND,
-                request: DedupRequest::Put { .. },
-                ..
+        let home = dedup_key().replicas(&ring())[HOME];
+        assert_eq!(puts_to(&effects.sends), vec![(home, MessageId(10))]);
+        assert!(op.waiting_for_home());
+    }
+
+    fn puts_to(sends: &[SendOutgoing]) -> Vec<(NodeId, MessageId)> {
+        sends
+            .iter()
+            .filter_map(|send| match send {
+                SendOutgoing::Dedup(DedupOutgoing {
+                    to,
+                    request: DedupRequest::Put { record, .. },
+                    ..
+                }) => Some((*to, record.value.message)),
+                _ => None,
             })
-        )));
+            .collect()
+    }
+
+    /// Drives `op` through its first phase against empty replicas; returns its put.
+    fn through_first_phase(op: &mut DedupSendOp) -> Vec<SendOutgoing> {
+        let mut sends = Vec::new();
+        for node in ALL {
+            sends.extend(op.on_record_reply(node, FIRST_ROUND, &Reply::Ack).sends);
+            sends.extend(
+                op.on_dedup_reply(node, FIRST_ROUND, &DedupReply::Record(None))
+                    .sends,
+            );
+        }
+        sends
+    }
+
+    #[test]
+    fn the_put_spreads_what_the_home_names_or_after_its_timeout_the_candidate() {
+        let home = dedup_key().replicas(&ring())[HOME];
+        let others: Vec<NodeId> = ALL.into_iter().filter(|n| *n != home).collect();
+        // The home names another message: that message goes to the other two.
+        let (mut op, _) = start(10, 1_000);
+        assert_eq!(
+            puts_to(&through_first_phase(&mut op)),
+            vec![(home, MessageId(10))]
+        );
+        let theirs = DedupRecord::opened(value(5, 900), WINDOW_MS);
+        let effects = op.on_dedup_reply(home, PUT_ROUND, &DedupReply::Record(Some(theirs)));
+        assert_eq!(
+            puts_to(&effects.sends),
+            others
+                .iter()
+                .map(|n| (*n, MessageId(5)))
+                .collect::<Vec<_>>()
+        );
+        assert!(!op.waiting_for_home());
+        assert!(op.on_home_timeout().sends.is_empty(), "a put spreads once");
+        // The home is silent: after its wait, the candidate goes to the other two.
+        let (mut op, _) = start(10, 1_000);
+        through_first_phase(&mut op);
+        assert_eq!(
+            puts_to(&op.on_home_timeout().sends),
+            others
+                .iter()
+                .map(|n| (*n, MessageId(10)))
+                .collect::<Vec<_>>()
+        );
+        // The home refuses: the candidate goes to the other two at once.
+        let (mut op, _) = start(10, 1_000);
+        through_first_phase(&mut op);
+        let effects = op.on_dedup_reply(home, PUT_ROUND, &DedupReply::Refused);
+        assert_eq!(
+            puts_to(&effects.sends),
+            others
+                .iter()
+                .map(|n| (*n, MessageId(10)))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// The split the cluster test found with a put to all three at once: three senders whose
+    /// puts each reach a different replica first. Through the home, they converge.
+    #[test]
+    fn three_senders_that_read_nothing_at_once_converge_on_the_homes_first_value() {
+        let mut world = World::default();
+        let mut ops = Vec::new();
+        let mut puts = Vec::new();
+        for sender in 0..3u128 {
+            let (mut op, sends) = start(100 + sender, 1_000);
+            // Their held copies land everywhere; every read finds nothing.
+            for send in sends {
+                if let SendOutgoing::Record(out) = send {
+                    let Request::Write { write, .. } = out.request else {
+                        unreachable!("the first phase writes")
+                    };
+                    let slot = (out.to, out.key.message);
+                    if let crate::replica::Verdict::Store(Some(record)) =
+                        crate::replica::accept(world.records.get(&slot), &write)
+                    {
+                        world.records.insert(slot, record);
+                    }
+                }
+            }
+            puts.push(through_first_phase(&mut op));
+            ops.push(op);
+        }
+        // Each put reaches the home before any other replica hears of a put (the order in
+        // which a put to all three at once left each replica naming its own coordinator's
+        // message); then every spread put arrives, the last sender's first.
+        let mut spreads = Vec::new();
+        for (sender, put) in puts.into_iter().enumerate() {
+            for send in put {
+                let effects = world.deliver(&mut ops[sender], send, Millis(1_100));
+                assert_eq!(effects.answer, None);
+                spreads.push((sender, effects.sends));
+            }
+        }
+        let mut answers = Vec::new();
+        for (sender, sends) in spreads.into_iter().rev() {
+            answers.push(world.run(&mut ops[sender], sends, &ALL, Millis(1_100)));
+        }
+        let named: BTreeSet<MessageId> = answers
+            .iter()
+            .map(|answer| match answer {
+                Some(DedupSendAnswer::Sent { message, .. }) => *message,
+                other => panic!("every sender is answered: {other:?}"),
+            })
+            .collect();
+        assert_eq!(named.len(), 1, "{answers:?}");
     }
 }

@@ -2,8 +2,10 @@
 //! coordinators, three replicas, a lossy network, a consumer, and the end of the window.
 //!
 //! A send writes its message held and reads the deduplication record, puts a record naming its
-//! message (or the one it saw under way), and once two replicas name one message confirms that
-//! message and voids its own copy if it lost. A compact model of its own: the message records
+//! message (or the one it saw under way) to the record's home replica (replica 0) and then the
+//! message the home names to the other two (or, if the home never answers, its own candidate),
+//! and once two replicas name one message confirms that message and voids its own copy if it
+//! lost. A compact model of its own: the message records
 //! keep only what deduplication decides (held, void, ready, tombstone), and a receive and a delete
 //! are one quorum read and one write to two replicas, because part 1's claims are proven by the
 //! part-1 model and change nothing about which message a deduplication id names. Every step is a
@@ -28,6 +30,9 @@ pub const MESSAGES: usize = SENDERS;
 pub const WRITE_QUORUM: usize = 2;
 /// Replies a read needs.
 pub const READ_QUORUM: usize = 2;
+/// The deduplication record's home: its first replica in ring order, which every put reaches
+/// first (spec/replication.md, section 4, *Send* step 3).
+pub const HOME: usize = 0;
 /// Receive rounds the heal's consumer may run before the heal is declared stuck.
 pub const HEAL_RECEIVES_MAX: usize = 4;
 
@@ -156,10 +161,13 @@ pub enum Op {
         after_put: bool,
     },
     /// A sender's conditional put of the deduplication record naming `message` (its own, or
-    /// the one it adopted); `replies[r]` is the message replica `r` names after the put.
+    /// the one it adopted), first to the home replica alone; `replies[r]` is the message replica
+    /// `r` names after the put. `spread` once the put went to the other two (with the message
+    /// the home named, or after the home's timeout with `message`).
     Put {
         message: u8,
         replies: [Option<u8>; REPLICAS],
+        spread: bool,
     },
     /// A sender confirms the winner and voids its own copy if it lost.
     Settle { winner: u8, acks: u8 },
@@ -238,6 +246,11 @@ pub enum Scenario {
     PutAfterWindowEnd = 6,
     /// A sender's read found another message's put under way and put that message instead.
     Adopted = 7,
+    /// A sender's put to the home replica came back naming another message, which the sender
+    /// then put to the other two instead of its candidate.
+    TookHomeValue = 8,
+    /// A sender gave up waiting for the home and put its candidate to the other two.
+    HomeTimedOut = 9,
 }
 
 /// What only the model knows.
@@ -252,7 +265,7 @@ pub struct Ghost {
     /// Broken invariants (`Violation` bits).
     pub violations: u8,
     /// Scenarios reached (`Scenario` bits).
-    pub scenarios: u8,
+    pub scenarios: u16,
 }
 
 impl Ghost {
@@ -261,7 +274,7 @@ impl Ghost {
     }
 
     fn reach(&mut self, scenario: Scenario) {
-        self.scenarios |= 1 << scenario as u8;
+        self.scenarios |= 1 << scenario as u16;
     }
 
     /// Whether `violation` happened on the way here.
@@ -271,7 +284,7 @@ impl Ghost {
 
     /// Whether `scenario` happened on the way here.
     pub fn reached(&self, scenario: Scenario) -> bool {
-        self.scenarios & (1 << scenario as u8) != 0
+        self.scenarios & (1 << scenario as u16) != 0
     }
 }
 
@@ -423,9 +436,49 @@ impl State {
             Op::Put {
                 message,
                 replies: [None; REPLICAS],
+                spread: false,
             },
         );
-        self.broadcast(c, Request::Put { message });
+        let round = self.coordinators[c].round;
+        self.push(Packet {
+            replica: HOME as u8,
+            coordinator: c as u8,
+            round,
+            request: Request::Put { message },
+        });
+    }
+
+    /// Sends the put of `message` to the replicas other than the home, once per put.
+    fn spread_put(&mut self, c: usize, message: u8) {
+        let Op::Put { spread, .. } = &mut self.coordinators[c].op else {
+            unreachable!("a put spreads only in its own phase");
+        };
+        assert!(!*spread, "a put spreads once");
+        *spread = true;
+        let round = self.coordinators[c].round;
+        for replica in (0..REPLICAS).filter(|r| *r != HOME) {
+            self.push(Packet {
+                replica: replica as u8,
+                coordinator: c as u8,
+                round,
+                request: Request::Put { message },
+            });
+        }
+    }
+
+    /// Whether sender `c` still waits for the home's reply to its put before spreading it.
+    pub fn waiting_for_home(&self, c: usize) -> bool {
+        matches!(self.coordinators[c].op, Op::Put { spread: false, .. })
+    }
+
+    /// Sender `c` stops waiting for the home (it did not answer in time, or refused) and puts
+    /// its candidate to the other two.
+    pub fn home_timeout(&mut self, c: usize) {
+        let Op::Put { message, .. } = self.coordinators[c].op else {
+            unreachable!("the home's timeout is a put's");
+        };
+        self.ghost.reach(Scenario::HomeTimedOut);
+        self.spread_put(c, message);
     }
 
     fn start_settle(&mut self, config: &Config, c: usize, winner: u8) {
@@ -744,12 +797,17 @@ impl State {
         let Op::Put {
             message,
             mut replies,
+            spread,
         } = self.coordinators[c].op
         else {
             return;
         };
         replies[packet.replica as usize] = Some(named);
-        self.coordinators[c].op = Op::Put { message, replies };
+        self.coordinators[c].op = Op::Put {
+            message,
+            replies,
+            spread,
+        };
         let agreeing = replies.iter().filter(|n| **n == Some(named)).count();
         let needed = if config.has(Bug::HitFromOneReplica) {
             1
@@ -757,6 +815,14 @@ impl State {
             WRITE_QUORUM
         };
         if agreeing < needed {
+            if packet.replica as usize == HOME && !spread {
+                // Every sender's put meets the home first and spreads what the home names, so
+                // concurrent sends converge on the home's first value.
+                if named != message {
+                    self.ghost.reach(Scenario::TookHomeValue);
+                }
+                self.spread_put(c, named);
+            }
             return;
         }
         // `named` is durable on two replicas, and each replica names one message for the whole
@@ -941,6 +1007,8 @@ pub enum Action {
     Restart(u8),
     /// A coordinator times out or crashes.
     Abandon(u8),
+    /// Sender `c` stops waiting for the home's reply to its put.
+    HomeTimeout(u8),
     /// Sender `c`'s client sends with the deduplication id.
     Send(u8),
     /// Sender `c` reads the deduplication record from replicas `a` and `b`.
@@ -1020,20 +1088,30 @@ impl Model for DedupModel {
             } else {
                 actions.push(Action::Restart(r as u8));
             }
-            // Replicas are interchangeable (they start equal and every request goes to all
-            // three), so the window ends on them in index order without losing behaviour. A
-            // down replica's clock runs on: its window ends all the same.
-            let next_to_expire = state
-                .replicas
-                .iter()
-                .position(|x| x.dedup != DedupRecord::Expired);
-            if config.window_end && next_to_expire == Some(r) {
+            // The replicas other than the home are interchangeable (they start equal and every
+            // request but the home's first put goes to both), so the window ends on those two in
+            // index order without losing behaviour, and on the home at any moment. A down
+            // replica's clock runs on: its window ends all the same.
+            let next_to_expire = (0..REPLICAS)
+                .filter(|x| *x != HOME)
+                .find(|x| state.replicas[*x].dedup != DedupRecord::Expired);
+            let expires = if r == HOME {
+                state.replicas[r].dedup != DedupRecord::Expired
+            } else {
+                next_to_expire == Some(r)
+            };
+            if config.window_end && expires {
                 actions.push(Action::WindowEnd(r as u8));
             }
         }
         for c in 0..COORDINATORS {
             if state.abandonable(c) {
                 actions.push(Action::Abandon(c as u8));
+            }
+        }
+        for c in 0..SENDERS {
+            if state.waiting_for_home(c) {
+                actions.push(Action::HomeTimeout(c as u8));
             }
         }
         for c in 0..SENDERS {
@@ -1124,6 +1202,7 @@ impl Model for DedupModel {
             Action::Crash(r) => state.crash(r as usize),
             Action::Restart(r) => state.restart(r as usize),
             Action::Abandon(c) => state.abandon(c as usize),
+            Action::HomeTimeout(c) => state.home_timeout(c as usize),
             Action::Send(c) => state.start_send(config, c as usize),
             Action::ReadDedup { c, a, b } => {
                 state.read_dedup(config, c as usize, a as usize, b as usize)
@@ -1239,6 +1318,14 @@ impl Model for DedupModel {
             Property::sometimes(
                 "a sender adopted the other's message seen on one replica",
                 |_, s: &State| s.ghost.reached(Scenario::Adopted),
+            ),
+            Property::sometimes(
+                "a sender put the home's message instead of its candidate",
+                |_, s: &State| s.ghost.reached(Scenario::TookHomeValue),
+            ),
+            Property::sometimes(
+                "a sender put its candidate after the home's timeout",
+                |_, s: &State| s.ghost.reached(Scenario::HomeTimedOut),
             ),
             Property::sometimes("heal ran to its end", |_, s: &State| s.healed),
         ]
