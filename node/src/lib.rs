@@ -173,6 +173,7 @@ impl Member {
                 keepalive_timeout: Duration::from_secs(limits::grpc_keepalive_timeout_s),
             },
             horizon_ms: limits::horizon_ms,
+            dedup_window_ms: trireme_core::limits::dedup_window_ms,
         };
         let (cluster, service) = Cluster::start(&settings, store, clock, node.seed)?;
         // No `tcp_nodelay` here either: the accepted sockets get it from `tcp_incoming`.

@@ -20,14 +20,15 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use tracing::{error, warn};
 use trireme_core::{
-    AttributeChanges, AttributeValue, ClaimTag, Command, Delivery, HandleProblem, Incarnation,
-    MessageCounts, MessageId, Millis, Outcome, QueueAttributes, QueueName, QueueView,
+    AttributeChanges, AttributeValue, ClaimTag, Command, DedupId, Delivery, HandleProblem,
+    Incarnation, MessageCounts, MessageId, Millis, Outcome, QueueAttributes, QueueName, QueueView,
     ReceiptHandle, Reject, SystemAttributes, check_message, check_system_attributes, check_tags,
     limits, receive_parameters,
 };
 use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Handle, MoveAnswer, SendAnswer, VisibilityAnswer,
 };
+use trireme_replication::dedup::DedupSendAnswer;
 use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer};
 use trireme_replication::record::Birth;
 use trireme_replication::{Claim, Generation, NodeId, RecordKey};
@@ -50,6 +51,14 @@ struct Payload {
     body: String,
     attributes: BTreeMap<String, AttributeValue>,
     system: SystemAttributes,
+}
+
+/// What a send carries besides its queue, id and deduplication id.
+struct Message {
+    body: String,
+    attributes: BTreeMap<String, AttributeValue>,
+    system: SystemAttributes,
+    delay_s: Option<u32>,
 }
 
 /// A queue as a command needs it: its live incarnation and its settings.
@@ -247,13 +256,13 @@ impl ClusterEdge {
                 delay_s,
                 dedup,
             } => {
-                if dedup.is_some() {
-                    return Err(EngineError::Unsupported {
-                        action: "A deduplication id",
-                    });
-                }
-                self.send(&queue, id, body, attributes, system, delay_s)
-                    .await
+                let message = Message {
+                    body,
+                    attributes,
+                    system,
+                    delay_s,
+                };
+                self.send(&queue, id, message, dedup).await
             }
             Command::Receive {
                 queue,
@@ -424,15 +433,22 @@ impl ClusterEdge {
         }
     }
 
+    /// A send (spec/replication.md#send), or with a deduplication id the send of §4, which
+    /// answers as a node running alone does: the id's first message, `duplicate` when that is
+    /// another send's.
     async fn send(
         &self,
         queue: &QueueName,
         id: MessageId,
-        body: String,
-        attributes: BTreeMap<String, AttributeValue>,
-        system: SystemAttributes,
-        delay_s: Option<u32>,
+        message: Message,
+        dedup: Option<DedupId>,
     ) -> Result<Outcome, EngineError> {
+        let Message {
+            body,
+            attributes,
+            system,
+            delay_s,
+        } = message;
         let known = self.known(queue).await?;
         let delay_s = delay_s.unwrap_or(known.attributes.delay_s);
         if delay_s > limits::delay_s_max {
@@ -459,8 +475,27 @@ impl ClusterEdge {
                 Millis(0)
             },
             source_queue: None,
-            dedup_id: None,
+            dedup_id: dedup.as_ref().map(|dedup| dedup.as_str().to_owned()),
         };
+        if let Some(dedup) = dedup {
+            return match self
+                .cluster
+                .send_deduplicated(queue, known.incarnation, id, birth, dedup.clone())
+                .await
+            {
+                DedupSendAnswer::Sent { message, duplicate } => Ok(Outcome::Sent {
+                    id: message,
+                    duplicate,
+                }),
+                DedupSendAnswer::Unavailable => Err(unavailable("sending the message")),
+                DedupSendAnswer::Undecided => Err(EngineError::Unavailable {
+                    reason: format!(
+                        "deduplication id {dedup}: concurrent sends named different messages \
+                         and none could be decided; retry after its window"
+                    ),
+                }),
+            };
+        }
         match self.cluster.send(queue, known.incarnation, id, birth).await {
             SendAnswer::Sent => Ok(Outcome::Sent {
                 id,

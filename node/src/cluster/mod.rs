@@ -36,11 +36,15 @@ use rand_chacha::ChaCha20Rng;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tonic::transport::{Channel, Endpoint};
-use trireme_core::{Incarnation, MessageId, QueueName};
+use trireme_core::{DedupId, Incarnation, MessageId, QueueName};
 use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp,
     MoveAnswer, MoveOp, Operation, Outgoing, ReceiveAnswer, ReceiveOp, ReceiveSettings, Reply,
     Request, SPLIT_WAIT_MS, SendAnswer, SendOp, VisibilityAnswer,
+};
+use trireme_replication::dedup::{
+    DedupKey, DedupOutgoing, DedupReply, DedupSendAnswer, DedupSendOp, DedupSendSettings,
+    SendOutgoing,
 };
 use trireme_replication::placement::{Placement, REPLICAS, Ring, TooFewMembers};
 use trireme_replication::record::{Birth, Record, SourceQueue};
@@ -48,7 +52,7 @@ use trireme_replication::{NodeId, RecordKey};
 
 use self::peers::{Identity, LinkSettings, Peers};
 use self::service::ReplicaService;
-use self::store::{Entry, ReplicaStore};
+use self::store::{DedupEntry, Entry, ReplicaStore};
 use crate::clock::Clock;
 
 /// How this node takes part in the cluster.
@@ -64,6 +68,20 @@ pub struct ClusterSettings {
     pub link: LinkSettings,
     /// The tombstone horizon: replicas refuse requests older than this by their sender's clock.
     pub horizon_ms: u64,
+    /// `DEDUP_WINDOW` (spec/replication.md §4): how long a deduplication id names its message,
+    /// from that message's send.
+    pub dedup_window_ms: u64,
+}
+
+/// `SKEW_MAX` (spec/replication.md, *Constants*): the bound on two members' clocks' difference.
+pub const SKEW_MAX_MS: u64 = 500;
+/// A deduplication put waits `operation_timeout / HOME_WAIT_DIVISOR` for the record's home
+/// replica before it goes to the other two (spec/replication.md §4, *Send* step 3).
+const HOME_WAIT_DIVISOR: u32 = 4;
+
+/// Sleeps until `at`; never called without one (the select's guard).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    tokio::time::sleep_until(at.expect("guarded by is_some")).await;
 }
 
 /// Why the cluster could not start.
@@ -123,6 +141,10 @@ struct Inner {
     operation_timeout: Duration,
     /// The tombstone horizon (spec/replication.md, *Horizon rule*): collection waits it.
     horizon_ms: u64,
+    /// `DEDUP_WINDOW` (spec/replication.md §4).
+    dedup_window_ms: u64,
+    /// `OP_TIMEOUT + SKEW_MAX`: this replica refuses a deduplication put older than this.
+    dedup_late_ms: u64,
     /// Collection's state across rounds: its walk and the tombstones waiting out the horizon.
     /// One round at a time holds it.
     collector: tokio::sync::Mutex<collection::Collector>,
@@ -186,11 +208,15 @@ impl Cluster {
             None => ChaCha20Rng::from_os_rng(),
         };
         let sweeper_store = store.clone();
+        let dedup_late_ms = u64::try_from(settings.operation_timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(SKEW_MAX_MS);
         let service = ReplicaService {
             store: store.clone(),
             members,
             me: me.clone(),
             horizon_ms: settings.horizon_ms,
+            dedup_late_ms,
             ring: ring.clone(),
         };
         let cluster = Cluster {
@@ -201,6 +227,8 @@ impl Cluster {
                 ring,
                 operation_timeout: settings.operation_timeout,
                 horizon_ms: settings.horizon_ms,
+                dedup_window_ms: settings.dedup_window_ms,
+                dedup_late_ms,
                 collector: tokio::sync::Mutex::new(collection::Collector::default()),
                 nonces: Mutex::new(nonces),
                 hlc: Mutex::new(0),
@@ -244,6 +272,42 @@ impl Cluster {
         };
         let (op, effects) = SendOp::start(key.clone(), self.replicas(&key), Record::sent(birth));
         self.run(op, effects).await
+    }
+
+    /// Sends the message `id` with `birth`, which carries the deduplication id `dedup`
+    /// (spec/replication.md §4, *Send*): written held while the id's record is read, then the
+    /// conditional put, then the settle. The answer names the id's message: this one, or the
+    /// message an earlier send of the id stored (a duplicate).
+    pub async fn send_deduplicated(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        id: MessageId,
+        birth: Birth,
+        dedup: DedupId,
+    ) -> DedupSendAnswer {
+        assert_eq!(
+            birth.dedup_id.as_deref(),
+            Some(dedup.as_str()),
+            "the message carries its deduplication id"
+        );
+        let key = RecordKey {
+            queue: queue.clone(),
+            incarnation,
+            message: id,
+        };
+        let dedup = DedupKey {
+            queue: queue.clone(),
+            incarnation,
+            id: dedup,
+        };
+        let settings = DedupSendSettings {
+            now: birth.sent_at,
+            window_ms: self.inner.dedup_window_ms,
+            ring: self.inner.ring.clone(),
+        };
+        let (op, effects) = DedupSendOp::start(key, Record::sent_held(birth), dedup, settings);
+        self.run_deduplicated(op, effects).await
     }
 
     /// Receives up to `max` messages of the queue (spec/replication.md#receive-claim):
@@ -471,6 +535,100 @@ impl Cluster {
                 }
                 () = tokio::time::sleep_until(deadline) => op.on_timeout(),
             };
+        }
+    }
+
+    /// Runs a send with a deduplication id from its first `effects` to its answer, or to its
+    /// deadline: as [`Cluster::run`], with replies of two kinds.
+    async fn run_deduplicated(
+        &self,
+        mut op: DedupSendOp,
+        mut effects: Effects<DedupSendAnswer, SendOutgoing>,
+    ) -> DedupSendAnswer {
+        let (record_replies, mut records) = mpsc::unbounded_channel();
+        let (dedup_replies, mut dedups) = mpsc::unbounded_channel();
+        let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
+        // How long the put waits for the record's home replica before it goes to the other two
+        // (spec/replication.md §4, *Send* step 3): long enough for a loaded peer's fsync, short
+        // enough that a down home leaves most of the operation's time.
+        let home_wait = self.inner.operation_timeout / HOME_WAIT_DIVISOR;
+        let mut home_deadline = None;
+        loop {
+            let answer = effects.answer.take();
+            let (mut to_records, mut to_dedups) = (Vec::new(), Vec::new());
+            for send in std::mem::take(&mut effects.sends) {
+                match send {
+                    SendOutgoing::Record(out) => to_records.push(out),
+                    SendOutgoing::Dedup(out) => to_dedups.push(out),
+                }
+            }
+            let listening = answer.is_none();
+            self.dispatch(to_records, listening.then_some(&record_replies));
+            self.dispatch_dedup(to_dedups, listening.then_some(&dedup_replies));
+            if let Some(answer) = answer {
+                return answer;
+            }
+            if op.waiting_for_home() {
+                home_deadline.get_or_insert_with(|| tokio::time::Instant::now() + home_wait);
+            } else {
+                home_deadline = None;
+            }
+            effects = tokio::select! {
+                // As in `run`: a reply that arrives with the deadline counts.
+                biased;
+                reply = records.recv() => {
+                    let (from, round, reply): (NodeId, u32, Reply) =
+                        reply.expect("the operation holds a sender of its own replies");
+                    op.on_record_reply(from, round, &reply)
+                }
+                reply = dedups.recv() => {
+                    let (from, round, reply): (NodeId, u32, DedupReply) =
+                        reply.expect("the operation holds a sender of its own replies");
+                    op.on_dedup_reply(from, round, &reply)
+                }
+                () = sleep_until_some(home_deadline), if home_deadline.is_some() => {
+                    op.on_home_timeout()
+                }
+                () = tokio::time::sleep_until(deadline) => op.on_timeout(),
+            };
+        }
+    }
+
+    /// Sends requests about deduplication records as [`Cluster::dispatch`] sends message
+    /// requests; the local replica takes them with this node's clock now.
+    fn dispatch_dedup(
+        &self,
+        sends: Vec<DedupOutgoing>,
+        replies: Option<&mpsc::UnboundedSender<(NodeId, u32, DedupReply)>>,
+    ) {
+        for out in sends {
+            let replies = replies.cloned();
+            let (from, round) = (out.to, out.round);
+            if out.to == self.inner.me.node {
+                let store = self.inner.store.clone();
+                let entry = DedupEntry {
+                    key: out.key,
+                    request: out.request,
+                    now: self.inner.me.clock.now(),
+                    late_ms: self.inner.dedup_late_ms,
+                };
+                tokio::spawn(async move {
+                    if let Ok(mut answers) = store.apply_dedups(vec![entry]).await
+                        && let (Some(replies), Some(reply)) = (replies, answers.pop())
+                    {
+                        let _ = replies.send((from, round, reply));
+                    }
+                });
+            } else {
+                let answered = self.inner.peers.send_dedup(out.to, out.key, out.request);
+                tokio::spawn(async move {
+                    if let Ok(Ok(reply)) = answered.await
+                        && let Some(replies) = replies
+                    {
+                        let _ = replies.send((from, round, reply));
+                    }
+                });
+            }
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! One link per peer, connected lazily, with `TCP_NODELAY`, HTTP/2 keepalive, a connect timeout
 //! and a per-call timeout. Requests to one peer (about messages' records, queue names' own
-//! records and move tasks' records alike) are batched: whatever is waiting when a call
+//! records, move tasks' records and deduplication records alike) are batched: whatever is waiting when a call
 //! can go is sent as one `Exchange`, and several calls may be in flight at once, so a slow call
 //! does not hold the next batch. A dead peer costs its requests a failed answer at the call's
 //! timeout (or at once when the connection is refused), never a wait of the operation beyond
@@ -20,6 +20,7 @@ use trireme_core::QueueName;
 use trireme_proto::replica::v1 as pb;
 use trireme_proto::replica::v1::replica_client::ReplicaClient;
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::dedup::{DedupKey, DedupReply, DedupRequest};
 use trireme_replication::name::{NameReply, NameRequest};
 use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 use trireme_replication::{NodeId, RecordKey};
@@ -75,6 +76,11 @@ enum Pending {
         request: TaskRequest,
         answer: oneshot::Sender<Result<TaskReply, PeerError>>,
     },
+    Dedup {
+        key: DedupKey,
+        request: DedupRequest,
+        answer: oneshot::Sender<Result<DedupReply, PeerError>>,
+    },
 }
 
 impl Pending {
@@ -88,6 +94,9 @@ impl Pending {
                 let _ = answer.send(Err(error));
             }
             Pending::Task { answer, .. } => {
+                let _ = answer.send(Err(error));
+            }
+            Pending::Dedup { answer, .. } => {
                 let _ = answer.send(Err(error));
             }
         }
@@ -265,6 +274,26 @@ impl Peers {
         answered
     }
 
+    /// Sends one request about a deduplication record to `peer`; the answer arrives on the
+    /// returned channel.
+    pub fn send_dedup(
+        &self,
+        peer: NodeId,
+        key: DedupKey,
+        request: DedupRequest,
+    ) -> oneshot::Receiver<Result<DedupReply, PeerError>> {
+        let (answer, answered) = oneshot::channel();
+        self.enqueue(
+            peer,
+            Pending::Dedup {
+                key,
+                request,
+                answer,
+            },
+        );
+        answered
+    }
+
     fn enqueue(&self, peer: NodeId, pending: Pending) {
         let Some(link) = self.links.get(&peer) else {
             pending.fail(PeerError::Call {
@@ -312,6 +341,7 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
             .expect("the semaphore is never closed");
         let mut client = client.clone();
         let (mut entries, mut names, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
+        let mut dedups = Vec::new();
         for pending in &batch {
             match pending {
                 Pending::Record { key, request, .. } => entries.push(wire::entry(key, request)),
@@ -319,15 +349,20 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
                     names.push(wire::name_entry(name, request));
                 }
                 Pending::Task { key, request, .. } => tasks.push(wire::task_entry(key, request)),
+                Pending::Dedup { key, request, .. } => {
+                    dedups.push(wire::dedup_entry(key, request));
+                }
             }
         }
         let (sent, names_sent, tasks_sent) = (entries.len(), names.len(), tasks.len());
+        let dedups_sent = dedups.len();
         let request = pb::Batch {
             request_id: request_ids.fetch_add(1, Ordering::Relaxed),
             sender: Some(identity.now().into()),
             entries,
             names,
             tasks,
+            dedups,
         };
         let down = Arc::clone(&down);
         tokio::spawn(async move {
@@ -341,16 +376,18 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
                         .and_then(|replies| {
                             let names = wire::name_replies(&response.name_replies, names_sent)?;
                             let tasks = wire::task_replies(&response.task_replies, tasks_sent)?;
-                            Ok((replies, names, tasks))
+                            let dedups = wire::dedup_replies(&response.dedup_replies, dedups_sent)?;
+                            Ok((replies, names, tasks, dedups))
                         })
                         .map_err(|error| error.to_string())
                 }
                 Err(status) => Err(format!("{}: {}", status.code(), status.message())),
             };
             match replies {
-                Ok((replies, names, tasks)) => {
+                Ok((replies, names, tasks, dedups)) => {
                     let (mut replies, mut names, mut tasks) =
                         (replies.into_iter(), names.into_iter(), tasks.into_iter());
+                    let mut dedups = dedups.into_iter();
                     for pending in batch {
                         match pending {
                             Pending::Record { answer, .. } => {
@@ -363,6 +400,11 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
                             }
                             Pending::Task { answer, .. } => {
                                 let reply = tasks.next().expect("one reply per task, counted");
+                                let _ = answer.send(Ok(reply));
+                            }
+                            Pending::Dedup { answer, .. } => {
+                                let reply =
+                                    dedups.next().expect("one reply per deduplication, counted");
                                 let _ = answer.send(Ok(reply));
                             }
                         }

@@ -5,25 +5,27 @@
 //! (`Digests`, `Records`, `NameDigest`, `NameRecords`, `TaskRecords`) answer only with records
 //! both the caller and this node replicate. A request about a queue name's record, or about a
 //! move task's record (placed on its source name's replicas, spec/replication.md §8), is
-//! answered only by the name's replicas (others refuse it); a push of a settled name record goes
+//! answered only by the name's replicas (others refuse it), and one about a deduplication record
+//! only by that record's replicas (spec/replication.md §4); a push of a settled name record goes
 //! to the name view of any member.
 
 use std::collections::BTreeSet;
 
 use tonic::{Request, Response, Status};
 use tracing::warn;
-use trireme_core::QueueName;
+use trireme_core::{Millis, QueueName};
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::NodeId;
 use trireme_replication::anti_entropy::{shared, shares_name};
 use trireme_replication::coordinator::{self, Reply};
+use trireme_replication::dedup::{DedupKey, DedupReply, DedupRequest};
 use trireme_replication::name::{NameReply, NameRequest};
 use trireme_replication::placement::Ring;
 use trireme_replication::replica::within_horizon;
 use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 
 use super::peers::Identity;
-use super::store::{Entry, NameEntry, ReplicaStore, TaskEntry};
+use super::store::{BatchAnswers, DedupEntry, Entry, NameEntry, ReplicaStore, TaskEntry};
 use super::wire;
 
 /// The replica side of this node.
@@ -33,6 +35,9 @@ pub struct ReplicaService {
     pub(super) members: BTreeSet<NodeId>,
     pub(super) me: Identity,
     pub(super) horizon_ms: u64,
+    /// `OP_TIMEOUT + SKEW_MAX` (spec/replication.md §4): a deduplication put older than this by
+    /// this node's clock is refused.
+    pub(super) dedup_late_ms: u64,
     /// Placement: anti-entropy answers only with the records both ends of a pair replicate.
     pub(super) ring: Ring,
 }
@@ -58,14 +63,16 @@ impl pb::replica_server::Replica for ReplicaService {
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let tasks = wire::task_entries(&batch.tasks)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let dedups = wire::dedup_entries(&batch.dedups)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let now = self.me.clock.now();
-        let (replies, name_replies, task_replies) =
+        let (replies, name_replies, task_replies, dedup_replies) =
             if within_horizon(sender.clock, now, self.horizon_ms) {
                 let entries = entries
                     .into_iter()
                     .map(|(key, request)| Entry { key, request })
                     .collect();
-                self.apply(entries, names, tasks).await?
+                self.apply(entries, names, tasks, dedups, now).await?
             } else {
                 warn!(
                     node = sender.node.0,
@@ -85,6 +92,7 @@ impl pb::replica_server::Replica for ReplicaService {
                     replies,
                     vec![NameReply::Refused; names.len()],
                     vec![TaskReply::Refused; tasks.len()],
+                    vec![DedupReply::Refused; dedups.len()],
                 )
             };
         Ok(Response::new(pb::BatchReply {
@@ -93,6 +101,7 @@ impl pb::replica_server::Replica for ReplicaService {
             replies: replies.iter().map(wire::reply).collect(),
             name_replies: name_replies.iter().map(wire::name_reply).collect(),
             task_replies: task_replies.iter().map(wire::task_reply).collect(),
+            dedup_replies: dedup_replies.iter().map(wire::dedup_reply).collect(),
         }))
     }
 
@@ -276,15 +285,18 @@ pub const NAMES_PER_PAGE_MAX: usize = 256;
 pub const TASKS_PER_PAGE_MAX: usize = 256;
 
 impl ReplicaService {
-    /// Applies a batch within the horizon: its message entries, and the name and task entries
-    /// this node is a replica of, in one group commit; pushes into the name view; a name or task
-    /// request for a name this node does not replicate is refused.
+    /// Applies a batch within the horizon, arrived at `now` by this node's clock: its message
+    /// entries, and the name, task and deduplication entries this node is a replica of, in one
+    /// group commit; pushes into the name view; a name, task or deduplication request for a
+    /// record this node does not replicate is refused.
     async fn apply(
         &self,
         entries: Vec<Entry>,
         names: Vec<(QueueName, NameRequest)>,
         tasks: Vec<(TaskKey, TaskRequest)>,
-    ) -> Result<(Vec<Reply>, Vec<NameReply>, Vec<TaskReply>), Status> {
+        dedups: Vec<(DedupKey, DedupRequest)>,
+        now: Millis,
+    ) -> Result<BatchAnswers, Status> {
         let unavailable = |error| Status::unavailable(format!("replica store: {error}"));
         let mut name_replies = vec![NameReply::Refused; names.len()];
         let (mut stored, mut stored_at, mut pushed) = (Vec::new(), Vec::new(), Vec::new());
@@ -318,9 +330,22 @@ impl ReplicaService {
                 task_at.push(index);
             }
         }
-        let (replies, answers, task_answers) = self
+        let mut dedup_replies = vec![DedupReply::Refused; dedups.len()];
+        let (mut dedup_entries, mut dedup_at) = (Vec::new(), Vec::new());
+        for (index, (key, request)) in dedups.into_iter().enumerate() {
+            if key.replicas(&self.ring).contains(&self.me.node) {
+                dedup_entries.push(DedupEntry {
+                    key,
+                    request,
+                    now,
+                    late_ms: self.dedup_late_ms,
+                });
+                dedup_at.push(index);
+            }
+        }
+        let (replies, answers, task_answers, dedup_answers) = self
             .store
-            .apply_batch(entries, stored, task_entries)
+            .apply_batch(entries, stored, task_entries, dedup_entries)
             .await
             .map_err(unavailable)?;
         for (index, answer) in stored_at.into_iter().zip(answers) {
@@ -329,7 +354,10 @@ impl ReplicaService {
         for (index, answer) in task_at.into_iter().zip(task_answers) {
             task_replies[index] = answer;
         }
-        Ok((replies, name_replies, task_replies))
+        for (index, answer) in dedup_at.into_iter().zip(dedup_answers) {
+            dedup_replies[index] = answer;
+        }
+        Ok((replies, name_replies, task_replies, dedup_replies))
     }
 
     /// The sender of a peer's call, if it is another member; refused (and logged) otherwise.

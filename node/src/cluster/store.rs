@@ -25,10 +25,12 @@
 //! acknowledged and not stored, and [`ReplicaStore::drop_deleted`] removes what is left.
 //!
 //! Move tasks' records (spec/replication.md §8) live in a table of their own too, keyed by the
-//! source queue and its incarnation, and go through the same committer and the same fsync.
+//! source queue and its incarnation, and go through the same committer and the same fsync; so do
+//! deduplication records (spec/replication.md §4), written once per window.
 //!
 //! This module must never decide protocol questions: `trireme_replication::replica::accept`,
-//! `trireme_replication::name::vote` and `trireme_replication::task::accept_task` do.
+//! `trireme_replication::name::vote`, `trireme_replication::task::accept_task` and
+//! `trireme_replication::dedup::accept` do.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -44,6 +46,9 @@ use tokio::sync::{mpsc, oneshot};
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::dedup::{
+    self, DedupChange, DedupKey, DedupRecord, DedupReply, DedupRequest,
+};
 use trireme_replication::name::{NameRecord, NameReply, NameRequest, QueueIncarnation, vote};
 use trireme_replication::placement::REPLICAS;
 use trireme_replication::record::Record;
@@ -59,6 +64,9 @@ use crate::codec::{self, CodecError};
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_records");
 /// Queue names' records by name, framed and checksummed by the codec (spec/replication.md §1).
 const NAMES: TableDefinition<&str, &[u8]> = TableDefinition::new("replica_names");
+/// Deduplication records by stored key (`DedupKey::encode`), framed and checksummed by the codec
+/// (spec/replication.md §4).
+const DEDUPS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_dedup");
 /// Move tasks' records by stored key (`TaskKey::encode`), framed and checksummed by the codec
 /// (spec/replication.md §8).
 const TASKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_tasks");
@@ -153,6 +161,9 @@ pub struct NameEntry {
     pub request: NameRequest,
 }
 
+/// A batch's answers: per message, name, task and deduplication request, in order.
+pub type BatchAnswers = (Vec<Reply>, Vec<NameReply>, Vec<TaskReply>, Vec<DedupReply>);
+
 /// One request of a batch about a move task's record (spec/replication.md §8).
 #[derive(Clone, Debug)]
 pub struct TaskEntry {
@@ -162,12 +173,28 @@ pub struct TaskEntry {
     pub request: TaskRequest,
 }
 
+/// One deduplication request of a batch, with this replica's clock when the batch arrived
+/// (spec/replication.md §4: the window's end and the late put's refusals are by the replica's
+/// clock).
+#[derive(Clone, Debug)]
+pub struct DedupEntry {
+    /// Which record.
+    pub key: DedupKey,
+    /// What is asked.
+    pub request: DedupRequest,
+    /// This replica's clock.
+    pub now: Millis,
+    /// `OP_TIMEOUT + SKEW_MAX`: a put older than this is refused.
+    pub late_ms: u64,
+}
+
 enum Work {
     /// Requests of one batch, answered in order.
     Apply {
         entries: Vec<Entry>,
         names: Vec<NameEntry>,
         tasks: Vec<TaskEntry>,
+        dedups: Vec<DedupEntry>,
     },
     /// Name records for the view: settled ones learned at `now` by this node's clock, or
     /// (`now: None`) copies of a replica's record that confirm nothing.
@@ -186,20 +213,22 @@ impl Work {
                 entries,
                 names,
                 tasks,
-            } => entries.len() + names.len() + tasks.len(),
+                dedups,
+            } => entries.len() + names.len() + tasks.len() + dedups.len(),
             Work::Learn { records, .. } => records.len(),
             Work::Drop { keys } => keys.len(),
         }
     }
 }
 
-/// What one job is answered with: a reply per message request, per name request and per task
-/// request.
+/// What one job is answered with: a reply per message request, per name request, per task
+/// request and per deduplication request.
 #[derive(Debug, Default)]
 struct Answers {
     replies: Vec<Reply>,
     names: Vec<NameReply>,
     tasks: Vec<TaskReply>,
+    dedups: Vec<DedupReply>,
 }
 
 struct Job {
@@ -239,7 +268,11 @@ impl LocalView {
         if let Some(old) = queue.seen.remove(&key.message) {
             queue.order.remove(&(old.entered_at, key.message));
         }
-        if let Some(live) = record.filter(|r| !r.hidden(None)).and_then(Record::live) {
+        // A held or void copy (spec/replication.md §4) is neither a candidate nor counted.
+        if let Some(live) = record
+            .filter(|r| !r.hidden(None) && r.ready())
+            .and_then(Record::live)
+        {
             let deadline = live.held.map_or(Millis(0), |held| held.deadline);
             let seen = Seen {
                 entered_at: live.entered_at,
@@ -575,6 +608,7 @@ impl ReplicaStore {
                 entries,
                 names: Vec::new(),
                 tasks: Vec::new(),
+                dedups: Vec::new(),
             })
             .await?;
         Ok(answers.replies)
@@ -594,6 +628,7 @@ impl ReplicaStore {
                 entries: Vec::new(),
                 names,
                 tasks: Vec::new(),
+                dedups: Vec::new(),
             })
             .await?;
         Ok(answers.names)
@@ -613,13 +648,35 @@ impl ReplicaStore {
                 entries: Vec::new(),
                 names: Vec::new(),
                 tasks,
+                dedups: Vec::new(),
             })
             .await?;
         Ok(answers.tasks)
     }
 
+    /// Applies deduplication requests in order and answers each, after the fsync that makes
+    /// them durable (spec/replication.md §4: a put's reply follows its fsync).
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::apply`].
+    pub async fn apply_dedups(
+        &self,
+        dedups: Vec<DedupEntry>,
+    ) -> Result<Vec<DedupReply>, Arc<StoreError>> {
+        let answers = self
+            .submit(Work::Apply {
+                entries: Vec::new(),
+                names: Vec::new(),
+                tasks: Vec::new(),
+                dedups,
+            })
+            .await?;
+        Ok(answers.dedups)
+    }
+
     /// Applies a peer's batch: its message requests, then its name requests, then its task
-    /// requests, in one group, and answers each after the fsync.
+    /// requests, then its deduplication requests, in one group, and answers each after the
+    /// fsync.
     ///
     /// # Errors
     /// As [`ReplicaStore::apply`].
@@ -628,15 +685,44 @@ impl ReplicaStore {
         entries: Vec<Entry>,
         names: Vec<NameEntry>,
         tasks: Vec<TaskEntry>,
-    ) -> Result<(Vec<Reply>, Vec<NameReply>, Vec<TaskReply>), Arc<StoreError>> {
+        dedups: Vec<DedupEntry>,
+    ) -> Result<BatchAnswers, Arc<StoreError>> {
         let answers = self
             .submit(Work::Apply {
                 entries,
                 names,
                 tasks,
+                dedups,
             })
             .await?;
-        Ok((answers.replies, answers.names, answers.tasks))
+        Ok((
+            answers.replies,
+            answers.names,
+            answers.tasks,
+            answers.dedups,
+        ))
+    }
+
+    /// Every deduplication record this replica stores (live or expired), in key order, those
+    /// passing `select` only (inspection, anti-entropy, the window's end). Blocking.
+    ///
+    /// # Errors
+    /// The redb variants when the scan fails; `Corrupt` for a row that does not decode.
+    pub fn dedup_records(
+        &self,
+        mut select: impl FnMut(&DedupKey, &DedupRecord) -> bool,
+    ) -> Result<Vec<(DedupKey, DedupRecord)>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(DEDUPS)?;
+        let mut records = Vec::new();
+        for row in table.iter()? {
+            let (key, value) = row?;
+            let (key, record) = decode_dedup_row(key.value(), value.value())?;
+            if select(&key, &record) {
+                records.push((key, record));
+            }
+        }
+        Ok(records)
     }
 
     /// Move tasks' records this replica holds, in key order, those passing `select` only: those
@@ -975,6 +1061,20 @@ fn decode_name_row(name: &str, value: &[u8]) -> Result<(QueueName, NameRecord), 
     Ok((queue, record))
 }
 
+fn decode_dedup_row(key: &[u8], value: &[u8]) -> Result<(DedupKey, DedupRecord), StoreError> {
+    let dedup_key = DedupKey::decode(key).ok_or_else(|| StoreError::Corrupt {
+        key: format!("deduplication {key:?}"),
+        source: CodecError::Malformed {
+            reason: "not a deduplication key".to_owned(),
+        },
+    })?;
+    let record = codec::decode_framed(value).map_err(|source| StoreError::Corrupt {
+        key: format!("{dedup_key:?}"),
+        source,
+    })?;
+    Ok((dedup_key, record))
+}
+
 fn decode_task_row(key: &[u8], value: &[u8]) -> Result<(TaskKey, TaskRecord), StoreError> {
     let task_key = TaskKey::decode(key).ok_or_else(|| StoreError::Corrupt {
         key: format!("task {key:?}"),
@@ -1066,6 +1166,7 @@ fn identify(db: &Database, node: NodeId, new_disk_id: u64) -> Result<u64, StoreE
     txn.open_table(NAMES)?;
     txn.open_table(DELETED)?;
     txn.open_table(TASKS)?;
+    txn.open_table(DEDUPS)?;
     txn.commit()?;
     Ok(disk_id)
 }
@@ -1190,6 +1291,8 @@ struct Applied {
     learned: Vec<(QueueName, NameRecord, Option<Millis>)>,
     /// Task records written (they have no view).
     tasks: usize,
+    /// Deduplication records written (they have no view).
+    dedups: usize,
     deletions: u64,
 }
 
@@ -1216,6 +1319,7 @@ fn apply_group(
             names: txn.open_table(NAMES)?,
             deleted: txn.open_table(DELETED)?,
             tasks: txn.open_table(TASKS)?,
+            dedups: txn.open_table(DEDUPS)?,
         };
         for job in group {
             let answers = match &job.work {
@@ -1223,6 +1327,7 @@ fn apply_group(
                     entries,
                     names,
                     tasks,
+                    dedups,
                 } => {
                     let mut answers = Answers::default();
                     for entry in entries {
@@ -1236,6 +1341,10 @@ fn apply_group(
                     for entry in tasks {
                         let reply = apply_task(&mut tables, entry, &mut applied)?;
                         answers.tasks.push(reply);
+                    }
+                    for entry in dedups {
+                        let reply = apply_dedup(&mut tables, entry, &mut applied)?;
+                        answers.dedups.push(reply);
                     }
                     answers
                 }
@@ -1266,6 +1375,7 @@ fn apply_group(
     if applied.records.is_empty()
         && applied.names.is_empty()
         && applied.tasks == 0
+        && applied.dedups == 0
         && applied.deletions == 0
     {
         // Nothing new to make durable: what the reads saw and the acks confirm was committed
@@ -1282,6 +1392,33 @@ struct Tables<'txn> {
     names: redb::Table<'txn, &'static str, &'static [u8]>,
     deleted: redb::Table<'txn, &'static [u8], &'static [u8]>,
     tasks: redb::Table<'txn, &'static [u8], &'static [u8]>,
+    dedups: redb::Table<'txn, &'static [u8], &'static [u8]>,
+}
+
+/// One deduplication request against the stored record (`trireme_replication::dedup::accept`
+/// decides).
+fn apply_dedup(
+    tables: &mut Tables<'_>,
+    entry: &DedupEntry,
+    applied: &mut Applied,
+) -> Result<DedupReply, StoreError> {
+    let stored_key = entry.key.encode();
+    let held: Option<DedupRecord> = match tables.dedups.get(stored_key.as_slice())? {
+        Some(value) => Some(decode_dedup_row(&stored_key, value.value())?.1),
+        None => None,
+    };
+    let (change, reply) = dedup::accept(held.as_ref(), &entry.request, entry.now, entry.late_ms);
+    match change {
+        DedupChange::Store(record) => {
+            let value = codec::encode_framed(&record);
+            tables
+                .dedups
+                .insert(stored_key.as_slice(), value.as_slice())?;
+            applied.dedups += 1;
+        }
+        DedupChange::Keep => {}
+    }
+    Ok(reply)
 }
 
 fn apply_entry(

@@ -7,6 +7,7 @@ use trireme_replication::NodeId;
 use trireme_replication::RecordKey;
 use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::dedup::{DedupKey, DedupReply, DedupRequest};
 use trireme_replication::name::{NameRecord, NameReply, NameRequest};
 use trireme_replication::record::Record;
 use trireme_replication::task::{TaskKey, TaskRecord, TaskReply, TaskRequest};
@@ -139,6 +140,48 @@ fn decoded_replies<T: serde::de::DeserializeOwned>(
             codec::decode_framed(bytes).map_err(|source| WireError::Body { index, source })
         })
         .collect()
+}
+
+/// One deduplication entry of a batch, encoded.
+#[must_use]
+pub fn dedup_entry(key: &DedupKey, request: &DedupRequest) -> pb::DedupEntry {
+    pb::DedupEntry {
+        key: key.encode(),
+        request: codec::encode_framed(request),
+    }
+}
+
+/// The deduplication entries of a batch, decoded.
+///
+/// # Errors
+/// `Key` or `Body` for the first malformed entry.
+pub fn dedup_entries(
+    entries: &[pb::DedupEntry],
+) -> Result<Vec<(DedupKey, DedupRequest)>, WireError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let key = DedupKey::decode(&entry.key).ok_or(WireError::Key { index })?;
+            let request = codec::decode_framed(&entry.request)
+                .map_err(|source| WireError::Body { index, source })?;
+            Ok((key, request))
+        })
+        .collect()
+}
+
+/// A deduplication reply, encoded.
+#[must_use]
+pub fn dedup_reply(reply: &DedupReply) -> Vec<u8> {
+    codec::encode_framed(reply)
+}
+
+/// The deduplication replies of a batch of `sent` such requests, decoded.
+///
+/// # Errors
+/// As [`replies`].
+pub fn dedup_replies(replies: &[Vec<u8>], sent: usize) -> Result<Vec<DedupReply>, WireError> {
+    decoded_replies(replies, sent)
 }
 
 /// One partition's anti-entropy digest, encoded.

@@ -57,6 +57,7 @@ fn settings(node: u16, addresses: &BTreeMap<u16, SocketAddr>) -> ClusterSettings
             keepalive_timeout: Duration::from_secs(5),
         },
         horizon_ms: 24 * 3_600_000,
+        dedup_window_ms: trireme_core::limits::dedup_window_ms,
     }
 }
 

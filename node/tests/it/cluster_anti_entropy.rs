@@ -85,6 +85,7 @@ impl Setup {
                 keepalive_timeout: Duration::from_secs(5),
             },
             horizon_ms: self.horizon_ms,
+            dedup_window_ms: trireme_core::limits::dedup_window_ms,
         }
     }
 }

@@ -14,7 +14,7 @@ use aws_sdk_sqs::error::ProvideErrorMetadata;
 use tempfile::TempDir;
 use tonic::Code;
 use trireme_node::Node;
-use trireme_node::clock::SystemClock;
+use trireme_node::clock::{Clock, SystemClock};
 use trireme_node::config::{ClusterConfig, Config};
 use trireme_proto::v1 as pb;
 use trireme_replication::NodeId;
@@ -30,20 +30,25 @@ const MOVE_TASK_LEASE_MS: u64 = 2_000;
 pub(crate) struct Member {
     node: Option<Node>,
     client: Client,
-    sqs: SocketAddr,
+    pub(crate) sqs: SocketAddr,
     config: Config,
+    clock: Arc<dyn Clock>,
 }
 
 /// Three members on loopback.
 pub(crate) struct EdgeCluster {
-    members: Vec<Member>,
+    pub(crate) members: Vec<Member>,
     _dirs: Vec<TempDir>,
 }
 
 impl Member {
     /// Starts a member with `config`, serving its peers on `peer` (the reserved listener at the
     /// first start, `None` to bind its address again after a restart).
-    async fn start(config: Config, peer: Option<std::net::TcpListener>) -> Member {
+    async fn start(
+        config: Config,
+        peer: Option<std::net::TcpListener>,
+        clock: Arc<dyn Clock>,
+    ) -> Member {
         let peer_address = config.cluster.as_ref().unwrap().peer_listen;
         let storage = trireme_node::open_storage(&config).unwrap();
         let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -52,7 +57,7 @@ impl Member {
             &config,
             storage,
             trireme_node::tcp_incoming(grpc),
-            Arc::new(SystemClock),
+            Arc::clone(&clock),
         )
         .unwrap();
         let peer = loopback::listener(peer, peer_address);
@@ -70,12 +75,19 @@ impl Member {
             client: connect(grpc_address).await,
             sqs: sqs_address,
             config,
+            clock,
         }
     }
 }
 
 impl EdgeCluster {
     pub(crate) async fn start() -> EdgeCluster {
+        EdgeCluster::start_with_clock(Arc::new(SystemClock)).await
+    }
+
+    /// Three members that read time from `clock` (one clock for all: a test moves it past a
+    /// window or a wait).
+    pub(crate) async fn start_with_clock(clock: Arc<dyn Clock>) -> EdgeCluster {
         let peers = loopback::reserve(1..=MEMBERS);
         let peer_addresses = loopback::addresses(&peers);
         let mut peers = peers;
@@ -99,7 +111,7 @@ impl EdgeCluster {
                 collection_rows_per_round_max: 1_024,
                 move_task_lease_ms: MOVE_TASK_LEASE_MS,
             });
-            members.push(Member::start(config, peers.remove(&id)).await);
+            members.push(Member::start(config, peers.remove(&id), Arc::clone(&clock)).await);
             dirs.push(dir);
         }
         EdgeCluster {
@@ -116,7 +128,8 @@ impl EdgeCluster {
             "only a stopped member restarts"
         );
         let config = self.members[index].config.clone();
-        self.members[index] = Member::start(config, None).await;
+        let clock = Arc::clone(&self.members[index].clock);
+        self.members[index] = Member::start(config, None, clock).await;
     }
 
     /// Member `index` (0-based)'s node, while it runs.
@@ -155,7 +168,7 @@ pub(crate) async fn create(client: &mut Client, name: &str, attributes: pb::Queu
         .unwrap();
 }
 
-async fn receive(
+pub(crate) async fn receive(
     client: &mut Client,
     queue: &str,
     max: u32,
@@ -174,7 +187,11 @@ async fn receive(
         .messages
 }
 
-async fn delete(client: &mut Client, queue: &str, handle: &str) -> Result<(), tonic::Status> {
+pub(crate) async fn delete(
+    client: &mut Client,
+    queue: &str,
+    handle: &str,
+) -> Result<(), tonic::Status> {
     client
         .delete_message(pb::DeleteMessageRequest {
             queue: queue.to_owned(),

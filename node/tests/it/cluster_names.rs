@@ -519,6 +519,7 @@ async fn exchange_name(
             entries: Vec::new(),
             names: vec![wire::name_entry(&queue(name), request)],
             tasks: Vec::new(),
+            dedups: Vec::new(),
         })
         .await
         .expect("the batch is answered")

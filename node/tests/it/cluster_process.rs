@@ -90,6 +90,7 @@ async fn exchange(
             entries: vec![wire::entry(key, request)],
             names: Vec::new(),
             tasks: Vec::new(),
+            dedups: Vec::new(),
         })
         .await?
         .into_inner();

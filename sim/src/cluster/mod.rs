@@ -166,6 +166,7 @@ fn settings(node: u16) -> ClusterSettings {
         operation_timeout: OPERATION_TIMEOUT,
         link: LINK,
         horizon_ms: HORIZON_MS,
+        dedup_window_ms: trireme_core::limits::dedup_window_ms,
     }
 }
 
