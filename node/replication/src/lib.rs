@@ -2,9 +2,9 @@
 //! `trireme-core` (queue-core). It owns the record a replica stores and its merge (`record`), what
 //! a replica accepts and refuses (`replica`), where a message's three copies live (`placement`),
 //! one state machine per coordinator operation (`coordinator`), deduplication ids across
-//! coordinators (`dedup`), what anti-entropy compares and exchanges (`anti_entropy`), and move
-//! tasks' replicated record, its replicas' conditions and its runner (`task`): inputs in,
-//! effects out.
+//! coordinators (`dedup`), what anti-entropy compares and exchanges (`anti_entropy`), move
+//! tasks' replicated record, its replicas' conditions and its runner (`task`), and whether this
+//! node's clock lets it coordinate (`skew`): inputs in, effects out.
 //!
 //! It must never read a clock, draw randomness, block, log, or touch a file or socket. Time,
 //! request ids and nonces come in as values; messages to peers, records to persist and answers
@@ -22,6 +22,7 @@ pub mod placement;
 pub mod planted;
 pub mod record;
 pub mod replica;
+pub mod skew;
 pub mod task;
 
 pub use ids::{Generation, NodeId, RequestId};
