@@ -156,13 +156,19 @@ impl std::fmt::Display for Standing {
                 write!(
                     f,
                     "this node's clock is {} ms {side} the cluster's median clock (± {} ms, so up \
-                     to {} ms), beyond the {bound_ms} ms it must be within (half of SKEW_MAX \
-                     {} ms)",
+                     to {} ms off), beyond the {bound_ms} ms it must be within",
                     cluster.estimate_ms().unsigned_abs(),
                     cluster.uncertainty_ms(),
                     cluster.distance_ms(),
-                    SKEW_MAX_MS
-                )
+                )?;
+                if *bound_ms < SKEW_MAX_MS / 2 {
+                    write!(
+                        f,
+                        " to resume (half of SKEW_MAX {SKEW_MAX_MS} ms, less the resume margin)"
+                    )
+                } else {
+                    write!(f, " (half of SKEW_MAX {SKEW_MAX_MS} ms)")
+                }
             }
             Standing::Unmeasured { measured, members } => write!(
                 f,
@@ -195,7 +201,10 @@ impl SkewMonitor {
         );
         SkewMonitor {
             settings,
-            samples: peers.into_iter().map(|peer| (peer, VecDeque::new())).collect(),
+            samples: peers
+                .into_iter()
+                .map(|peer| (peer, VecDeque::new()))
+                .collect(),
             was_beyond: false,
         }
     }
@@ -419,7 +428,10 @@ mod tests {
         assert!(!at(240).coordinates(), "beyond: the bound is now 200");
         assert!(!at(201).coordinates());
         assert!(at(200).coordinates());
-        assert!(at(240).coordinates(), "within again: the bound is 250 again");
+        assert!(
+            at(240).coordinates(),
+            "within again: the bound is 250 again"
+        );
     }
 
     #[test]
@@ -429,10 +441,7 @@ mod tests {
         monitor.observe(NodeId(3), trip(300, 0));
         assert!(!monitor.assess(NOW).coordinates());
         let later = NOW + 10_000;
-        assert!(matches!(
-            monitor.assess(later),
-            Standing::Unmeasured { .. }
-        ));
+        assert!(matches!(monitor.assess(later), Standing::Unmeasured { .. }));
         let fresh = |offset: i64| Sample {
             sent_ms: later,
             peer_ms: u64::try_from(ms(later) + offset).unwrap(),
