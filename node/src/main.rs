@@ -86,13 +86,36 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             "trireme-node: SQS listening on http://{sqs_address}"
         )?;
     }
-    if let (Some(peer_address), Some(cluster)) = (peer_address, &config.cluster) {
+    if let (Some(peer_address), Some(cluster), Some(member)) =
+        (peer_address, &config.cluster, node.cluster())
+    {
         writeln!(
             stdout,
-            "trireme-node: peers listening on {peer_address} (node {} of {})",
+            "trireme-node: peers listening on {peer_address} (node {} of {}, disk {:016x})",
             cluster.node.0,
-            cluster.members()
+            cluster.members(),
+            member.store().disk_id()
         )?;
+    }
+    // A member with a new replica database serves once it has joined (every peer answered
+    // whether it replaces a disk; a replacement also waits out the horizon and rebuilds), so
+    // the last line, which says the node serves, waits for that.
+    if let Some(cluster) = node.cluster().cloned()
+        && let Some(reason) = cluster.join_state().refusal()
+    {
+        writeln!(stdout, "trireme-node: joining: {reason}")?;
+        stdout.flush()?;
+        tokio::select! {
+            () = cluster.joined() => {}
+            _ = terminate.recv() => {
+                tracing::info!("SIGTERM received while joining");
+                return Ok(trireme_node::run(node, async {}).await?);
+            }
+            _ = interrupt.recv() => {
+                tracing::info!("SIGINT received while joining");
+                return Ok(trireme_node::run(node, async {}).await?);
+            }
+        }
     }
     writeln!(
         stdout,

@@ -87,11 +87,20 @@ impl std::fmt::Debug for ClusterEdge {
     }
 }
 
+impl ClusterEdge {
+    /// `Unavailable`, saying why, until this node has joined (spec/replication.md, *Stragglers
+    /// and replacement*).
+    fn serving(&self) -> Result<(), EngineError> {
+        match self.cluster.join_state().refusal() {
+            None => Ok(()),
+            Some(reason) => Err(EngineError::Unavailable { reason }),
+        }
+    }
+}
+
 fn unavailable(what: &str) -> EngineError {
     EngineError::Unavailable {
-        reason: format!(
-            "{what}: fewer than two replicas answered in time; it may still have taken effect"
-        ),
+        reason: format!("{what}: fewer than two replicas answered in time"),
     }
 }
 
@@ -188,20 +197,6 @@ impl ClusterEdge {
         self.clock.now()
     }
 
-    /// spec/replication.md#clock-monitoring: a node whose clock is not shown within the bound
-    /// coordinates nothing, and the refusal names the measured skew and the bound.
-    async fn coordinating(&self) -> Result<(), EngineError> {
-        self.cluster
-            .coordinating()
-            .await
-            .map_err(|standing| EngineError::Unavailable {
-                reason: format!(
-                    "node {} coordinates nothing now and did nothing: {standing}",
-                    self.cluster.node().0
-                ),
-            })
-    }
-
     async fn lookup(&self, name: &QueueName) -> Result<Option<Known>, EngineError> {
         let Some(state) = self
             .cluster
@@ -229,11 +224,10 @@ impl ClusterEdge {
     /// Applies `command` (spec/queue-core.md's actions, as the cluster serves them).
     ///
     /// # Errors
-    /// `Rejected` with the core's refusal, `Unavailable` when too few replicas answered or this
-    /// node's clock does not let it coordinate, `Unsupported` for an action this version serves
-    /// only alone.
+    /// `Rejected` with the core's refusal, `Unavailable` when too few replicas answered,
+    /// `Unsupported` for an action this version serves only alone.
     pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
-        self.coordinating().await?;
+        self.serving()?;
         match command {
             Command::CreateQueue {
                 name,
@@ -528,8 +522,7 @@ impl ClusterEdge {
     ///
     /// # Errors
     /// `Rejected` for a missing queue or an out-of-range parameter, `Unavailable` when the
-    /// queue's record cannot be read or this node's clock does not let it coordinate (checked
-    /// again before every look of a long poll).
+    /// queue's record cannot be read.
     pub async fn receive(
         &self,
         queue: QueueName,
@@ -537,7 +530,6 @@ impl ClusterEdge {
         visibility_s: Option<u32>,
         wait_s: Option<u32>,
     ) -> Result<Vec<Delivery>, EngineError> {
-        self.coordinating().await?;
         let known = self.known(&queue).await?;
         let (visibility_s, wait_s) =
             receive_parameters(&known.attributes, max, visibility_s, wait_s)?;
@@ -555,7 +547,6 @@ impl ClusterEdge {
         };
         let until = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait_s));
         loop {
-            self.coordinating().await?;
             let delivered = self
                 .cluster
                 .receive(
@@ -798,10 +789,9 @@ impl ClusterEdge {
     /// local view (spec/replication.md §11: approximate, as SQS's are).
     ///
     /// # Errors
-    /// `Unavailable` when the queue's record cannot be read or this node's clock does not let it
-    /// coordinate.
+    /// `Unavailable` when the queue's record cannot be read.
     pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
-        self.coordinating().await?;
+        self.serving()?;
         let Some(known) = self.lookup(name).await? else {
             return Ok(None);
         };
@@ -829,14 +819,15 @@ impl ClusterEdge {
     /// Up to `limit` live queue names starting with `prefix`, in name order, after `after`.
     ///
     /// # Errors
-    /// `Unavailable` when this node's clock does not let it coordinate.
+    /// `Unavailable` until this node has joined.
+    #[allow(clippy::unused_async)]
     pub async fn list_queues(
         &self,
         prefix: String,
         after: Option<QueueName>,
         limit: usize,
     ) -> Result<Vec<QueueName>, EngineError> {
-        self.coordinating().await?;
+        self.serving()?;
         Ok(self
             .cluster
             .queue_names()
@@ -850,12 +841,12 @@ impl ClusterEdge {
     /// The queues whose redrive policy names `dlq`, in name order.
     ///
     /// # Errors
-    /// `Unavailable` when this node's clock does not let it coordinate.
+    /// `Unavailable` when a queue's record cannot be read.
     pub async fn dead_letter_sources(
         &self,
         dlq: &QueueName,
     ) -> Result<Vec<QueueName>, EngineError> {
-        self.coordinating().await?;
+        self.serving()?;
         let mut sources = Vec::new();
         for name in self.cluster.queue_names() {
             match self.lookup(&name).await {

@@ -7,10 +7,10 @@
 //! move task's record (placed on its source name's replicas, spec/replication.md §8), is
 //! answered only by the name's replicas (others refuse it), and one about a deduplication record
 //! only by that record's replicas (spec/replication.md §4); a push of a settled name record goes
-//! to the name view of any member. `Clock` answers a member's probe with this node's clock
-//! (spec/replication.md#clock-monitoring), touching no store.
+//! to the name view of any member.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 use tracing::warn;
@@ -25,6 +25,7 @@ use trireme_replication::placement::Ring;
 use trireme_replication::replica::within_horizon;
 use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 
+use super::join::{Membership, Refusal};
 use super::peers::Identity;
 use super::store::{BatchAnswers, DedupEntry, Entry, NameEntry, ReplicaStore, TaskEntry};
 use super::wire;
@@ -41,6 +42,8 @@ pub struct ReplicaService {
     pub(super) dedup_late_ms: u64,
     /// Placement: anti-entropy answers only with the records both ends of a pair replicate.
     pub(super) ring: Ring,
+    /// The peers' disks it accepts requests from, and whether this node has joined.
+    pub(super) membership: Arc<Membership>,
 }
 
 /// Records one anti-entropy page holds at most, whatever the caller asks.
@@ -103,6 +106,31 @@ impl pb::replica_server::Replica for ReplicaService {
             name_replies: name_replies.iter().map(wire::name_reply).collect(),
             task_replies: task_replies.iter().map(wire::task_reply).collect(),
             dedup_replies: dedup_replies.iter().map(wire::dedup_reply).collect(),
+        }))
+    }
+
+    async fn join(
+        &self,
+        request: Request<pb::JoinRequest>,
+    ) -> Result<Response<pb::JoinReply>, Status> {
+        let remote = request.remote_addr();
+        let sender = self.node_of(remote, request.get_ref().sender.as_ref())?;
+        let known = self
+            .membership
+            .join(&sender, self.me.clock.now())
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        match known {
+            Some(known) if known.disk_id != sender.disk_id => warn!(
+                node = sender.node.0,
+                old_disk = known.disk_id,
+                new_disk = sender.disk_id,
+                "a peer joins with a new disk: the old one is retired"
+            ),
+            _ => {}
+        }
+        Ok(Response::new(pb::JoinReply {
+            sender: Some(self.me.now().into()),
+            known,
         }))
     }
 
@@ -188,17 +216,6 @@ impl pb::replica_server::Replica for ReplicaService {
                 .map(|(name, record)| wire::stored_name(name, record))
                 .collect(),
             more,
-        }))
-    }
-
-    async fn clock(
-        &self,
-        request: Request<pb::ClockRequest>,
-    ) -> Result<Response<pb::ClockReply>, Status> {
-        let remote = request.remote_addr();
-        self.member(remote, request.get_ref().sender.as_ref())?;
-        Ok(Response::new(pb::ClockReply {
-            sender: Some(self.me.now().into()),
         }))
     }
 
@@ -373,7 +390,32 @@ impl ReplicaService {
     }
 
     /// The sender of a peer's call, if it is another member; refused (and logged) otherwise.
+    /// The sender of a replica request, if it is a member on the disk this node takes for its
+    /// own, and this node has joined (spec/replication.md, *Stragglers and replacement*).
     fn member(
+        &self,
+        remote: Option<std::net::SocketAddr>,
+        sender: Option<&pb::Sender>,
+    ) -> Result<wire::Sender, Status> {
+        let sender = self.node_of(remote, sender)?;
+        match self.membership.accept(&sender, self.me.clock.now()) {
+            Ok(()) => Ok(sender),
+            Err(Refusal::Joining(reason)) => Err(Status::unavailable(reason)),
+            Err(Refusal::Retired { current }) => {
+                warn!(peer = ?remote, node = sender.node.0, disk = sender.disk_id, current, "refused a replica request from a replaced disk");
+                Err(Status::permission_denied(format!(
+                    "disk {} of node {} was replaced by disk {current}: a replaced disk never rejoins",
+                    sender.disk_id, sender.node.0
+                )))
+            }
+            Err(Refusal::Store(error)) => {
+                Err(Status::unavailable(format!("replica store: {error}")))
+            }
+        }
+    }
+
+    /// The sender, if it is a member of this cluster (and not this node).
+    fn node_of(
         &self,
         remote: Option<std::net::SocketAddr>,
         sender: Option<&pb::Sender>,

@@ -77,6 +77,13 @@ const DELETED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_del
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("replica_meta");
 const META_NODE_ID: &str = "node_id";
 const META_DISK_ID: &str = "disk_id";
+/// Whether this database has joined (spec/replication.md, *Stragglers and replacement*): `[0]`
+/// from its creation until its node votes, `[1]` after. A database from before the key is one
+/// that has served, and has joined.
+const META_JOINED: &str = "joined";
+/// Per peer, `peer_disk/<node>`: the disk its requests are accepted from and its predecessor's
+/// last contact (trireme-replication `join::PeerDisk`, without the in-memory contact).
+const META_PEER_DISK_PREFIX: &str = "peer_disk/";
 
 /// File name of the replica database in the data directory.
 pub const REPLICA_DATABASE_FILE_NAME: &str = "replica.redb";
@@ -595,6 +602,78 @@ impl ReplicaStore {
     #[must_use]
     pub fn disk_id(&self) -> u64 {
         self.disk_id
+    }
+
+    /// Whether this database has joined its cluster (it is not new, or its node has voted).
+    ///
+    /// # Errors
+    /// The redb variants for I/O failures.
+    pub fn joined(&self) -> Result<bool, StoreError> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        Ok(meta
+            .get(META_JOINED)?
+            .is_none_or(|value| value.value() != [0_u8].as_slice()))
+    }
+
+    /// Records durably that this database has joined: its node votes from now on.
+    ///
+    /// # Errors
+    /// The redb variants for I/O failures.
+    pub fn set_joined(&self) -> Result<(), StoreError> {
+        self.write_meta(META_JOINED, &[1])
+    }
+
+    /// The peers' disks as persisted: node, disk id, predecessor's last contact.
+    ///
+    /// # Errors
+    /// `Corrupt` for an entry that does not decode; the redb variants for I/O failures.
+    pub fn peer_disks(&self) -> Result<Vec<(NodeId, u64, Option<Millis>)>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let mut disks = Vec::new();
+        for entry in meta.range(META_PEER_DISK_PREFIX..)? {
+            let (key, value) = entry?;
+            let Some(node) = key.value().strip_prefix(META_PEER_DISK_PREFIX) else {
+                break;
+            };
+            let corrupt = |source| StoreError::Corrupt {
+                key: key.value().to_owned(),
+                source,
+            };
+            let (disk_id, predecessor): (u64, Option<u64>) =
+                codec::decode_framed(value.value()).map_err(corrupt)?;
+            let node = node.parse::<u16>().map_err(|_| StoreError::Corrupt {
+                key: key.value().to_owned(),
+                source: CodecError::Malformed {
+                    reason: "the peer's node id is not a number".to_owned(),
+                },
+            })?;
+            disks.push((NodeId(node), disk_id, predecessor.map(Millis)));
+        }
+        Ok(disks)
+    }
+
+    /// Persists what this node knows of `node`'s disk (durably, before it is relied on).
+    ///
+    /// # Errors
+    /// The redb variants for I/O failures.
+    pub fn save_peer_disk(
+        &self,
+        node: NodeId,
+        disk_id: u64,
+        predecessor_heard: Option<Millis>,
+    ) -> Result<(), StoreError> {
+        let value = codec::encode_framed(&(disk_id, predecessor_heard.map(|at| at.0)));
+        self.write_meta(&format!("{META_PEER_DISK_PREFIX}{}", node.0), &value)
+    }
+
+    fn write_meta(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        txn.open_table(META)?.insert(key, value)?;
+        txn.commit()?;
+        Ok(())
     }
 
     /// Applies `entries` in order and answers each, after the fsync that makes them durable.
@@ -1155,6 +1234,7 @@ fn identify(db: &Database, node: NodeId, new_disk_id: u64) -> Result<u64, StoreE
             None => {
                 meta.insert(META_NODE_ID, node.0.to_le_bytes().as_slice())?;
                 meta.insert(META_DISK_ID, new_disk_id.to_le_bytes().as_slice())?;
+                meta.insert(META_JOINED, [0_u8].as_slice())?;
             }
         }
         let disk = meta

@@ -58,7 +58,6 @@ fn settings(node: u16, addresses: &BTreeMap<u16, SocketAddr>) -> ClusterSettings
         },
         horizon_ms: 24 * 3_600_000,
         dedup_window_ms: trireme_core::limits::dedup_window_ms,
-        monitor_clock: true,
     }
 }
 
@@ -176,7 +175,16 @@ pub(super) fn start(members: u16) -> Cluster3 {
             let port = reserved.remove(&node).expect("a reserved port");
             Member::start(node, dir.path().to_path_buf(), port, &addresses)
         })
-        .collect();
+        .collect::<Vec<Member>>();
+    // New databases join first: every peer must answer before any of them votes.
+    for member in &members {
+        let (runtime, cluster, _) = member.running.as_ref().expect("the member runs");
+        runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(30), cluster.joined())
+                .await
+                .expect("the member joins");
+        });
+    }
     Cluster3 {
         members,
         addresses,
@@ -502,6 +510,12 @@ async fn configured_nodes_replicate_and_close_their_replica_stores_on_shutdown()
         let peers = super::loopback::listener(reserved.remove(&node), addresses[&node]);
         started.serve_peers(tcp_incoming(peers));
         nodes.push(started);
+    }
+    for node in &nodes {
+        let joining = node.cluster().expect("a member").clone();
+        tokio::time::timeout(std::time::Duration::from_secs(30), joining.joined())
+            .await
+            .expect("the node joins");
     }
     let cluster = nodes[0].cluster().expect("node 1 is a member").clone();
     assert_eq!(cluster.node(), NodeId(1));

@@ -16,6 +16,7 @@ use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_node::clock::{Clock, ManualClock, SystemClock};
 use trireme_node::cluster::anti_entropy::{AntiEntropySettings, AntiEntropyTask, RoundReport};
 use trireme_node::cluster::collection::{CollectionReport, CollectionSettings};
+use trireme_node::cluster::join::JoinState;
 use trireme_node::cluster::peers::LinkSettings;
 use trireme_node::cluster::store::{ReplicaStore, StoreClosed};
 use trireme_node::cluster::{Cluster, ClusterSettings, Delivered};
@@ -86,7 +87,6 @@ impl Setup {
             },
             horizon_ms: self.horizon_ms,
             dedup_window_ms: trireme_core::limits::dedup_window_ms,
-            monitor_clock: true,
         }
     }
 }
@@ -103,6 +103,8 @@ struct Running {
 struct Member {
     node: u16,
     dir: PathBuf,
+    /// The disk id a new database in `dir` gets.
+    disk: u64,
     /// The port's listener until the first start serves on it.
     reserved: Option<std::net::TcpListener>,
     running: Option<Running>,
@@ -118,12 +120,8 @@ impl Member {
             .enable_all()
             .build()
             .expect("a runtime");
-        let (store, closed) = ReplicaStore::open(
-            &self.dir,
-            NodeId(self.node),
-            u64::from(self.node) * 1_000 + 7,
-        )
-        .expect("the replica store opens");
+        let (store, closed) = ReplicaStore::open(&self.dir, NodeId(self.node), self.disk)
+            .expect("the replica store opens");
         let opened = as_records(&store);
         let _entered = runtime.enter();
         let (cluster, service) = Cluster::start(
@@ -262,13 +260,23 @@ impl Members {
                 let mut member = Member {
                     node,
                     dir: dir.path().to_path_buf(),
+                    disk: u64::from(node) * 1_000 + 7,
                     reserved: reserved.remove(&node),
                     running: None,
                 };
                 member.restart(&setup);
                 member
             })
-            .collect();
+            .collect::<Vec<Member>>();
+        // New databases join first: every peer must answer before any of them votes.
+        for member in &members {
+            let running = member.running();
+            running.runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), running.cluster.joined())
+                    .await
+                    .expect("the member joins");
+            });
+        }
         Members {
             members,
             setup,
@@ -279,6 +287,19 @@ impl Members {
     fn restart(&mut self, index: usize) -> Records {
         let setup = self.setup.clone();
         self.members[index].restart(&setup)
+    }
+
+    /// Member `index` (stopped) comes back on an empty disk: its directory emptied, a new disk
+    /// id drawn.
+    fn replace(&mut self, index: usize) {
+        let member = &mut self.members[index];
+        assert!(member.running.is_none(), "a running member is not replaced");
+        for entry in std::fs::read_dir(&member.dir).expect("the directory reads") {
+            std::fs::remove_file(entry.expect("an entry").path()).expect("the file goes");
+        }
+        member.disk += 1;
+        let setup = self.setup.clone();
+        assert!(member.restart(&setup).is_empty(), "the new disk is empty");
     }
 
     /// One round for every pair, one after the other (1–2, 1–3, ..., 2–3, ...): with nothing
@@ -804,4 +825,80 @@ fn a_name_tombstone_kept_by_a_replica_that_missed_its_collection_does_not_delete
             "the replicas converge"
         );
     });
+}
+
+/// spec/replication.md, *Stragglers and replacement*: a member back on an empty disk learns
+/// from its peers that it replaces one, answers nothing while it waits out the horizon since
+/// the old disk was last heard (the other two serve), then rebuilds from both peers and votes.
+#[test]
+fn a_replaced_disk_waits_out_the_horizon_rebuilds_from_both_peers_and_then_votes() {
+    let clock = ManualClock::new(SystemClock.now());
+    let mut three = Members::start(3, Arc::new(clock.clone()), HORIZON_MS, None);
+    let rt = runtime();
+    rt.block_on(async {
+        let m = &three.members;
+        assert!(
+            m.iter()
+                .all(|member| member.running().cluster.join_state() == JoinState::Joined)
+        );
+        for id in 0..6u128 {
+            assert_eq!(
+                send(&m[id as usize % 3], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        let delivered = drain(&[&m[0], &m[1], &m[2]], "jobs", 6).await;
+        for message in &delivered[..2] {
+            assert_eq!(delete(&m[0], message).await, DeleteAnswer::Deleted);
+        }
+    });
+    three.members[2].kill();
+    three.replace(2);
+    let heard = clock.now();
+    rt.block_on(async {
+        let m = &three.members;
+        let replaced = m[2].running().cluster.clone();
+        let waiting = tokio::time::timeout(WAIT_MAX, async {
+            loop {
+                if let JoinState::Waiting { votes_from } = replaced.join_state() {
+                    return votes_from;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the replacement learns it replaces a disk");
+        assert!(
+            waiting.0 >= heard.0 + HORIZON_MS,
+            "it waits out the horizon: votes from {waiting:?}, old disk heard by {heard:?}"
+        );
+        // While it waits, the other two serve: sends and deletes through them succeed, and the
+        // new disk holds nothing, answering no replica request.
+        for id in 6..9u128 {
+            assert_eq!(
+                send(&m[id as usize % 2], "jobs", id).await,
+                SendAnswer::Sent
+            );
+        }
+        assert!(
+            m[2].records().is_empty(),
+            "a waiting replacement stores nothing"
+        );
+        let refused = m[0]
+            .call(|cluster| async move {
+                cluster
+                    .anti_entropy_round(NodeId(3), &anti_entropy(Duration::from_secs(3_600)))
+                    .await
+            })
+            .await;
+        assert!(refused.is_err(), "its replica answers nothing: {refused:?}");
+        clock.advance_ms(HORIZON_MS + 1_000);
+        tokio::time::timeout(WAIT_MAX, replaced.joined())
+            .await
+            .expect("past the horizon it rebuilds and joins");
+    });
+    // It rebuilt from both peers: every record (the tombstones too), and what was sent while
+    // it waited.
+    three.assert_identical();
+    assert_eq!(three.members[2].records().len(), 9);
 }

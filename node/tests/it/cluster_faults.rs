@@ -29,7 +29,7 @@ use trireme_replication::placement::{Placement, Ring};
 use trireme_replication::record::Record;
 use trireme_replication::{NodeId, RecordKey};
 
-use crate::cluster_process::{member_flags, replica_client, sender};
+use crate::cluster_process::{member_flags, replica_client, sender_on};
 use crate::crash::{NodeProcess, PROCESS_GUARD, spawn_node_with, stop_with_sigterm};
 use crate::harness::{Client, eventually_within, send_request};
 use crate::loopback::consecutive_free;
@@ -52,6 +52,8 @@ struct Members {
     peer_base: u16,
     extra: Vec<String>,
     processes: Vec<Option<NodeProcess>>,
+    /// Each member's disk id, as it printed it (kept across its restarts).
+    disks: Vec<u64>,
     /// Each member's current gRPC address, read by the load before every request.
     addresses: Arc<Mutex<Vec<SocketAddr>>>,
 }
@@ -65,14 +67,38 @@ impl Members {
             peer_base,
             extra: extra.iter().map(|flag| (*flag).to_owned()).collect(),
             processes: (0..count).map(|_| None).collect(),
+            disks: Vec::new(),
             addresses: Arc::new(Mutex::new(Vec::new())),
         };
         for index in 0..usize::from(count) {
             let process = members.spawn(index).await;
             members.addresses.lock().unwrap().push(process.address);
+            members
+                .disks
+                .push(process.disk_id.expect("a member prints its disk"));
             members.processes[index] = Some(process);
         }
+        for index in 0..usize::from(count) {
+            members.until_serving(index).await;
+        }
         members
+    }
+
+    /// Waits until member `index` serves (a new database joins first: spec/replication.md,
+    /// *Stragglers and replacement*).
+    async fn until_serving(&self, index: usize) {
+        let mut client = self.client(index);
+        for _ in 0..300 {
+            if client
+                .list_queues(pb::ListQueuesRequest::default())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("member {} never served", index + 1);
     }
 
     async fn spawn(&self, index: usize) -> NodeProcess {
@@ -146,7 +172,7 @@ impl Members {
         let mut client = replica_client(self.peer(index)).await;
         let reply = client
             .digests(replica_pb::DigestsRequest {
-                sender: Some(sender(Members::node(asker))),
+                sender: Some(sender_on(Members::node(asker), self.disks[asker])),
                 first_partition: 0,
                 last_partition: u32::from(u16::MAX),
             })

@@ -67,26 +67,27 @@ pub(super) async fn replica_client(address: SocketAddr) -> ReplicaClient<Channel
     ReplicaClient::new(channel)
 }
 
-/// `node` as the sender of a message sent now.
-pub(super) fn sender(node: u16) -> pb::Sender {
+/// `node` on disk `disk_id` as the sender of a message sent now.
+pub(super) fn sender_on(node: u16, disk_id: u64) -> pb::Sender {
     pb::Sender {
         node_id: u32::from(node),
-        disk_id: u64::from(node) * 1_000 + 1,
+        disk_id,
         clock_ms: SystemClock.now().0,
     }
 }
 
-/// One `Exchange` of `request` about `key`, sent as `from`; the reply, or the refusal.
+/// One `Exchange` of `request` about `key`, sent as `from` (a node on a disk); the reply, or
+/// the refusal.
 async fn exchange(
     client: &mut ReplicaClient<Channel>,
-    from: u16,
+    from: (u16, u64),
     key: &RecordKey,
     request: &Request,
 ) -> Result<Reply, tonic::Status> {
     let reply = client
         .exchange(pb::Batch {
             request_id: 1,
-            sender: Some(sender(from)),
+            sender: Some(sender_on(from.0, from.1)),
             entries: vec![wire::entry(key, request)],
             names: Vec::new(),
             tasks: Vec::new(),
@@ -140,9 +141,17 @@ async fn three_member_processes_join_each_other() {
         write: Box::new(Write::Merge(record.clone())),
         ack: true,
     };
+    // The members join each other first (every new database asks every peer), and the test
+    // speaks as node 2 on node 2's own disk: another disk of node 2 would be refused as retired.
+    let node2 = (2, members[1].disk_id.expect("a member prints its disk"));
     let mut node1 = replica_client(peer(1)).await;
+    eventually_within("node 1 joined", std::time::Duration::from_secs(60), || {
+        let (mut node1, key, write) = (node1.clone(), key.clone(), write.clone());
+        async move { exchange(&mut node1, node2, &key, &write).await.is_ok() }
+    })
+    .await;
     assert_eq!(
-        exchange(&mut node1, 2, &key, &write).await.unwrap(),
+        exchange(&mut node1, node2, &key, &write).await.unwrap(),
         Reply::Ack
     );
     // The test wrote to node 1 alone, and a replica never forwards a write: node 3 can only
@@ -155,15 +164,25 @@ async fn three_member_processes_join_each_other() {
         || {
             let (mut node3, key) = (node3.clone(), key.clone());
             async move {
-                exchange(&mut node3, 2, &key, &Request::Read).await.unwrap() != Reply::Record(None)
+                exchange(&mut node3, node2, &key, &Request::Read)
+                    .await
+                    .is_ok_and(|reply| reply != Reply::Record(None))
             }
         },
     )
     .await;
     assert_eq!(
-        exchange(&mut node3, 2, &key, &Request::Read).await.unwrap(),
+        exchange(&mut node3, node2, &key, &Request::Read)
+            .await
+            .unwrap(),
         Reply::Record(Some(record))
     );
+    // Node 2 on another disk is a retired disk: refused, and a replaced disk never rejoins.
+    let retired = exchange(&mut node3, (2, node2.1 ^ 1), &key, &Request::Read)
+        .await
+        .unwrap_err();
+    assert_eq!(retired.code(), Code::PermissionDenied, "{retired:?}");
+    assert!(retired.message().contains("replaced"), "{retired:?}");
     // Each still serves its clients, on its own gRPC address.
     for member in &members {
         let mut client = connect(member.address).await;
@@ -181,29 +200,38 @@ async fn three_member_processes_join_each_other() {
 async fn a_request_from_a_non_member_is_refused_and_logged() {
     let peer_base = consecutive_free(3);
     let dir = TempDir::new().unwrap();
-    // Node 1 alone is enough: it serves its peers whether or not they are up.
+    // Node 1 alone is enough: it checks who asks whether or not its peers are up.
     let flags = member_flags(1, 3, peer_base, &[]);
     let mut node = spawn_node_with(dir.path(), "warn", true, &flags).await;
     let peer: SocketAddr = format!("127.0.0.1:{peer_base}").parse().unwrap();
     let mut client = replica_client(peer).await;
     let key = a_key("guarded", 7);
-    let refused = exchange(&mut client, 9, &key, &Request::Read)
+    let refused = exchange(&mut client, (9, 9_001), &key, &Request::Read)
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
     assert!(refused.message().contains("node 9"), "{refused:?}");
     // Not even with this node's own id.
-    let refused = exchange(&mut client, 1, &key, &Request::Read)
+    let refused = exchange(&mut client, (1, 1_001), &key, &Request::Read)
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
-    // A member is served.
-    assert_eq!(
-        exchange(&mut client, 3, &key, &Request::Read)
-            .await
-            .unwrap(),
-        Reply::Record(None)
+    // A member is let in, but a new database answers nothing until every peer has said
+    // whether it replaces a disk (spec/replication.md, *Stragglers and replacement*), and node
+    // 2 is down.
+    let joining = exchange(&mut client, (3, 3_001), &key, &Request::Read)
+        .await
+        .unwrap_err();
+    assert_eq!(joining.code(), Code::Unavailable, "{joining:?}");
+    assert!(
+        joining.message().contains("asking its peers"),
+        "{joining:?}"
     );
+    // Node 3's disk is now known to node 1: another disk of node 3 is refused as retired.
+    let retired = exchange(&mut client, (3, 3_002), &key, &Request::Read)
+        .await
+        .unwrap_err();
+    assert_eq!(retired.code(), Code::PermissionDenied, "{retired:?}");
     let mut stderr = node.stderr.take().unwrap();
     tokio::time::timeout(PROCESS_GUARD, async {
         for _ in 0..1_000 {

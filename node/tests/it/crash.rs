@@ -29,6 +29,8 @@ pub const PROCESS_GUARD: Duration = Duration::from_secs(30);
 pub struct NodeProcess {
     pub child: Child,
     pub address: SocketAddr,
+    /// A cluster member's disk id, as it printed it.
+    pub disk_id: Option<u64>,
     /// The node's log lines, for a test that waits for one; drained otherwise.
     pub stderr: Option<Lines<BufReader<ChildStderr>>>,
 }
@@ -63,14 +65,27 @@ pub async fn spawn_node_with(
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let address = tokio::time::timeout(PROCESS_GUARD, async {
+    // A member prints its disk after its gRPC address; a new one serves only once it has
+    // joined, which may wait for members started after it, so this reads no further.
+    let member = extra.iter().any(|flag| flag == "--peers");
+    let (address, disk_id) = tokio::time::timeout(PROCESS_GUARD, async {
+        let mut address = None;
         for _ in 0..10 {
             let line = stdout.next_line().await.unwrap().expect("the node exited");
-            if let Some(address) = line.strip_prefix("trireme-node: gRPC listening on ") {
-                return address.parse::<SocketAddr>().unwrap();
+            if let Some(grpc) = line.strip_prefix("trireme-node: gRPC listening on ") {
+                address = Some(grpc.parse::<SocketAddr>().unwrap());
+                if !member {
+                    return (address.unwrap(), None);
+                }
+            } else if let Some((_, disk)) = line
+                .strip_prefix("trireme-node: peers listening on ")
+                .and_then(|rest| rest.split_once(", disk "))
+            {
+                let disk = u64::from_str_radix(disk.trim_end_matches(')'), 16).unwrap();
+                return (address.expect("gRPC is printed first"), Some(disk));
             }
         }
-        panic!("the node never printed its gRPC address");
+        panic!("the node never printed its addresses");
     })
     .await
     .expect("the node did not start");
@@ -85,6 +100,7 @@ pub async fn spawn_node_with(
     NodeProcess {
         child,
         address,
+        disk_id,
         stderr,
     }
 }

@@ -70,8 +70,21 @@ for id in 1 2 3; do
   member_pids+=($!)
   endpoints+=("http://127.0.0.1:$port")
 done
+# A member with a new data directory serves once every peer has answered its join (it prints
+# its data directory then, as its last line): at most 30 s.
+await_joined() {
+  for _ in $(seq 150); do
+    grep -q "^trireme-node: data in " "$2" && return 0
+    kill -0 "$1" 2>/dev/null || { echo "trireme-node exited early:"; cat "$2"; exit 1; }
+    sleep 0.2
+  done
+  echo "trireme-node never joined:"; cat "$2"; exit 1
+}
 for id in 1 2 3; do
   await_sqs "${member_sqs[$((id - 1))]}" "${member_pids[$((id - 1))]}" "$data_dir/member-$id.log"
+done
+for id in 1 2 3; do
+  await_joined "${member_pids[$((id - 1))]}" "$data_dir/member-$id.log"
 done
 if ! "$venv/bin/python" node/tests/python/boto3_smoke.py "$(IFS=,; echo "${endpoints[*]}")"; then
   for id in 1 2 3; do echo "--- member $id log ---"; cat "$data_dir/member-$id.log"; done

@@ -167,9 +167,6 @@ fn settings(node: u16) -> ClusterSettings {
         link: LINK,
         horizon_ms: HORIZON_MS,
         dedup_window_ms: trireme_core::limits::dedup_window_ms,
-        // Every host reads turmoil's one clock: no skew to find, and probes would reshape
-        // every seed's schedule.
-        monitor_clock: false,
     }
 }
 
@@ -217,6 +214,9 @@ fn add_member(
                     .add_service(ReplicaServer::new(service))
                     .serve_with_incoming(net::incoming(peer_listener)),
             );
+            // A new database answers nothing until every peer has told it whether it replaces
+            // a disk (spec/replication.md, *Stragglers and replacement*).
+            cluster.joined().await;
             front::serve(front_listener, Front::new(cluster, member_seed ^ 0x1d5)).await;
             Ok(())
         }
