@@ -47,9 +47,11 @@ pub enum EngineError {
     #[error("storage failed: {reason}")]
     Storage { reason: String },
     /// In a cluster: the replicas this command needs did not answer in time (or answered with a
-    /// disagreement that needs an operator). The command may still have taken effect on some
-    /// replica; a retry is safe where the command is idempotent.
-    #[error("replicas unavailable: {reason}")]
+    /// disagreement that needs an operator), and the command may still have taken effect on
+    /// some replica (a retry is safe where the command is idempotent); or this node's clock does
+    /// not let it coordinate (spec/replication.md#clock-monitoring), and it did nothing. The
+    /// reason says which.
+    #[error("unavailable: {reason}")]
     Unavailable { reason: String },
     /// In a cluster: an action this version serves only on a node running alone.
     #[error("{action} is not yet served by a cluster")]

@@ -174,6 +174,7 @@ impl Member {
             },
             horizon_ms: limits::horizon_ms,
             dedup_window_ms: trireme_core::limits::dedup_window_ms,
+            monitor_clock: true,
         };
         let (cluster, service) = Cluster::start(&settings, store, clock, node.seed)?;
         // No `tcp_nodelay` here either: the accepted sockets get it from `tcp_incoming`.

@@ -3,8 +3,9 @@
 //! a replica accepts and refuses (`replica`), where a message's three copies live (`placement`),
 //! one state machine per coordinator operation (`coordinator`), deduplication ids across
 //! coordinators (`dedup`), what anti-entropy compares and exchanges (`anti_entropy`), move
-//! tasks' replicated record, its replicas' conditions and its runner (`task`), and how a node
-//! with a new disk joins (`join`): inputs in, effects out.
+//! tasks' replicated record, its replicas' conditions and its runner (`task`), whether this
+//! node's clock lets it coordinate (`skew`), and how a node with a new disk joins (`join`):
+//! inputs in, effects out.
 //!
 //! It must never read a clock, draw randomness, block, log, or touch a file or socket. Time,
 //! request ids and nonces come in as values; messages to peers, records to persist and answers
@@ -23,6 +24,7 @@ pub mod placement;
 pub mod planted;
 pub mod record;
 pub mod replica;
+pub mod skew;
 pub mod task;
 
 pub use ids::{Generation, NodeId, RequestId};

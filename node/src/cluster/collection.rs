@@ -94,6 +94,9 @@ pub struct CollectionReport {
     pub names_collected: usize,
     /// Of those writes, the ones acknowledged.
     pub name_writes_acked: usize,
+    /// Whether the round did nothing because this node's clock does not let it coordinate
+    /// (spec/replication.md#clock-monitoring: collection's horizon wait is read on that clock).
+    pub skipped_for_clock: bool,
 }
 
 /// The background collection of one node. Dropping it stops the task.
@@ -151,7 +154,8 @@ impl Cluster {
     }
 
     /// One collection round: drops what waited out the horizon, then walks on and reads the
-    /// next collectable records on all three replicas.
+    /// next collectable records on all three replicas. Nothing while this node's clock does
+    /// not let it coordinate (the gate logs why).
     ///
     /// # Errors
     /// The store's error when the walk fails.
@@ -160,6 +164,12 @@ impl Cluster {
         settings: &CollectionSettings,
     ) -> Result<CollectionReport, Arc<StoreError>> {
         assert!(settings.rows_per_round_max > 0 && settings.reads_in_flight_max > 0);
+        if self.coordinating().await.is_err() {
+            return Ok(CollectionReport {
+                skipped_for_clock: true,
+                ..CollectionReport::default()
+            });
+        }
         let mut collector = self.inner.collector.lock().await;
         let mut report = CollectionReport::default();
         self.collect_names(&mut report).await?;

@@ -100,7 +100,9 @@ impl ClusterEdge {
 
 fn unavailable(what: &str) -> EngineError {
     EngineError::Unavailable {
-        reason: format!("{what}: fewer than two replicas answered in time"),
+        reason: format!(
+            "{what}: fewer than two replicas answered in time; it may still have taken effect"
+        ),
     }
 }
 
@@ -197,6 +199,20 @@ impl ClusterEdge {
         self.clock.now()
     }
 
+    /// spec/replication.md#clock-monitoring: a node whose clock is not shown within the bound
+    /// coordinates nothing, and the refusal names the measured skew and the bound.
+    async fn coordinating(&self) -> Result<(), EngineError> {
+        self.cluster
+            .coordinating()
+            .await
+            .map_err(|standing| EngineError::Unavailable {
+                reason: format!(
+                    "node {} coordinates nothing now and did nothing: {standing}",
+                    self.cluster.node().0
+                ),
+            })
+    }
+
     async fn lookup(&self, name: &QueueName) -> Result<Option<Known>, EngineError> {
         let Some(state) = self
             .cluster
@@ -224,10 +240,12 @@ impl ClusterEdge {
     /// Applies `command` (spec/queue-core.md's actions, as the cluster serves them).
     ///
     /// # Errors
-    /// `Rejected` with the core's refusal, `Unavailable` when too few replicas answered,
-    /// `Unsupported` for an action this version serves only alone.
+    /// `Rejected` with the core's refusal, `Unavailable` when too few replicas answered or this
+    /// node's clock does not let it coordinate, `Unsupported` for an action this version serves
+    /// only alone.
     pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
         self.serving()?;
+        self.coordinating().await?;
         match command {
             Command::CreateQueue {
                 name,
@@ -522,7 +540,8 @@ impl ClusterEdge {
     ///
     /// # Errors
     /// `Rejected` for a missing queue or an out-of-range parameter, `Unavailable` when the
-    /// queue's record cannot be read.
+    /// queue's record cannot be read or this node's clock does not let it coordinate (checked
+    /// again before every look of a long poll).
     pub async fn receive(
         &self,
         queue: QueueName,
@@ -530,6 +549,7 @@ impl ClusterEdge {
         visibility_s: Option<u32>,
         wait_s: Option<u32>,
     ) -> Result<Vec<Delivery>, EngineError> {
+        self.coordinating().await?;
         let known = self.known(&queue).await?;
         let (visibility_s, wait_s) =
             receive_parameters(&known.attributes, max, visibility_s, wait_s)?;
@@ -547,6 +567,7 @@ impl ClusterEdge {
         };
         let until = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait_s));
         loop {
+            self.coordinating().await?;
             let delivered = self
                 .cluster
                 .receive(
@@ -789,9 +810,11 @@ impl ClusterEdge {
     /// local view (spec/replication.md §11: approximate, as SQS's are).
     ///
     /// # Errors
-    /// `Unavailable` when the queue's record cannot be read.
+    /// `Unavailable` when the queue's record cannot be read or this node's clock does not let it
+    /// coordinate.
     pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
         self.serving()?;
+        self.coordinating().await?;
         let Some(known) = self.lookup(name).await? else {
             return Ok(None);
         };
@@ -819,8 +842,8 @@ impl ClusterEdge {
     /// Up to `limit` live queue names starting with `prefix`, in name order, after `after`.
     ///
     /// # Errors
-    /// `Unavailable` until this node has joined.
-    #[allow(clippy::unused_async)]
+    /// `Unavailable` until this node has joined, or when its clock does not let it
+    /// coordinate.
     pub async fn list_queues(
         &self,
         prefix: String,
@@ -828,6 +851,7 @@ impl ClusterEdge {
         limit: usize,
     ) -> Result<Vec<QueueName>, EngineError> {
         self.serving()?;
+        self.coordinating().await?;
         Ok(self
             .cluster
             .queue_names()
@@ -841,12 +865,13 @@ impl ClusterEdge {
     /// The queues whose redrive policy names `dlq`, in name order.
     ///
     /// # Errors
-    /// `Unavailable` when a queue's record cannot be read.
+    /// `Unavailable` when this node's clock does not let it coordinate.
     pub async fn dead_letter_sources(
         &self,
         dlq: &QueueName,
     ) -> Result<Vec<QueueName>, EngineError> {
         self.serving()?;
+        self.coordinating().await?;
         let mut sources = Vec::new();
         for name in self.cluster.queue_names() {
             match self.lookup(&name).await {

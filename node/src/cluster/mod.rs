@@ -15,6 +15,8 @@
 //! - `move_task`: move tasks' start, cancel and reads, and the driver that runs them under a
 //!   lease (spec/replication.md §8);
 //! - `peers`: batched, lazily connected links to the peers;
+//! - `skew`: clock monitoring, the probes of the peers' clocks and the gate every coordinator
+//!   passes first (spec/replication.md#clock-monitoring);
 //! - `wire`: the internal service's messages as protocol values.
 
 pub mod anti_entropy;
@@ -25,6 +27,7 @@ pub mod move_task;
 pub mod names;
 pub mod peers;
 pub mod service;
+pub mod skew;
 pub mod store;
 pub mod wire;
 
@@ -49,10 +52,12 @@ use trireme_replication::dedup::{
 };
 use trireme_replication::placement::{Placement, REPLICAS, Ring, TooFewMembers};
 use trireme_replication::record::{Birth, Record, SourceQueue};
+use trireme_replication::skew::Standing;
 use trireme_replication::{NodeId, RecordKey};
 
 use self::peers::{Identity, LinkSettings, Peers};
 use self::service::ReplicaService;
+use self::skew::{ClockWatch, Probes};
 use self::store::{DedupEntry, Entry, ReplicaStore};
 use crate::clock::Clock;
 
@@ -72,10 +77,17 @@ pub struct ClusterSettings {
     /// `DEDUP_WINDOW` (spec/replication.md §4): how long a deduplication id names its message,
     /// from that message's send.
     pub dedup_window_ms: u64,
+    /// Whether this node monitors its clock against its peers' and coordinates only while it is
+    /// within the bound (spec/replication.md#clock-monitoring). Off only where every member
+    /// reads one clock by construction (the simulation, whose hosts share turmoil's time): the
+    /// monitor could only ever measure no skew there, and its probes would change every seed's
+    /// schedule.
+    pub monitor_clock: bool,
 }
 
-/// `SKEW_MAX` (spec/replication.md, *Constants*): the bound on two members' clocks' difference.
-pub const SKEW_MAX_MS: u64 = 500;
+/// `SKEW_MAX` (spec/replication.md, *Constants*): the bound on two members' clocks' difference,
+/// which clock monitoring keeps (spec/replication.md#clock-monitoring).
+pub use trireme_replication::skew::SKEW_MAX_MS;
 /// A deduplication put waits `operation_timeout / HOME_WAIT_DIVISOR` for the record's home
 /// replica before it goes to the other two (spec/replication.md §4, *Send* step 3).
 const HOME_WAIT_DIVISOR: u32 = 4;
@@ -161,6 +173,9 @@ struct Inner {
     move_tasks: move_task::MoveTasks,
     /// Drops deleted incarnations' message records; stops with the cluster.
     _sweeper: names::Sweeper,
+    /// This node's clock against its peers' (spec/replication.md#clock-monitoring), and the
+    /// probes that feed it, which stop with the cluster (`None`: the clock is trusted).
+    clock_watch: Option<(Arc<ClockWatch>, Probes)>,
     /// The peers' disks, and whether this node has joined (spec/replication.md, *Stragglers
     /// and replacement*).
     membership: Arc<join::Membership>,
@@ -214,6 +229,17 @@ impl Cluster {
             Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ 0x6e6f_6e63_655f_7365),
             None => ChaCha20Rng::from_os_rng(),
         };
+        let clock_watch = settings.monitor_clock.then(|| {
+            let watch = ClockWatch::new(me.clone(), settings.peers.keys().copied());
+            let probes = watch.spawn(
+                settings
+                    .peers
+                    .keys()
+                    .filter_map(|peer| Some((*peer, peers.client(*peer)?)))
+                    .collect(),
+            );
+            (watch, probes)
+        });
         let sweeper_store = store.clone();
         let dedup_late_ms = u64::try_from(settings.operation_timeout.as_millis())
             .unwrap_or(u64::MAX)
@@ -243,6 +269,7 @@ impl Cluster {
                 hlc: Mutex::new(0),
                 move_tasks: move_task::MoveTasks::default(),
                 _sweeper: names::Sweeper::spawn(sweeper_store),
+                clock_watch,
                 membership,
             }),
         };
@@ -258,6 +285,19 @@ impl Cluster {
     #[must_use]
     pub fn node(&self) -> NodeId {
         self.inner.me.node
+    }
+
+    /// Whether this node may coordinate now (spec/replication.md#clock-monitoring): its clock
+    /// is within `SKEW_MAX / 2` of the cluster's median clock. An unmeasured node probes its
+    /// peers at once and waits for them up to the operation timeout.
+    ///
+    /// # Errors
+    /// The standing that does not coordinate (beyond the bound, or unmeasured), which says why.
+    pub async fn coordinating(&self) -> Result<(), Standing> {
+        match &self.inner.clock_watch {
+            Some((watch, _)) => watch.gate(self.inner.operation_timeout).await,
+            None => Ok(()),
+        }
     }
 
     /// The replicas of `key`.

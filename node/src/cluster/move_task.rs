@@ -274,6 +274,10 @@ impl Cluster {
     /// lease is lost, or a write gets no quorum (the next scan reads again).
     async fn run_task(&self, key: &TaskKey, settings: MoveTaskSettings) {
         let (me, clock) = (self.node(), Arc::clone(&self.inner.me.clock));
+        // spec/replication.md#clock-monitoring: a lease is read on this node's clock.
+        if self.coordinating().await.is_err() {
+            return;
+        }
         let Ok(merged) = self.read_task(key).await else {
             return;
         };
@@ -314,6 +318,11 @@ impl Cluster {
         // claimed by a consumer, or copied whose tombstone lost to a receive.
         let mut passed: BTreeSet<MessageId> = BTreeSet::new();
         loop {
+            if self.coordinating().await.is_err() {
+                // The lease runs out and another node takes the task over (the gate logged why).
+                info!("move task: this node's clock does not let it coordinate, lease let go");
+                return;
+            }
             let renewal = runner.renewal(clock.now());
             match self.write_task(key, renewal).await {
                 TaskWriteAnswer::Written => {}

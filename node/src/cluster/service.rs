@@ -7,7 +7,8 @@
 //! move task's record (placed on its source name's replicas, spec/replication.md §8), is
 //! answered only by the name's replicas (others refuse it), and one about a deduplication record
 //! only by that record's replicas (spec/replication.md §4); a push of a settled name record goes
-//! to the name view of any member.
+//! to the name view of any member. `Clock` answers a member's probe with this node's clock
+//! (spec/replication.md#clock-monitoring), touching no store.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -216,6 +217,17 @@ impl pb::replica_server::Replica for ReplicaService {
                 .map(|(name, record)| wire::stored_name(name, record))
                 .collect(),
             more,
+        }))
+    }
+
+    async fn clock(
+        &self,
+        request: Request<pb::ClockRequest>,
+    ) -> Result<Response<pb::ClockReply>, Status> {
+        let remote = request.remote_addr();
+        self.member(remote, request.get_ref().sender.as_ref())?;
+        Ok(Response::new(pb::ClockReply {
+            sender: Some(self.me.now().into()),
         }))
     }
 

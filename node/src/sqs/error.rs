@@ -132,10 +132,9 @@ pub enum SqsError {
     /// The node is shutting down.
     #[error("The node is shutting down; retry on another node.")]
     ServiceUnavailable,
-    /// In a cluster, the replicas the request needs did not answer in time.
-    #[error(
-        "Too few replicas answered in time ({reason}); the request may still have taken effect."
-    )]
+    /// In a cluster, the replicas the request needs did not answer in time, or this node's clock
+    /// does not let it coordinate; the reason says which.
+    #[error("The cluster could not serve the request: {reason}.")]
     ReplicasUnavailable { reason: String },
     /// In a cluster, an action this version serves only on a node running alone.
     #[error("{action} is not yet served by a Trireme cluster.")]

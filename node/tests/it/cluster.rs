@@ -58,6 +58,7 @@ fn settings(node: u16, addresses: &BTreeMap<u16, SocketAddr>) -> ClusterSettings
         },
         horizon_ms: 24 * 3_600_000,
         dedup_window_ms: trireme_core::limits::dedup_window_ms,
+        monitor_clock: true,
     }
 }
 

@@ -87,6 +87,7 @@ impl Setup {
             },
             horizon_ms: self.horizon_ms,
             dedup_window_ms: trireme_core::limits::dedup_window_ms,
+            monitor_clock: true,
         }
     }
 }

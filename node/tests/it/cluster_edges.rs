@@ -14,7 +14,7 @@ use aws_sdk_sqs::error::ProvideErrorMetadata;
 use tempfile::TempDir;
 use tonic::Code;
 use trireme_node::Node;
-use trireme_node::clock::{Clock, SystemClock};
+use trireme_node::clock::{Clock, ManualClock, SystemClock};
 use trireme_node::config::{ClusterConfig, Config};
 use trireme_proto::v1 as pb;
 use trireme_replication::NodeId;
@@ -88,6 +88,11 @@ impl EdgeCluster {
     /// Three members that read time from `clock` (one clock for all: a test moves it past a
     /// window or a wait).
     pub(crate) async fn start_with_clock(clock: Arc<dyn Clock>) -> EdgeCluster {
+        EdgeCluster::start_with_clocks(std::array::from_fn(|_| Arc::clone(&clock))).await
+    }
+
+    /// Three members, member `i` reading `clocks[i]`.
+    async fn start_with_clocks(clocks: [Arc<dyn Clock>; MEMBERS as usize]) -> EdgeCluster {
         let peers = loopback::reserve(1..=MEMBERS);
         let peer_addresses = loopback::addresses(&peers);
         let mut peers = peers;
@@ -111,7 +116,8 @@ impl EdgeCluster {
                 collection_rows_per_round_max: 1_024,
                 move_task_lease_ms: MOVE_TASK_LEASE_MS,
             });
-            members.push(Member::start(config, peers.remove(&id), Arc::clone(&clock)).await);
+            let clock = Arc::clone(&clocks[usize::from(id - 1)]);
+            members.push(Member::start(config, peers.remove(&id), clock).await);
             dirs.push(dir);
         }
         // New databases join first: every peer must answer before any of them serves.
@@ -429,19 +435,21 @@ async fn with_one_member_down_the_other_two_send_receive_and_delete() {
     cluster.shutdown().await;
 }
 
+/// An SDK client of the SQS endpoint at `address`.
+fn sdk(address: SocketAddr) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("AKID", "secret", None, None, "tests"))
+        .endpoint_url(format!("http://{address}"))
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_aws_sdk_works_against_every_member() {
     let cluster = EdgeCluster::start().await;
-    let sdk = |address: SocketAddr| {
-        let config = aws_sdk_sqs::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("AKID", "secret", None, None, "tests"))
-            .endpoint_url(format!("http://{address}"))
-            .http_client(aws_smithy_http_client::Builder::new().build_http())
-            .build();
-        aws_sdk_sqs::Client::from_conf(config)
-    };
     let clients: Vec<aws_sdk_sqs::Client> = cluster.members.iter().map(|m| sdk(m.sqs)).collect();
     let url = clients[0]
         .create_queue()
@@ -587,6 +595,144 @@ async fn dead_letter_now_through_another_node_moves_the_message_with_its_history
     assert!(
         nowhere.message().contains("no redrive policy"),
         "{nowhere:?}"
+    );
+    cluster.shutdown().await;
+}
+
+/// spec/replication.md#clock-monitoring: a member whose clock is set 10 s ahead of the other two
+/// refuses every client call, over gRPC and SQS, with an error that names its measured skew and
+/// the bound, and skips collection; the other two keep serving, and the skewed member still
+/// stores their writes as a replica; once its clock is back it serves again. The clocks are
+/// manual, so nothing depends on the wall clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_clock_is_beyond_skew_max_refuses_to_coordinate_until_it_is_back() {
+    let start = trireme_core::Millis(1_800_000_000_000);
+    let right = ManualClock::new(start);
+    let wrong = ManualClock::new(start);
+    let clocks: [Arc<dyn Clock>; 3] = [
+        Arc::new(right.clone()),
+        Arc::new(right.clone()),
+        Arc::new(wrong.clone()),
+    ];
+    let mut cluster = EdgeCluster::start_with_clocks(clocks).await;
+    create(cluster.at(2), "clocks", pb::QueueAttributes::default()).await;
+    cluster
+        .at(2)
+        .send_message(send_request("clocks", "before"))
+        .await
+        .unwrap();
+
+    wrong.set(trireme_core::Millis(start.0 + 10_000));
+    // Refused at once; the measured skew is exact once a probe has gone out after the jump (one
+    // under way at the jump brackets it only between 0 and 10 s).
+    let client = cluster.at(2).clone();
+    eventually("member 3 refuses, naming its skew and the bound", || {
+        let mut client = client.clone();
+        async move {
+            let refused = client
+                .send_message(send_request("clocks", "refused"))
+                .await
+                .expect_err("a member 10 s ahead coordinated a send");
+            assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+            let said = refused.message();
+            assert!(
+                said.contains("ms ahead of the cluster's median clock")
+                    && said.contains("SKEW_MAX 500 ms"),
+                "{said}"
+            );
+            said.contains("10000 ms ahead of the cluster's median clock (± 0 ms")
+        }
+    })
+    .await;
+    let read = cluster
+        .at(2)
+        .get_queue(pb::GetQueueRequest {
+            name: "clocks".to_owned(),
+        })
+        .await
+        .expect_err("a member 10 s ahead served a queue");
+    assert_eq!(read.code(), Code::Unavailable, "{read:?}");
+    let over_sqs = sdk(cluster.members[2].sqs)
+        .get_queue_url()
+        .queue_name("clocks")
+        .send()
+        .await
+        .expect_err("a member 10 s ahead served SQS");
+    assert_eq!(over_sqs.code(), Some("ServiceUnavailable"), "{over_sqs:?}");
+    assert!(
+        over_sqs
+            .message()
+            .is_some_and(|m| m.contains("10000 ms ahead")),
+        "{over_sqs:?}"
+    );
+    let collection = trireme_node::cluster::collection::CollectionSettings::default();
+    let skewed = cluster.members[2]
+        .node
+        .as_ref()
+        .unwrap()
+        .cluster()
+        .unwrap()
+        .clone();
+    assert!(
+        skewed
+            .collection_round(&collection)
+            .await
+            .unwrap()
+            .skipped_for_clock
+    );
+    let fine = cluster.members[0]
+        .node
+        .as_ref()
+        .unwrap()
+        .cluster()
+        .unwrap()
+        .clone();
+    assert!(
+        !fine
+            .collection_round(&collection)
+            .await
+            .unwrap()
+            .skipped_for_clock
+    );
+
+    // The other two coordinate as before, and the skewed member stores their writes.
+    for i in 0..4 {
+        cluster
+            .at(i % 2)
+            .send_message(send_request("clocks", &format!("while skewed {i}")))
+            .await
+            .unwrap();
+    }
+    let store = skewed.store().clone();
+    eventually("the skewed member stores every send", || {
+        let store = store.clone();
+        async move { store.records().unwrap().len() == 5 }
+    })
+    .await;
+    let mut bodies = BTreeSet::new();
+    for attempt in 0..20 {
+        if bodies.len() == 5 {
+            break;
+        }
+        for message in receive(cluster.at(attempt % 2), "clocks", 10, 1).await {
+            bodies.insert(message.body);
+        }
+    }
+    assert_eq!(bodies.len(), 5, "{bodies:?}");
+    // A member's replica store closes once no clone of it is left.
+    drop((skewed, fine, store));
+
+    // Back in step: it coordinates again.
+    wrong.set(right.now());
+    cluster
+        .at(2)
+        .send_message(send_request("clocks", "after"))
+        .await
+        .unwrap();
+    assert_eq!(
+        receive(cluster.at(2), "clocks", 10, 1).await.len(),
+        1,
+        "the send after the clock came back"
     );
     cluster.shutdown().await;
 }

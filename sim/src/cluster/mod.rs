@@ -167,6 +167,9 @@ fn settings(node: u16) -> ClusterSettings {
         link: LINK,
         horizon_ms: HORIZON_MS,
         dedup_window_ms: trireme_core::limits::dedup_window_ms,
+        // Every host reads turmoil's one clock: no skew to find, and probes would reshape
+        // every seed's schedule.
+        monitor_clock: false,
     }
 }
 

@@ -22,13 +22,15 @@ impl ClusterEdge {
     ///
     /// # Errors
     /// `RateOutOfRange`, `QueueNotFound` (for `from` or `to`), `NotADeadLetterQueue`,
-    /// `AlreadyRunning`, or `Engine` (`Unavailable`) without a quorum.
+    /// `AlreadyRunning`, or `Engine` (`Unavailable`) without a quorum or while this node's clock
+    /// does not let it coordinate.
     pub async fn start_move_task(
         &self,
         from: QueueName,
         to: Option<QueueName>,
         rate_per_s: Option<u32>,
     ) -> Result<String, RedriveError> {
+        self.coordinating().await?;
         if let Some(rate) = rate_per_s
             && !(1..=limits::redrive_rate_per_s_max).contains(&rate)
         {
@@ -81,12 +83,13 @@ impl ClusterEdge {
     /// does not exist, as on one node).
     ///
     /// # Errors
-    /// `Unavailable` without a quorum.
+    /// `Unavailable` without a quorum or while this node's clock does not let it coordinate.
     pub async fn list_move_tasks(
         &self,
         from: &QueueName,
         limit: usize,
     ) -> Result<Vec<RedriveProgress>, EngineError> {
+        self.coordinating().await?;
         let Some(known) = self.lookup(from).await? else {
             return Ok(Vec::new());
         };
@@ -117,8 +120,9 @@ impl ClusterEdge {
     /// The task `handle` names, if its record knows it.
     ///
     /// # Errors
-    /// `Unavailable` without a quorum.
+    /// `Unavailable` without a quorum or while this node's clock does not let it coordinate.
     pub async fn move_task(&self, handle: &str) -> Result<Option<RedriveProgress>, EngineError> {
+        self.coordinating().await?;
         let Some(handle) = TaskHandle::decode(handle) else {
             return Ok(None);
         };
@@ -137,8 +141,10 @@ impl ClusterEdge {
     ///
     /// # Errors
     /// `TaskNotFound` for a handle that names no task, `NotRunning` for one that is not
-    /// running, `Engine` (`Unavailable`) without a quorum.
+    /// running, `Engine` (`Unavailable`) without a quorum or while this node's clock does not
+    /// let it coordinate.
     pub async fn cancel_move_task(&self, handle: &str) -> Result<u64, RedriveError> {
+        self.coordinating().await?;
         let not_found = || RedriveError::TaskNotFound {
             handle: handle.to_owned(),
         };

@@ -1,0 +1,165 @@
+//! Clock monitoring's driver (spec/replication.md#clock-monitoring): one probe loop per peer asks
+//! for the peer's clock every `SKEW_PROBE_PERIOD` (and at once when asked), feeds the round
+//! trips to the pure monitor (`trireme_replication::skew`), and the gate tells coordinators
+//! whether this node may coordinate now. It logs once when the node stops coordinating and once
+//! when it resumes.
+//!
+//! This module must never decide what a sample means: the monitor does. It must never stop the
+//! replica side: the gate is asked only by what coordinates (client calls, collection).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tonic::transport::Channel;
+use tracing::{error, info, warn};
+use trireme_proto::replica::v1 as pb;
+use trireme_proto::replica::v1::replica_client::ReplicaClient;
+use trireme_replication::NodeId;
+use trireme_replication::skew::{Sample, SkewMonitor, SkewSettings, Standing};
+
+use super::peers::Identity;
+use super::wire;
+
+/// `SKEW_PROBE_PERIOD`: between two probes of one peer.
+pub const SKEW_PROBE_PERIOD: Duration = Duration::from_secs(1);
+
+/// The monitor of this node's clock, shared by the probe loops and the gate.
+pub(super) struct ClockWatch {
+    me: Identity,
+    monitor: Mutex<Watched>,
+    /// Bumped after every sample, for a gate waiting for a standing.
+    sampled: watch::Sender<u64>,
+    /// Wakes every probe loop for a probe now.
+    probe_now: Notify,
+}
+
+struct Watched {
+    monitor: SkewMonitor,
+    /// Whether the node coordinated at the last assessment (none yet: `None`), so that each
+    /// change is logged once.
+    coordinating: Option<bool>,
+}
+
+/// The probe loops; dropping it stops them.
+pub(super) struct Probes {
+    _loops: JoinSet<()>,
+}
+
+impl ClockWatch {
+    /// A watch of `me`'s clock against `peers`, nothing measured yet.
+    pub(super) fn new(me: Identity, peers: impl IntoIterator<Item = NodeId>) -> Arc<ClockWatch> {
+        Arc::new(ClockWatch {
+            me,
+            monitor: Mutex::new(Watched {
+                monitor: SkewMonitor::new(peers, SkewSettings::default()),
+                coordinating: None,
+            }),
+            sampled: watch::Sender::new(0),
+            probe_now: Notify::new(),
+        })
+    }
+
+    /// Starts one probe loop per peer, over `clients`.
+    pub(super) fn spawn(
+        self: &Arc<ClockWatch>,
+        clients: BTreeMap<NodeId, ReplicaClient<Channel>>,
+    ) -> Probes {
+        let mut loops = JoinSet::new();
+        for (peer, client) in clients {
+            let watch = Arc::clone(self);
+            loops.spawn(async move { watch.probe_loop(peer, client).await });
+        }
+        Probes { _loops: loops }
+    }
+
+    async fn probe_loop(&self, peer: NodeId, mut client: ReplicaClient<Channel>) {
+        loop {
+            let wake = self.probe_now.notified();
+            let sender = self.me.now();
+            let request = pb::ClockRequest {
+                sender: Some(sender.into()),
+            };
+            // A failed probe is no sample: the peer's old samples age out.
+            if let Ok(reply) = client.clock(request).await
+                && let Ok(replier) = wire::sender(reply.get_ref().sender.as_ref())
+                && replier.node == peer
+            {
+                let sample = Sample {
+                    sent_ms: sender.clock.0,
+                    peer_ms: replier.clock.0,
+                    received_ms: self.me.clock.now().0,
+                };
+                self.monitor
+                    .lock()
+                    .expect("the monitor lock is never poisoned")
+                    .monitor
+                    .observe(peer, sample);
+                self.assess();
+                self.sampled.send_modify(|count| *count += 1);
+            }
+            tokio::select! {
+                // The first branch first: a deterministic choice, for the simulation.
+                biased;
+                () = wake => {}
+                () = tokio::time::sleep(SKEW_PROBE_PERIOD) => {}
+            }
+        }
+    }
+
+    /// The standing now, logging a change of whether the node coordinates.
+    fn assess(&self) -> Standing {
+        let mut watched = self
+            .monitor
+            .lock()
+            .expect("the monitor lock is never poisoned");
+        let standing = watched.monitor.assess(self.me.clock.now().0);
+        let coordinating = standing.coordinates();
+        if watched.coordinating != Some(coordinating) {
+            match (&standing, watched.coordinating) {
+                (Standing::Within { .. }, None) => {
+                    info!(%standing, "clock measured against the peers: coordinating");
+                }
+                (Standing::Within { .. }, Some(_)) => {
+                    info!(%standing, "clock back within the bound: coordinating again");
+                }
+                (Standing::Beyond { .. }, _) => {
+                    error!(%standing, "clock beyond the bound: this node stops coordinating and sweeping until it is back (it still serves as a replica)");
+                }
+                (Standing::Unmeasured { .. }, Some(true)) => {
+                    warn!(%standing, "clock unmeasured: this node stops coordinating and sweeping until enough peers answer");
+                }
+                // A node that has just started is unmeasured until its first probes answer.
+                (Standing::Unmeasured { .. }, _) => {}
+            }
+            watched.coordinating = Some(coordinating);
+        }
+        standing
+    }
+
+    /// Whether this node may coordinate now. An unmeasured node asks for probes at once and
+    /// waits up to `wait` for a standing; a node beyond the bound is refused at once.
+    ///
+    /// # Errors
+    /// The standing that does not coordinate.
+    pub(super) async fn gate(&self, wait: Duration) -> Result<(), Standing> {
+        let mut sampled = self.sampled.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let standing = self.assess();
+            match standing {
+                Standing::Within { .. } => return Ok(()),
+                Standing::Beyond { .. } => return Err(standing),
+                Standing::Unmeasured { .. } => {
+                    self.probe_now.notify_waiters();
+                    match tokio::time::timeout_at(deadline, sampled.changed()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) | Err(_) => return Err(standing),
+                    }
+                }
+            }
+        }
+    }
+}
