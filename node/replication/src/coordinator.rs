@@ -1093,6 +1093,10 @@ pub enum RedriveAnswer {
     Unavailable,
     /// The replicas disagree on a once-field.
     Diverged(Divergence),
+    /// Started without a target: the read found this copy movable. Nothing written; the caller
+    /// finds the queue it goes to (the one its `source_queue` names) and goes on with
+    /// [`RedriveOp::copy`].
+    Movable(Box<Record>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1111,7 +1115,9 @@ enum RedrivePhase {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedriveOp {
     source: Target,
-    target: Target,
+    /// `None` until the caller names it (a task without a destination: each message goes back
+    /// to the queue it came from, which only the read tells).
+    target: Option<Target>,
     now: Millis,
     generation: Generation,
     expect: Option<Claim>,
@@ -1120,18 +1126,22 @@ pub struct RedriveOp {
 }
 
 impl RedriveOp {
-    /// Starts the redrive of the dead-letter copy under `source_key` to `target_key` (the same
-    /// message id in the queue it goes to) at `now`.
+    /// Starts the redrive of the dead-letter copy under `source_key` at `now`: to `target` (the
+    /// same message id in the queue it goes to), or with `None` only as far as the read, which
+    /// answers [`RedriveAnswer::Movable`] for a movable copy.
     #[must_use]
     pub fn start(
         (source_key, source_replicas): (RecordKey, [NodeId; REPLICAS]),
-        (target_key, target_replicas): (RecordKey, [NodeId; REPLICAS]),
+        target: Option<(RecordKey, [NodeId; REPLICAS])>,
         now: Millis,
     ) -> (RedriveOp, Effects<RedriveAnswer>) {
-        assert_eq!(
-            source_key.message, target_key.message,
-            "a redrive keeps the message id"
-        );
+        let target = target.map(|(key, replicas)| {
+            assert_eq!(
+                source_key.message, key.message,
+                "a redrive keeps the message id"
+            );
+            Target { key, replicas }
+        });
         let source = Target {
             key: source_key,
             replicas: source_replicas,
@@ -1139,10 +1149,7 @@ impl RedriveOp {
         let sends = reads(&source, FIRST_ROUND);
         let op = RedriveOp {
             source,
-            target: Target {
-                key: target_key,
-                replicas: target_replicas,
-            },
+            target,
             now,
             generation: Generation(0),
             expect: None,
@@ -1205,6 +1212,50 @@ impl RedriveOp {
         }
     }
 
+    /// Goes on with the redrive of `record` (what [`RedriveAnswer::Movable`] answered) to
+    /// `target`: the copy, then the tombstone conditioned on the claim that read found.
+    #[must_use]
+    pub fn copy(
+        (source_key, source_replicas): (RecordKey, [NodeId; REPLICAS]),
+        (target_key, target_replicas): (RecordKey, [NodeId; REPLICAS]),
+        record: &Record,
+        now: Millis,
+    ) -> (RedriveOp, Effects<RedriveAnswer>) {
+        assert_eq!(
+            source_key.message, target_key.message,
+            "a redrive keeps the message id"
+        );
+        let mut op = RedriveOp {
+            source: Target {
+                key: source_key,
+                replicas: source_replicas,
+            },
+            target: Some(Target {
+                key: target_key,
+                replicas: target_replicas,
+            }),
+            now,
+            generation: record.generation,
+            expect: record.claim(),
+            round: FIRST_ROUND,
+            phase: RedrivePhase::Answered,
+        };
+        let sends = op.copy_phase(record);
+        (op, Effects::sends(sends))
+    }
+
+    fn copy_phase(&mut self, record: &Record) -> Vec<Outgoing> {
+        let target = self.target.as_ref().expect("a copy has its target");
+        self.generation = record.generation;
+        self.expect = record.claim();
+        self.phase = RedrivePhase::Copy(WritePhase::new(target.replicas));
+        broadcast(
+            target,
+            self.round,
+            &Write::Merge(redrive_copy(record, self.now)),
+        )
+    }
+
     fn decide(&mut self, read: &ReadPhase) -> Effects<RedriveAnswer> {
         let merged = match read.merged() {
             Ok(merged) => merged,
@@ -1218,18 +1269,14 @@ impl RedriveOp {
                     && live.held.is_none_or(|held| held.deadline <= self.now)
             })
         });
-        let Some(record) = movable else {
+        let Some(record) = movable.cloned() else {
             return self.finish(sends, RedriveAnswer::NotMovable);
         };
-        self.generation = record.generation;
-        self.expect = record.claim();
+        if self.target.is_none() {
+            return self.finish(sends, RedriveAnswer::Movable(Box::new(record)));
+        }
         self.round += 1;
-        sends.extend(broadcast(
-            &self.target,
-            self.round,
-            &Write::Merge(redrive_copy(record, self.now)),
-        ));
-        self.phase = RedrivePhase::Copy(WritePhase::new(self.target.replicas));
+        sends.extend(self.copy_phase(&record));
         Effects::sends(sends)
     }
 
@@ -1806,7 +1853,8 @@ mod tests {
     #[test]
     fn a_redrive_copies_first_and_conditions_the_tombstone_on_the_claim_read() {
         let held = received_copy(3_000);
-        let (mut op, effects) = RedriveOp::start((dead_letter_key(), R), (key(), R), Millis(5_000));
+        let (mut op, effects) =
+            RedriveOp::start((dead_letter_key(), R), Some((key(), R)), Millis(5_000));
         assert!(effects.sends.iter().all(|out| out.request == Request::Read));
         assert_eq!(
             op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())))
@@ -1857,15 +1905,59 @@ mod tests {
     }
 
     #[test]
+    fn a_redrive_without_a_target_answers_the_read_and_goes_on_from_it() {
+        let held = received_copy(3_000);
+        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), None, Millis(5_000));
+        op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
+        let read = op.on_reply(R[1], 1, &Reply::Record(Some(held.clone())));
+        assert!(
+            read.sends.is_empty(),
+            "nothing written before a target is named"
+        );
+        let Some(RedriveAnswer::Movable(record)) = read.answer else {
+            panic!("the read answers the movable copy, got {:?}", read.answer);
+        };
+        assert_eq!(
+            record
+                .live()
+                .unwrap()
+                .birth
+                .source_queue
+                .as_ref()
+                .unwrap()
+                .name,
+            key().queue
+        );
+        let (mut op, effects) =
+            RedriveOp::copy((dead_letter_key(), R), (key(), R), &record, Millis(5_000));
+        assert_eq!(effects.sends.len(), 3);
+        assert_eq!(effects.sends[0].key, key());
+        op.on_reply(R[0], 1, &Reply::Ack);
+        let tombstone = op.on_reply(R[1], 1, &Reply::Ack);
+        let Request::Write { write, .. } = &tombstone.sends[0].request else {
+            panic!("a tombstone write");
+        };
+        assert!(matches!(
+            write.as_ref(),
+            Write::Tombstone { generation: Generation(1), expect, .. } if *expect == held.claim()
+        ));
+        op.on_reply(R[1], 2, &Reply::Ack);
+        assert_eq!(
+            op.on_reply(R[2], 2, &Reply::Ack).answer,
+            Some(RedriveAnswer::Moved)
+        );
+    }
+
+    #[test]
     fn a_redrive_leaves_a_copy_whose_claim_is_current_and_reports_a_lost_tombstone() {
-        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), (key(), R), Millis(5_000));
+        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), Some((key(), R)), Millis(5_000));
         let held = received_copy(9_000);
         op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
         let effects = op.on_reply(R[1], 1, &Reply::Record(Some(held)));
         assert_eq!(effects.answer, Some(RedriveAnswer::NotMovable));
         assert!(effects.sends.is_empty(), "nothing written");
         // A copy claimed again between the read and the tombstone: in both queues.
-        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), (key(), R), Millis(5_000));
+        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), Some((key(), R)), Millis(5_000));
         let held = received_copy(3_000);
         op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
         op.on_reply(R[1], 1, &Reply::Record(Some(held)));
@@ -1877,7 +1969,7 @@ mod tests {
             Some(RedriveAnswer::CopiedOnly)
         );
         // No read quorum: nothing written, unavailable.
-        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), (key(), R), Millis(5_000));
+        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), Some((key(), R)), Millis(5_000));
         assert_eq!(op.on_timeout().answer, Some(RedriveAnswer::Unavailable));
     }
 

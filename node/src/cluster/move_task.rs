@@ -28,8 +28,11 @@ use trireme_replication::task::{
 };
 use trireme_replication::{NodeId, placement::REPLICAS};
 
+use trireme_proto::replica::v1 as pb;
+
 use super::Cluster;
 use super::store::TaskEntry;
+use super::wire;
 use crate::limits;
 use crate::redrive::pacing;
 
@@ -348,17 +351,12 @@ impl Cluster {
                 self.end_task(key, &runner, status).await;
                 return;
             }
-            let now = clock.now();
-            let mut candidates: Vec<MessageId> = self.inner.store.view(|view| {
-                view.candidates(
-                    &key.queue,
-                    key.incarnation,
-                    now,
-                    step as usize + passed.len(),
-                )
-            });
-            candidates.retain(|id| !passed.contains(id));
-            candidates.truncate(step as usize);
+            let (found, _) = self.dead_letters(key, step as usize + passed.len()).await;
+            let candidates: Vec<MessageId> = found
+                .into_iter()
+                .filter(|id| !passed.contains(id))
+                .take(step as usize)
+                .collect();
             if candidates.is_empty() {
                 self.end_task(key, &runner, TaskStatus::Completed).await;
                 return;
@@ -386,6 +384,62 @@ impl Cluster {
                 tokio::time::sleep(pause).await;
             }
         }
+    }
+
+    /// Up to `max` ready messages of the task's source in this node's view and, beyond three
+    /// members, in every live peer's too (spec §8, *Considerations*: a node holds only the
+    /// messages it replicates); a hint, each redrive's quorum read decides. Also the source's
+    /// ready count: this node's with three members, beyond them section 11's (the answering
+    /// members' counts summed and divided by three, rounded up), or the distinct ids seen if
+    /// more (a member that did not answer took its counts with it).
+    pub async fn dead_letters(&self, key: &TaskKey, max: usize) -> (BTreeSet<MessageId>, u64) {
+        let now = self.inner.me.clock.now();
+        let (mine, ready) = self.inner.store.view(|view| {
+            (
+                view.candidates(&key.queue, key.incarnation, now, max),
+                view.counts(&key.queue, key.incarnation, now).0,
+            )
+        });
+        let mut ids: BTreeSet<MessageId> = mine.into_iter().collect();
+        let peers = self.peer_ids();
+        if peers.len() < REPLICAS {
+            return (ids, ready);
+        }
+        let mut asked = JoinSet::new();
+        for peer in peers {
+            let Some(mut client) = self.inner.peers.client(peer) else {
+                continue;
+            };
+            let request = pb::CandidatesRequest {
+                sender: Some(self.inner.me.now().into()),
+                queue: key.queue.as_str().to_owned(),
+                incarnation_hlc_ms: key.incarnation.hlc_ms,
+                incarnation_node: u32::from(key.incarnation.node),
+                incarnation_nonce: key.incarnation.nonce,
+                limit: u32::try_from(max).unwrap_or(u32::MAX),
+            };
+            asked.spawn(async move { (peer, client.candidates(request).await) });
+        }
+        let mut counted = ready;
+        while let Some(joined) = asked.join_next().await {
+            let (peer, answered) = joined.expect("a candidates call does not panic");
+            // A peer that does not answer holds nothing the others do not: every message is on
+            // three nodes.
+            let Ok(reply) = answered.map(tonic::Response::into_inner) else {
+                debug!(%peer, "move task: a peer gave no candidates");
+                continue;
+            };
+            match wire::candidates(&reply.messages) {
+                Ok(theirs) => ids.extend(theirs),
+                Err(error) => warn!(%peer, %error, "move task: malformed candidates"),
+            }
+            counted += reply.ready;
+        }
+        // The count, when a member is down, misses its share; the distinct ids seen do not.
+        let estimate = counted
+            .div_ceil(REPLICAS as u64)
+            .max(u64::try_from(ids.len()).expect("a bounded set"));
+        (ids, estimate)
     }
 
     /// Whether the task's source or its named destination is gone (deleted, or deleted and
@@ -427,35 +481,40 @@ impl Cluster {
     }
 
     /// Redrives the message `id` of the task's source to the named destination or to the
-    /// queue its dead-letter copy came from.
+    /// queue its dead-letter copy came from (which the redrive's quorum read tells).
     async fn redrive_one(&self, key: &TaskKey, params: &TaskParams, id: MessageId) -> Redriven {
         let source = RecordKey {
             queue: key.queue.clone(),
             incarnation: key.incarnation,
             message: id,
         };
-        let target = match &params.destination {
-            Some(destination) => RecordKey {
-                queue: destination.name.clone(),
-                incarnation: destination.incarnation,
-                message: id,
-            },
+        let now = self.inner.me.clock.now();
+        let answer = match &params.destination {
+            Some(destination) => {
+                let target = RecordKey {
+                    queue: destination.name.clone(),
+                    incarnation: destination.incarnation,
+                    message: id,
+                };
+                let (op, effects) = RedriveOp::start(
+                    (source.clone(), self.replicas(&source)),
+                    Some((target.clone(), self.replicas(&target))),
+                    now,
+                );
+                self.run(op, effects).await
+            }
             None => {
-                // The dead-letter copy's source queue is written once per generation, so this
-                // replica's copy names it as every replica's does.
-                let store = self.inner.store.clone();
-                let lookup = source.clone();
-                let held = tokio::task::spawn_blocking(move || store.record(&lookup))
-                    .await
-                    .expect("a record read does not panic");
-                let Ok(Some(record)) = held else {
+                let (op, effects) =
+                    RedriveOp::start((source.clone(), self.replicas(&source)), None, now);
+                let RedriveAnswer::Movable(record) = self.run(op, effects).await else {
                     return Redriven::Passed;
                 };
                 let Some(origin) = record.live().and_then(|l| l.birth.source_queue.clone()) else {
-                    return Redriven::Passed;
+                    // A message sent to the dead-letter queue itself has no source to go back to.
+                    return Redriven::SourceMissing;
                 };
                 // As on one node, the source queue is found by name.
-                match self.queue(&origin.name).await {
+                let target = match self.queue(&origin.name).await {
                     Ok(Some(state)) => RecordKey {
                         queue: origin.name,
                         incarnation: state.incarnation,
@@ -463,16 +522,17 @@ impl Cluster {
                     },
                     Ok(None) => return Redriven::SourceMissing,
                     Err(_) => return Redriven::Unavailable,
-                }
+                };
+                let (op, effects) = RedriveOp::copy(
+                    (source.clone(), self.replicas(&source)),
+                    (target.clone(), self.replicas(&target)),
+                    &record,
+                    self.inner.me.clock.now(),
+                );
+                self.run(op, effects).await
             }
         };
-        let now = self.inner.me.clock.now();
-        let (op, effects) = RedriveOp::start(
-            (source.clone(), self.replicas(&source)),
-            (target.clone(), self.replicas(&target)),
-            now,
-        );
-        match self.run(op, effects).await {
+        match answer {
             RedriveAnswer::Moved => Redriven::Moved,
             // In both queues (a duplicate the page allows) or not movable now: not again.
             RedriveAnswer::CopiedOnly | RedriveAnswer::NotMovable => Redriven::Passed,
@@ -480,6 +540,9 @@ impl Cluster {
             RedriveAnswer::Diverged(divergence) => {
                 warn!(message = %id, %divergence, "move task: replicas disagree on a once-field; left in place");
                 Redriven::Passed
+            }
+            RedriveAnswer::Movable(_) => {
+                unreachable!("a redrive with a target goes on past its read")
             }
         }
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 use tracing::warn;
-use trireme_core::{Millis, QueueName};
+use trireme_core::{Incarnation, Millis, QueueName};
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::NodeId;
 use trireme_replication::anti_entropy::{shared, shares_name};
@@ -132,6 +132,39 @@ impl pb::replica_server::Replica for ReplicaService {
         Ok(Response::new(pb::JoinReply {
             sender: Some(self.me.now().into()),
             known,
+        }))
+    }
+
+    async fn candidates(
+        &self,
+        request: Request<pb::CandidatesRequest>,
+    ) -> Result<Response<pb::CandidatesReply>, Status> {
+        let remote = request.remote_addr();
+        let request = request.into_inner();
+        self.member(remote, request.sender.as_ref())?;
+        let queue = QueueName::try_from(request.queue)
+            .map_err(|_| Status::invalid_argument("queue is not a valid queue name"))?;
+        let node = u16::try_from(request.incarnation_node)
+            .map_err(|_| Status::invalid_argument("incarnation_node is out of range"))?;
+        let incarnation = Incarnation {
+            hlc_ms: request.incarnation_hlc_ms,
+            node,
+            nonce: request.incarnation_nonce,
+        };
+        let limit = usize::try_from(request.limit)
+            .unwrap_or(usize::MAX)
+            .clamp(1, CANDIDATES_PER_REPLY_MAX);
+        let now = self.me.clock.now();
+        let (messages, ready) = self.store.view(|view| {
+            (
+                view.candidates(&queue, incarnation, now, limit),
+                view.counts(&queue, incarnation, now).0,
+            )
+        });
+        Ok(Response::new(pb::CandidatesReply {
+            sender: Some(self.me.now().into()),
+            messages: messages.into_iter().map(wire::candidate).collect(),
+            ready,
         }))
     }
 
@@ -320,6 +353,9 @@ fn exchanged(ring: &Ring, me: NodeId, caller: NodeId, name: &QueueName, catalog:
 /// Name records one anti-entropy page holds at most: a name record with its attributes and tags
 /// is a few KiB at most, so a page stays well under tonic's 4 MiB message limit.
 pub const NAMES_PER_PAGE_MAX: usize = 256;
+
+/// Message ids one candidates reply holds at most (16 bytes each).
+pub const CANDIDATES_PER_REPLY_MAX: usize = 1_024;
 
 /// Task records one anti-entropy page holds at most: a task record with its history is a few
 /// KiB at most, so a page stays well under tonic's 4 MiB message limit.

@@ -1101,21 +1101,6 @@ impl ReplicaStore {
         })
     }
 
-    /// The record this replica holds for `key`, as last committed. Blocking: call it off the
-    /// async runtime for more than a handful of keys.
-    ///
-    /// # Errors
-    /// The redb variants when the read fails; `Corrupt` for a record that does not decode.
-    pub fn record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        let txn = self.db.begin_read()?;
-        let table = txn.open_table(RECORDS)?;
-        let stored_key = key.encode();
-        match table.get(stored_key.as_slice())? {
-            Some(value) => Ok(Some(decode_row(&stored_key, value.value())?.1)),
-            None => Ok(None),
-        }
-    }
-
     /// Runs `f` on the local view.
     pub fn view<T>(&self, f: impl FnOnce(&LocalView) -> T) -> T {
         f(&self

@@ -1,7 +1,7 @@
 //! The internal service's messages as the protocol's values: framing of requests and replies
 //! (the node's codec), and the sender's identity. Wire types stop here.
 
-use trireme_core::{Millis, QueueName};
+use trireme_core::{MessageId, Millis, QueueName};
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::NodeId;
 use trireme_replication::RecordKey;
@@ -47,6 +47,9 @@ pub enum WireError {
     /// A key that is not a record key.
     #[error("entry {index} has a malformed key")]
     Key { index: usize },
+    /// A message id that is not 16 bytes.
+    #[error("message id {index} is malformed")]
+    MessageId { index: usize },
     /// A key that is not a task record's key.
     #[error("task entry {index} has a malformed key")]
     TaskKey { index: usize },
@@ -397,6 +400,30 @@ pub fn stored_tasks(records: &[pb::StoredTask]) -> Result<Vec<(TaskKey, TaskReco
             let record = codec::decode_framed(&stored.record)
                 .map_err(|source| WireError::Body { index, source })?;
             Ok((key, record))
+        })
+        .collect()
+}
+
+/// A message id as a candidates reply carries it: 16 bytes, big-endian.
+#[must_use]
+pub fn candidate(id: MessageId) -> Vec<u8> {
+    id.0.to_be_bytes().to_vec()
+}
+
+/// A candidates reply's message ids, decoded.
+///
+/// # Errors
+/// `MessageId` for the first id that is not 16 bytes.
+pub fn candidates(messages: &[Vec<u8>]) -> Result<Vec<MessageId>, WireError> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(index, bytes)| {
+            let bytes: [u8; 16] = bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| WireError::MessageId { index })?;
+            Ok(MessageId(u128::from_be_bytes(bytes)))
         })
         .collect()
 }

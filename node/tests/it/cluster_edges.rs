@@ -35,7 +35,7 @@ pub(crate) struct Member {
     clock: Arc<dyn Clock>,
 }
 
-/// Three members on loopback.
+/// Members on loopback (three unless a test asks for more).
 pub(crate) struct EdgeCluster {
     pub(crate) members: Vec<Member>,
     _dirs: Vec<TempDir>,
@@ -93,12 +93,24 @@ impl EdgeCluster {
 
     /// Three members, member `i` reading `clocks[i]`.
     async fn start_with_clocks(clocks: [Arc<dyn Clock>; MEMBERS as usize]) -> EdgeCluster {
-        let peers = loopback::reserve(1..=MEMBERS);
+        EdgeCluster::start_members(clocks.to_vec()).await
+    }
+
+    /// `members` members on loopback, on the system clock.
+    pub(crate) async fn start_with(members: u16) -> EdgeCluster {
+        let system: Arc<dyn Clock> = Arc::new(SystemClock);
+        EdgeCluster::start_members(vec![system; usize::from(members)]).await
+    }
+
+    /// One member per clock, member `i` reading `clocks[i]`.
+    async fn start_members(clocks: Vec<Arc<dyn Clock>>) -> EdgeCluster {
+        let count = u16::try_from(clocks.len()).expect("a few members");
+        let peers = loopback::reserve(1..=count);
         let peer_addresses = loopback::addresses(&peers);
         let mut peers = peers;
         let mut members = Vec::new();
         let mut dirs = Vec::new();
-        for id in 1..=MEMBERS {
+        for id in 1..=count {
             let dir = TempDir::new().unwrap();
             let mut config = Config::with_data_dir(dir.path());
             config.handle_key = Some(b"cluster-edges-shared-handle-key".to_vec());
@@ -147,6 +159,11 @@ impl EdgeCluster {
         let config = self.members[index].config.clone();
         let clock = Arc::clone(&self.members[index].clock);
         self.members[index] = Member::start(config, None, clock).await;
+    }
+
+    /// How many members the cluster has (running or not).
+    pub(crate) fn len(&self) -> usize {
+        self.members.len()
     }
 
     /// Member `index` (0-based)'s node, while it runs.

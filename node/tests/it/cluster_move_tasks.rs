@@ -2,7 +2,8 @@
 //! one member moves dead letters back and every member lists it, a second start and a cancel
 //! are answered as one node answers them, and a runner stopped mid-task is taken over by
 //! another member, which finishes without losing a message, and a task survives a restart of
-//! the whole cluster, and anti-entropy carries the task record to a member that was away. Members
+//! the whole cluster, anti-entropy carries the task record to a member that was away, and with
+//! five members (each holding only its share of the dead letters) a task moves them all. Members
 //! as in `cluster_edges.rs`, with a 2 s lease (anti-entropy every second).
 
 use std::collections::BTreeSet;
@@ -48,8 +49,8 @@ async fn ready(client: &mut Client, queue: &str) -> u64 {
 }
 
 /// `src` with dead-letter queue `dlq` (maxReceiveCount 1) and `count` messages moved there by
-/// receives through the members in turn; returns their ids once every member counts them ready
-/// in `dlq`.
+/// receives through the members in turn; returns their ids once the members' views count each
+/// ready in `dlq` on its three replicas.
 async fn dead_lettered(cluster: &mut EdgeCluster, count: usize) -> BTreeSet<String> {
     create(cluster.at(0), "dlq", pb::QueueAttributes::default()).await;
     create(cluster.at(1), "src", redrive_to("dlq", 1)).await;
@@ -75,18 +76,19 @@ async fn dead_lettered(cluster: &mut EdgeCluster, count: usize) -> BTreeSet<Stri
         }
     }
     assert_eq!(received, sent);
-    for index in 0..3 {
-        let mut client = cluster.at(index).clone();
-        eventually(&format!("member {index} counts every dead letter"), || {
-            let mut client = client.clone();
-            async move {
+    let clients: Vec<Client> = (0..cluster.len()).map(|i| cluster.at(i).clone()).collect();
+    eventually("every dead letter counted on its three replicas", || {
+        let clients = clients.clone();
+        async move {
+            let mut counted = 0;
+            for mut client in clients {
                 receive(&mut client, "src", 0).await;
-                ready(&mut client, "dlq").await == count as u64
+                counted += ready(&mut client, "dlq").await;
             }
-        })
-        .await;
-        assert_eq!(ready(&mut client, "dlq").await, count as u64);
-    }
+            counted == 3 * count as u64
+        }
+    })
+    .await;
     sent
 }
 
@@ -373,6 +375,31 @@ async fn a_member_away_during_the_task_gets_its_record_by_anti_entropy() {
             async move { held == expected }
         },
     )
+    .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_five_members_a_task_moves_the_dead_letters_every_member_holds() {
+    let mut cluster = EdgeCluster::start_with(5).await;
+    let sent = dead_lettered(&mut cluster, 10).await;
+    let handle = start(cluster.at(0), None, 0).await.unwrap();
+    let client = cluster.at(3).clone();
+    let done = listed_with(&client, &handle, TaskStatus::Completed).await;
+    assert_eq!((done.moved, done.to_move), (10, 10), "{done:?}");
+    let back = drain_source(&mut cluster, &[0, 1, 2, 3, 4], sent.len()).await;
+    assert_eq!(back, sent, "every dead letter came back");
+    let clients: Vec<Client> = (0..5).map(|i| cluster.at(i).clone()).collect();
+    eventually("no member counts a dead letter", || {
+        let clients = clients.clone();
+        async move {
+            let mut counted = 0;
+            for mut client in clients {
+                counted += ready(&mut client, "dlq").await;
+            }
+            counted == 0
+        }
+    })
     .await;
     cluster.shutdown().await;
 }

@@ -11,6 +11,7 @@ use trireme_replication::task::{
 
 use super::{ClusterEdge, unavailable};
 use crate::cluster::move_task::{CancelAnswer, StartAnswer, TaskUnavailable};
+use crate::cluster::service::CANDIDATES_PER_REPLY_MAX;
 use crate::engine::EngineError;
 use crate::limits;
 use crate::redrive::{RedriveError, RedriveFailure, RedriveProgress, RedriveStatus};
@@ -63,11 +64,16 @@ impl ClusterEdge {
             queue: from.clone(),
             incarnation: source.incarnation,
         };
+        // This node's count with three members; beyond them, every member's (spec §8).
+        let (_, to_move) = self
+            .cluster
+            .dead_letters(&key, CANDIDATES_PER_REPLY_MAX)
+            .await;
         let params = TaskParams {
             destination,
             rate_per_s,
             started_at: self.clock.now(),
-            to_move: source.counts.ready,
+            to_move,
         };
         match self.cluster.start_task(&key, params).await {
             StartAnswer::Started(handle) => Ok(handle.encode()),
