@@ -92,31 +92,52 @@ async fn dead_lettered(cluster: &mut EdgeCluster, count: usize) -> BTreeSet<Stri
     sent
 }
 
+/// Starts a task of `dlq`. A start answered unavailable (no quorum in time on a loaded machine)
+/// may have taken effect, as a failed send may: it is asked again (bounded), and a retry refused
+/// as already running answers the task the first try started.
 async fn start(
     client: &mut Client,
     destination: Option<&str>,
     rate: u32,
 ) -> Result<String, tonic::Status> {
-    let reply = client
-        .start_redrive(pb::StartRedriveRequest {
-            source_queue: "dlq".to_owned(),
-            destination_queue: destination.map(str::to_owned),
-            max_messages_per_second: rate,
-        })
-        .await?;
-    Ok(reply.into_inner().task_handle)
+    let request = pb::StartRedriveRequest {
+        source_queue: "dlq".to_owned(),
+        destination_queue: destination.map(str::to_owned),
+        max_messages_per_second: rate,
+    };
+    let mut retried = false;
+    for _ in 0..5 {
+        match client.start_redrive(request.clone()).await {
+            Ok(reply) => return Ok(reply.into_inner().task_handle),
+            Err(status) if status.code() == Code::Unavailable => retried = true,
+            Err(status) if retried && status.code() == Code::FailedPrecondition => {
+                let running = tasks(client, "dlq").await;
+                let task = running
+                    .iter()
+                    .find(|task| task.status == TaskStatus::Running as i32)
+                    .unwrap_or_else(|| panic!("{status:?} with no running task: {running:?}"));
+                return Ok(task.task_handle.clone());
+            }
+            Err(status) => return Err(status),
+        }
+    }
+    panic!("five starts answered unavailable");
 }
 
+/// The tasks of `queue`, newest first; none when the read found no quorum in time (the waits
+/// that call it ask again).
 async fn tasks(client: &mut Client, queue: &str) -> Vec<pb::RedriveTask> {
-    client
+    let listed = client
         .list_redrives(pb::ListRedrivesRequest {
             source_queue: queue.to_owned(),
             max_results: 10,
         })
-        .await
-        .unwrap()
-        .into_inner()
-        .tasks
+        .await;
+    match listed {
+        Ok(reply) => reply.into_inner().tasks,
+        Err(status) if status.code() == Code::Unavailable => Vec::new(),
+        Err(status) => panic!("listing the tasks of {queue}: {status:?}"),
+    }
 }
 
 async fn cancel(client: &mut Client, handle: &str) -> Result<u64, tonic::Status> {
