@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use trireme_core::QueueName;
 
+use crate::dedup::{DedupKey, DedupRecord};
 use crate::ids::NodeId;
 use crate::key::RecordKey;
 use crate::name::NameRecord;
@@ -45,6 +46,12 @@ impl Digest {
     pub fn add_name(&mut self, name: &QueueName, record: &NameRecord) {
         self.records += 1;
         self.sum = self.sum.wrapping_add(name_hash(name, record));
+    }
+
+    /// Adds one live deduplication record (spec/replication.md §4).
+    pub fn add_dedup(&mut self, key: &DedupKey, record: &DedupRecord) {
+        self.records += 1;
+        self.sum = self.sum.wrapping_add(dedup_hash(key, record));
     }
 
     /// Whether no record was added.
@@ -87,6 +94,44 @@ pub fn differing(mine: &BTreeMap<u16, Digest>, theirs: &BTreeMap<u16, Digest>) -
 pub fn shared(placement: &impl Placement, a: NodeId, b: NodeId, key: &RecordKey) -> bool {
     let replicas = placement.replicas(&key.queue, key.message);
     replicas.contains(&a) && replicas.contains(&b)
+}
+
+/// Whether a pair exchanges the deduplication record `key`: only when both nodes are among its
+/// three replicas.
+#[must_use]
+pub fn shares_dedup(ring: &Ring, a: NodeId, b: NodeId, key: &DedupKey) -> bool {
+    let replicas = key.replicas(ring);
+    replicas.contains(&a) && replicas.contains(&b)
+}
+
+/// Which deduplication records go which way between two replicas' live records of one key range
+/// (spec/replication.md §4, *Anti-entropy*): a key live on one side only goes to the other, to be
+/// stored there as a put of that value would be. A key live on both sides goes nowhere, even when
+/// the two name different messages: each replica keeps its value for the window.
+#[must_use]
+pub fn reconcile_dedups(
+    mine: &BTreeMap<DedupKey, DedupRecord>,
+    theirs: &BTreeMap<DedupKey, DedupRecord>,
+) -> DedupsReconciled {
+    let only = |from: &BTreeMap<DedupKey, DedupRecord>, other: &BTreeMap<DedupKey, DedupRecord>| {
+        from.iter()
+            .filter(|(key, _)| !other.contains_key(key))
+            .map(|(key, record)| (key.clone(), *record))
+            .collect()
+    };
+    DedupsReconciled {
+        to_peer: only(mine, theirs),
+        to_me: only(theirs, mine),
+    }
+}
+
+/// Which deduplication records go which way ([`reconcile_dedups`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DedupsReconciled {
+    /// Records the peer has no live record of.
+    pub to_peer: Vec<(DedupKey, DedupRecord)>,
+    /// Records this replica has no live record of.
+    pub to_me: Vec<(DedupKey, DedupRecord)>,
 }
 
 /// Whether a pair exchanges the record of queue name `name`: only when both nodes are among
@@ -207,6 +252,18 @@ fn entry_hash(key: &RecordKey, record: &Record) -> u128 {
     record.hash(&mut low);
     key.hash(&mut high);
     record.hash(&mut high);
+    (u128::from(high.finish()) << 64) | u128::from(low.finish())
+}
+
+fn dedup_hash(key: &DedupKey, record: &DedupRecord) -> u128 {
+    let mut low = Fnv::new(0xcbf2_9ce4_8422_2325);
+    let mut high = Fnv::new(0x8422_2325_cbf2_9ce4);
+    // A tag keeps a deduplication record's hash apart from other records of the same bytes.
+    for hasher in [&mut low, &mut high] {
+        hasher.write(b"dedup");
+        key.hash(hasher);
+        record.hash(hasher);
+    }
     (u128::from(high.finish()) << 64) | u128::from(low.finish())
 }
 
@@ -453,5 +510,34 @@ mod tests {
         let only_mine = reconcile_names(&mine, &BTreeMap::new());
         assert_eq!(only_mine.to_peer, vec![(name, one)]);
         assert!(only_mine.to_me.is_empty());
+    }
+
+    #[test]
+    fn live_dedup_records_go_only_where_none_is_live_and_a_split_stays() {
+        use crate::dedup::{DedupKey, DedupRecord, DedupValue};
+        let key = |id: &str| DedupKey {
+            queue: QueueName::try_from("q".to_owned()).unwrap(),
+            incarnation: Incarnation::local(Millis(1)),
+            id: trireme_core::DedupId::try_from(id).unwrap(),
+        };
+        let named = |message: u128| {
+            DedupRecord::opened(
+                DedupValue {
+                    message: MessageId(message),
+                    sent_at: Millis(10),
+                },
+                300_000,
+            )
+        };
+        let mine = BTreeMap::from([(key("a"), named(1)), (key("split"), named(2))]);
+        let theirs = BTreeMap::from([(key("b"), named(3)), (key("split"), named(4))]);
+        let reconciled = reconcile_dedups(&mine, &theirs);
+        assert_eq!(reconciled.to_peer, vec![(key("a"), named(1))]);
+        assert_eq!(reconciled.to_me, vec![(key("b"), named(3))]);
+        let mut a = Digest::default();
+        a.add_dedup(&key("a"), &named(1));
+        let mut b = Digest::default();
+        b.add_dedup(&key("a"), &named(2));
+        assert_ne!(a, b, "a different value is a different digest");
     }
 }

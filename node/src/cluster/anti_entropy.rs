@@ -11,8 +11,11 @@
 //! included), and the catalog: the records of the names the peer replicates and this node does
 //! not, pulled into this node's view when their digest differs from the view's (§11). Then the
 //! move tasks' records the pair replicates (§8), every one of them in pages in key order, both
-//! keeping the merge (one per source that ever had a task: few). Then the messages' records as
-//! above.
+//! keeping the merge (one per source that ever had a task: few). Then the live deduplication
+//! records the pair replicates (§4): one digest of them (by each end's clock), and when the two
+//! differ, those records in pages in key order; a key live on one side only is stored on the
+//! other as a put of that value would be, and one live on both is left alone (written once per
+//! window). Then the messages' records as above.
 //!
 //! Every node runs a round with every peer, so each pair is compared twice per period (once from
 //! each end); either end alone converges the pair. A round's work is bounded: it stops after
@@ -31,9 +34,11 @@ use tracing::{debug, warn};
 use trireme_core::QueueName;
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::anti_entropy::{
-    differing, reconcile, reconcile_joins, reconcile_names, shared, shares_name,
+    differing, reconcile, reconcile_dedups, reconcile_joins, reconcile_names, shared, shares_dedup,
+    shares_name,
 };
 use trireme_replication::coordinator::{Reply, Request};
+use trireme_replication::dedup::{DedupKey, DedupRecord, DedupReply, DedupRequest};
 use trireme_replication::name::{NameRecord, NameReply, NameRequest};
 use trireme_replication::record::Record;
 use trireme_replication::replica::Write;
@@ -41,8 +46,8 @@ use trireme_replication::task::{TaskKey, TaskRecord, TaskReply, TaskRequest, Tas
 use trireme_replication::{NodeId, RecordKey};
 
 use super::Cluster;
-use super::service::{NAMES_PER_PAGE_MAX, TASKS_PER_PAGE_MAX};
-use super::store::{Entry, NameEntry, TaskEntry};
+use super::service::{DEDUPS_PER_PAGE_MAX, NAMES_PER_PAGE_MAX, TASKS_PER_PAGE_MAX};
+use super::store::{DedupEntry, Entry, NameEntry, TaskEntry};
 use super::wire;
 
 /// Partitions in the key space (a partition is the first 16 bits of a ring position).
@@ -103,6 +108,15 @@ pub struct RoundReport {
     pub tasks_pushed: usize,
     /// Task records this node lacked something of, merged here.
     pub tasks_pulled: usize,
+    /// Whether the digests of live deduplication records differed, so they were exchanged.
+    pub dedups_exchanged: bool,
+    /// Live deduplication records compared, both sides together (0 when the digests agreed).
+    pub dedups_compared: usize,
+    /// Deduplication records the peer had no live record of, sent (it stores them if it
+    /// still has none).
+    pub dedups_pushed: usize,
+    /// Deduplication records this node had no live record of, offered to its store.
+    pub dedups_pulled: usize,
     /// Non-empty partitions compared (either side's).
     pub partitions_compared: usize,
     /// Partitions whose digests differed and whose records were exchanged.
@@ -255,6 +269,8 @@ impl Cluster {
         self.exchange_names(&mut client, peer, &mut report).await?;
         self.pull_catalog(&mut client, peer, &mut report).await?;
         self.exchange_tasks(&mut client, peer, &mut report).await?;
+        self.exchange_dedups(&mut client, peer, settings, &mut report)
+            .await?;
         let step = u32::from(settings.partitions_per_call);
         for first in (0..PARTITIONS).step_by(step as usize) {
             let last = (first + step - 1).min(PARTITIONS - 1);
@@ -545,6 +561,126 @@ impl Cluster {
                 None => return Ok(()),
             }
         }
+    }
+
+    /// Exchanges the live deduplication records the pair replicates with `peer` when their
+    /// digests differ (spec/replication.md §4, *Anti-entropy*), page by page, until
+    /// `records_per_round_max` are compared: a key live on one side only goes to the other.
+    async fn exchange_dedups(
+        &self,
+        client: &mut pb::replica_client::ReplicaClient<tonic::transport::Channel>,
+        peer: NodeId,
+        settings: &AntiEntropySettings,
+        report: &mut RoundReport,
+    ) -> Result<(), AntiEntropyError> {
+        let theirs = client
+            .dedup_digest(pb::DedupDigestRequest {
+                sender: Some(self.inner.me.now().into()),
+            })
+            .await
+            .map_err(|status| AntiEntropyError::Call { peer, status })?
+            .into_inner();
+        let now = self.inner.me.clock.now();
+        let mine = self
+            .blocking(move |cluster| {
+                let (ring, me) = (&cluster.inner.ring, cluster.inner.me.node);
+                cluster.inner.store.dedup_digest(|key, record| {
+                    record.live_at(now) && shares_dedup(ring, me, peer, key)
+                })
+            })
+            .await
+            .map_err(std::sync::Arc::new)?;
+        if mine == wire::dedup_digest_of(&theirs) {
+            return Ok(());
+        }
+        report.dedups_exchanged = true;
+        let mut after: Option<Vec<u8>> = None;
+        // Bounded: every page moves `after` forward through a finite, ordered set of keys, and
+        // the round stops at its cap of records compared.
+        while report.dedups_compared < settings.records_per_round_max {
+            let page = client
+                .dedup_records(pb::DedupRecordsRequest {
+                    sender: Some(self.inner.me.now().into()),
+                    after_key: after.clone().unwrap_or_default(),
+                    limit: u32::try_from(DEDUPS_PER_PAGE_MAX).expect("a small page"),
+                })
+                .await
+                .map_err(|status| AntiEntropyError::Call { peer, status })?
+                .into_inner();
+            let theirs: BTreeMap<DedupKey, DedupRecord> = wire::stored_dedups(&page.records)
+                .map_err(|source| AntiEntropyError::Wire { peer, source })?
+                .into_iter()
+                .collect();
+            let through = if page.more {
+                page.records.last().map(|stored| stored.key.clone())
+            } else {
+                None
+            };
+            let range = (after.clone(), through.clone());
+            let now = self.inner.me.clock.now();
+            let mine: BTreeMap<DedupKey, DedupRecord> = self
+                .blocking(move |cluster| {
+                    let (ring, me) = (&cluster.inner.ring, cluster.inner.me.node);
+                    cluster
+                        .inner
+                        .store
+                        .dedup_records(range.0.as_deref(), usize::MAX, |key, record| {
+                            range
+                                .1
+                                .as_deref()
+                                .is_none_or(|last| key.encode().as_slice() <= last)
+                                && record.live_at(now)
+                                && shares_dedup(ring, me, peer, key)
+                        })
+                        .map(|(records, _)| records)
+                })
+                .await
+                .map_err(std::sync::Arc::new)?
+                .into_iter()
+                .collect();
+            report.dedups_compared += mine.len() + theirs.len();
+            let reconciled = reconcile_dedups(&mine, &theirs);
+            report.dedups_pulled += reconciled.to_me.len();
+            if !reconciled.to_me.is_empty() {
+                let entries = reconciled
+                    .to_me
+                    .into_iter()
+                    .map(|(key, record)| DedupEntry {
+                        key,
+                        request: DedupRequest::Learn(record),
+                        now,
+                        late_ms: self.inner.dedup_late_ms,
+                    })
+                    .collect();
+                self.inner.store.apply_dedups(entries).await?;
+            }
+            report.dedups_pushed += self.push_dedups(peer, reconciled.to_peer).await;
+            match through {
+                Some(last) => after = Some(last),
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Offers deduplication records to `peer`, which stores each it has no live record of;
+    /// returns how many it answered.
+    async fn push_dedups(&self, peer: NodeId, records: Vec<(DedupKey, DedupRecord)>) -> usize {
+        let answers: Vec<_> = records
+            .into_iter()
+            .map(|(key, record)| {
+                self.inner
+                    .peers
+                    .send_dedup(peer, key, DedupRequest::Learn(record))
+            })
+            .collect();
+        let mut answered = 0;
+        for answer in answers {
+            if matches!(answer.await, Ok(Ok(DedupReply::Ack))) {
+                answered += 1;
+            }
+        }
+        answered
     }
 
     /// Merges task records into this node's store; returns how many it accepted.

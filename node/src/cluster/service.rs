@@ -2,7 +2,8 @@
 //! side of every operation. It refuses anyone who is not a member (and says so in the log), and
 //! every request older than the horizon by its sender's clock
 //! (spec/replication.md#tombstones-and-their-collection, *Horizon rule*). Anti-entropy's reads
-//! (`Digests`, `Records`, `NameDigest`, `NameRecords`, `TaskRecords`) answer only with records
+//! (`Digests`, `Records`, `NameDigest`, `NameRecords`, `TaskRecords`, `DedupDigest`,
+//! `DedupRecords`) answer only with records
 //! both the caller and this node replicate. A request about a queue name's record, or about a
 //! move task's record (placed on its source name's replicas, spec/replication.md §8), is
 //! answered only by the name's replicas (others refuse it), and one about a deduplication record
@@ -18,7 +19,7 @@ use tracing::warn;
 use trireme_core::{Incarnation, Millis, QueueName};
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::NodeId;
-use trireme_replication::anti_entropy::{shared, shares_name};
+use trireme_replication::anti_entropy::{shared, shares_dedup, shares_name};
 use trireme_replication::coordinator::{self, Reply};
 use trireme_replication::dedup::{DedupKey, DedupReply, DedupRequest};
 use trireme_replication::name::{NameReply, NameRequest};
@@ -165,6 +166,57 @@ impl pb::replica_server::Replica for ReplicaService {
             sender: Some(self.me.now().into()),
             messages: messages.into_iter().map(wire::candidate).collect(),
             ready,
+        }))
+    }
+
+    async fn dedup_digest(
+        &self,
+        request: Request<pb::DedupDigestRequest>,
+    ) -> Result<Response<pb::DedupDigestReply>, Status> {
+        let remote = request.remote_addr();
+        let sender = self.member(remote, request.get_ref().sender.as_ref())?;
+        let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
+        let now = self.me.clock.now();
+        let digest = tokio::task::spawn_blocking(move || {
+            store.dedup_digest(|key, record| {
+                record.live_at(now) && shares_dedup(&ring, me, sender.node, key)
+            })
+        })
+        .await
+        .expect("a deduplication digest scan does not panic")
+        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        Ok(Response::new(wire::dedup_digest(self.me.now(), digest)))
+    }
+
+    async fn dedup_records(
+        &self,
+        request: Request<pb::DedupRecordsRequest>,
+    ) -> Result<Response<pb::DedupRecordsReply>, Status> {
+        let remote = request.remote_addr();
+        let request = request.into_inner();
+        let sender = self.member(remote, request.sender.as_ref())?;
+        let limit = usize::try_from(request.limit)
+            .unwrap_or(usize::MAX)
+            .clamp(1, DEDUPS_PER_PAGE_MAX);
+        let after = (!request.after_key.is_empty()).then_some(request.after_key);
+        let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
+        let now = self.me.clock.now();
+        let (page, more) = tokio::task::spawn_blocking(move || {
+            // Only live records: anti-entropy never sends an expired one (spec §4, WindowEnd).
+            store.dedup_records(after.as_deref(), limit, |key, record| {
+                record.live_at(now) && shares_dedup(&ring, me, sender.node, key)
+            })
+        })
+        .await
+        .expect("a deduplication page scan does not panic")
+        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        Ok(Response::new(pb::DedupRecordsReply {
+            sender: Some(self.me.now().into()),
+            records: page
+                .iter()
+                .map(|(key, record)| wire::stored_dedup(key, record))
+                .collect(),
+            more,
         }))
     }
 
@@ -360,6 +412,10 @@ pub const CANDIDATES_PER_REPLY_MAX: usize = 1_024;
 /// Task records one anti-entropy page holds at most: a task record with its history is a few
 /// KiB at most, so a page stays well under tonic's 4 MiB message limit.
 pub const TASKS_PER_PAGE_MAX: usize = 256;
+
+/// Deduplication records one anti-entropy page holds at most: a record is its key (at most
+/// about 230 bytes) and 32 bytes of value, so a page is well under a MiB.
+pub const DEDUPS_PER_PAGE_MAX: usize = 1_024;
 
 impl ReplicaService {
     /// Applies a batch within the horizon, arrived at `now` by this node's clock: its message

@@ -782,26 +782,55 @@ impl ReplicaStore {
         ))
     }
 
-    /// Every deduplication record this replica stores (live or expired), in key order, those
-    /// passing `select` only (inspection, anti-entropy, the window's end). Blocking.
+    /// The deduplication records this replica stores (live or expired), in key order, those
+    /// passing `select` only: those after the stored key `after` (`None`: from the first), at
+    /// most `limit`; and whether more follow (inspection, anti-entropy, the window's end).
+    /// Blocking: call it off the async runtime.
     ///
     /// # Errors
     /// The redb variants when the scan fails; `Corrupt` for a row that does not decode.
     pub fn dedup_records(
         &self,
+        after: Option<&[u8]>,
+        limit: usize,
         mut select: impl FnMut(&DedupKey, &DedupRecord) -> bool,
-    ) -> Result<Vec<(DedupKey, DedupRecord)>, StoreError> {
+    ) -> Result<(Vec<(DedupKey, DedupRecord)>, bool), StoreError> {
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let txn = self.db.begin_read()?;
         let table = txn.open_table(DEDUPS)?;
         let mut records = Vec::new();
+        for row in table.range::<&[u8]>((lower, Bound::Unbounded))? {
+            let (key, value) = row?;
+            let (key, record) = decode_dedup_row(key.value(), value.value())?;
+            if select(&key, &record) {
+                if records.len() == limit {
+                    return Ok((records, true));
+                }
+                records.push((key, record));
+            }
+        }
+        Ok((records, false))
+    }
+
+    /// The anti-entropy digest of the deduplication records passing `select`. Blocking.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::dedup_records`].
+    pub fn dedup_digest(
+        &self,
+        mut select: impl FnMut(&DedupKey, &DedupRecord) -> bool,
+    ) -> Result<Digest, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(DEDUPS)?;
+        let mut digest = Digest::default();
         for row in table.iter()? {
             let (key, value) = row?;
             let (key, record) = decode_dedup_row(key.value(), value.value())?;
             if select(&key, &record) {
-                records.push((key, record));
+                digest.add_dedup(&key, &record);
             }
         }
-        Ok(records)
+        Ok(digest)
     }
 
     /// Move tasks' records this replica holds, in key order, those passing `select` only: those

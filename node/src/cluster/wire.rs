@@ -7,7 +7,7 @@ use trireme_replication::NodeId;
 use trireme_replication::RecordKey;
 use trireme_replication::anti_entropy::Digest;
 use trireme_replication::coordinator::{Reply, Request};
-use trireme_replication::dedup::{DedupKey, DedupReply, DedupRequest};
+use trireme_replication::dedup::{DedupKey, DedupRecord, DedupReply, DedupRequest};
 use trireme_replication::name::{NameRecord, NameReply, NameRequest};
 use trireme_replication::record::Record;
 use trireme_replication::task::{TaskKey, TaskRecord, TaskReply, TaskRequest};
@@ -334,6 +334,54 @@ pub fn stored_names(records: &[pb::StoredName]) -> Result<Vec<(QueueName, NameRe
             let record = codec::decode_framed(&stored.record)
                 .map_err(|source| WireError::Body { index, source })?;
             Ok((name, record))
+        })
+        .collect()
+}
+
+/// The digest of live deduplication records, encoded.
+#[must_use]
+pub fn dedup_digest(sender: Sender, digest: Digest) -> pb::DedupDigestReply {
+    pb::DedupDigestReply {
+        sender: Some(sender.into()),
+        records: digest.records,
+        sum_high: (digest.sum >> 64) as u64,
+        sum_low: digest.sum as u64,
+    }
+}
+
+/// A peer's digest of live deduplication records, decoded.
+#[must_use]
+pub fn dedup_digest_of(reply: &pb::DedupDigestReply) -> Digest {
+    Digest {
+        records: reply.records,
+        sum: (u128::from(reply.sum_high) << 64) | u128::from(reply.sum_low),
+    }
+}
+
+/// One deduplication record, encoded for an anti-entropy page.
+#[must_use]
+pub fn stored_dedup(key: &DedupKey, record: &DedupRecord) -> pb::StoredDedup {
+    pb::StoredDedup {
+        key: key.encode(),
+        record: codec::encode_framed(record),
+    }
+}
+
+/// A peer's page of deduplication records, decoded.
+///
+/// # Errors
+/// `Key` or `Body` for the first malformed record.
+pub fn stored_dedups(
+    records: &[pb::StoredDedup],
+) -> Result<Vec<(DedupKey, DedupRecord)>, WireError> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(index, stored)| {
+            let key = DedupKey::decode(&stored.key).ok_or(WireError::Key { index })?;
+            let record = codec::decode_framed(&stored.record)
+                .map_err(|source| WireError::Body { index, source })?;
+            Ok((key, record))
         })
         .collect()
 }

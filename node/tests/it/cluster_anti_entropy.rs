@@ -12,19 +12,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
-use trireme_core::{Incarnation, MessageId, Millis, QueueName};
+use trireme_core::{DedupId, Incarnation, MessageId, Millis, QueueName, limits};
 use trireme_node::clock::{Clock, ManualClock, SystemClock};
 use trireme_node::cluster::anti_entropy::{AntiEntropySettings, AntiEntropyTask, RoundReport};
 use trireme_node::cluster::collection::{CollectionReport, CollectionSettings};
 use trireme_node::cluster::join::JoinState;
 use trireme_node::cluster::peers::LinkSettings;
-use trireme_node::cluster::store::{ReplicaStore, StoreClosed};
+use trireme_node::cluster::store::{DedupEntry, Entry, ReplicaStore, StoreClosed};
 use trireme_node::cluster::{Cluster, ClusterSettings, Delivered};
 use trireme_node::tcp_incoming;
 use trireme_proto::replica::v1::replica_server::ReplicaServer;
-use trireme_replication::coordinator::{DeleteAnswer, SendAnswer};
+use trireme_replication::coordinator::{DeleteAnswer, Request, SendAnswer};
+use trireme_replication::dedup::{
+    DedupKey, DedupRecord, DedupReply, DedupRequest, DedupSendAnswer, DedupValue,
+};
 use trireme_replication::placement::{Placement, Ring};
-use trireme_replication::record::Birth;
+use trireme_replication::record::{Birth, Record};
+use trireme_replication::replica::Write;
 use trireme_replication::{NodeId, RecordKey};
 
 const INCARNATION: Incarnation = Incarnation::local(Millis(1));
@@ -902,4 +906,176 @@ fn a_replaced_disk_waits_out_the_horizon_rebuilds_from_both_peers_and_then_votes
     // it waited.
     three.assert_identical();
     assert_eq!(three.members[2].records().len(), 9);
+}
+
+/// The live deduplication records `member` stores, by key, as `(message, expires_at)`.
+fn dedups(member: &Member) -> BTreeMap<String, (u128, u64)> {
+    let now = SystemClock.now();
+    let (records, _) = member
+        .running()
+        .cluster
+        .store()
+        .dedup_records(None, usize::MAX, |_, record| record.live_at(now))
+        .expect("the records read");
+    records
+        .into_iter()
+        .map(|(key, record)| {
+            (
+                key.id.as_str().to_owned(),
+                (record.value.message.0, record.expires_at.0),
+            )
+        })
+        .collect()
+}
+
+/// Stores the deduplication record of `id` naming `message` sent at `sent_at` on `member` alone,
+/// as a put that reached one replica does.
+async fn put_on_one(member: &Member, id: &str, message: u128, sent_at: Millis) {
+    let key = DedupKey {
+        queue: queue("orders"),
+        incarnation: INCARNATION,
+        id: DedupId::try_from(id).unwrap(),
+    };
+    member
+        .call(move |cluster| async move {
+            let value = DedupValue {
+                message: MessageId(message),
+                sent_at,
+            };
+            let entry = DedupEntry {
+                key,
+                request: DedupRequest::Put {
+                    record: DedupRecord::opened(value, limits::dedup_window_ms),
+                    at: sent_at,
+                },
+                // As of the send, so a record of a window that already ended can be planted.
+                now: sent_at,
+                late_ms: 10_000,
+            };
+            let replies = cluster.store().apply_dedups(vec![entry]).await.unwrap();
+            assert!(
+                matches!(replies[..], [DedupReply::Record(Some(_))]),
+                "{replies:?}"
+            );
+        })
+        .await;
+}
+
+/// spec/replication.md §4, *Anti-entropy* (planted bug `NoDedupRepair`): a put that reached one
+/// replica and then lost its coordinator is spread by anti-entropy to the replicas with no live
+/// record, which decides the id, and the next send of it answers that message; a record live on
+/// two replicas with different values stays as it is, and an expired one is never sent.
+#[test]
+fn anti_entropy_spreads_a_deduplication_record_that_reached_one_replica_and_decides_the_id() {
+    let three = Members::start(3, system_clock(), 24 * 3_600_000, None);
+    let rt = runtime();
+    let now = SystemClock.now();
+    let held = |message: u128| {
+        let key = RecordKey {
+            queue: queue("orders"),
+            incarnation: INCARNATION,
+            message: MessageId(message),
+        };
+        let record = Record::sent_held(Birth {
+            payload: format!("m{message}").into_bytes(),
+            sent_at: now,
+            visible_from: Millis(0),
+            source_queue: None,
+            dedup_id: Some("order-1".to_owned()),
+        });
+        Entry {
+            key,
+            request: Request::Write {
+                write: Box::new(Write::Merge(record)),
+                ack: true,
+            },
+        }
+    };
+    rt.block_on(async {
+        // Message 7's held copy on all three, its put on node 1 only; then its coordinator
+        // stopped. A split of two other ids on nodes 1 and 2, and an expired record on node 1.
+        for member in &three.members {
+            let entry = held(7);
+            member
+                .call(move |cluster| async move {
+                    cluster.store().apply(vec![entry]).await.unwrap();
+                })
+                .await;
+        }
+        put_on_one(&three.members[0], "order-1", 7, now).await;
+        put_on_one(&three.members[0], "split", 1, now).await;
+        put_on_one(&three.members[1], "split", 2, now).await;
+        let ended = Millis(now.0 - limits::dedup_window_ms - 1);
+        put_on_one(&three.members[0], "ended", 3, ended).await;
+    });
+    assert_eq!(dedups(&three.members[2]), BTreeMap::new());
+    let reports = rt.block_on(three.anti_entropy_pass());
+    assert!(
+        reports
+            .iter()
+            .any(|r| r.dedups_exchanged && r.dedups_pulled + r.dedups_pushed > 0)
+    );
+    let window_end = now.0 + limits::dedup_window_ms;
+    for member in &three.members {
+        let held = dedups(member);
+        assert_eq!(
+            held.get("order-1"),
+            Some(&(7, window_end)),
+            "node {}",
+            member.node
+        );
+        assert!(
+            !held.contains_key("ended"),
+            "node {}: an expired record is never sent",
+            member.node
+        );
+    }
+    assert_eq!(
+        dedups(&three.members[0])["split"].0,
+        1,
+        "each replica keeps its value"
+    );
+    assert_eq!(
+        dedups(&three.members[1])["split"].0,
+        2,
+        "each replica keeps its value"
+    );
+    // Every replica now holds a live record of every id: a second pass moves nothing (the
+    // split's digests still differ, and stay so for the window).
+    let again = rt.block_on(three.anti_entropy_pass());
+    assert!(
+        again.iter().all(|r| r.dedups_pulled + r.dedups_pushed == 0),
+        "{again:?}"
+    );
+    // The id is decided: a retry through another node confirms message 7 and answers it.
+    let answer = rt.block_on(three.members[1].call(move |cluster| async move {
+        let birth = Birth {
+            payload: b"retry".to_vec(),
+            sent_at: SystemClock.now(),
+            visible_from: Millis(0),
+            source_queue: None,
+            dedup_id: Some("order-1".to_owned()),
+        };
+        cluster
+            .send_deduplicated(
+                &queue("orders"),
+                INCARNATION,
+                MessageId(8),
+                birth,
+                DedupId::try_from("order-1").unwrap(),
+            )
+            .await
+    }));
+    assert_eq!(
+        answer,
+        DedupSendAnswer::Sent {
+            message: MessageId(7),
+            duplicate: true
+        }
+    );
+    // Ready on the two replicas whose confirm acks the answer counted, at least.
+    let m = &three.members;
+    let delivered = rt.block_on(drain(&[&m[0], &m[1], &m[2]], "orders", 1));
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].key.message, MessageId(7));
 }
