@@ -6,6 +6,11 @@
 //! the horizon has passed by that clock it sends the conditional drops (`drop_requests`): a
 //! replica holding anything else by then keeps it.
 //!
+//! Each round's walk also ends deduplication windows on this replica (spec/replication.md §4,
+//! *WindowEnd*): the held and void copies it walks whose window ended are removed here, with no
+//! tombstone and no read of the other replicas, and so are the deduplication records past their
+//! window and `OP_TIMEOUT + SKEW_MAX` (at most `rows_per_round_max` a round).
+//!
 //! Each round also collects the tombstones of the queue names this node is the first replica of
 //! (spec/replication.md §1, *Collection*): once the reuse wait has passed since the delete, it
 //! writes the name's next epoch's empty record to the three replicas (an ordinary merge: no read
@@ -27,6 +32,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 use trireme_core::Millis;
 use trireme_replication::coordinator::{CollectAnswer, CollectOp, Outgoing, Reply, drop_requests};
+use trireme_replication::dedup::{copy_window_ended, droppable};
 use trireme_replication::name::{NameReply, NameRequest, collected};
 use trireme_replication::{Generation, RecordKey};
 
@@ -97,6 +103,12 @@ pub struct CollectionReport {
     /// Whether the round did nothing because this node's clock does not let it coordinate
     /// (spec/replication.md#clock-monitoring: collection's horizon wait is read on that clock).
     pub skipped_for_clock: bool,
+    /// Held or void copies of this node whose window ended, removed (spec/replication.md §4,
+    /// *WindowEnd*).
+    pub copies_expired: usize,
+    /// Deduplication records of this node past their window and `OP_TIMEOUT + SKEW_MAX`,
+    /// removed.
+    pub dedups_expired: usize,
 }
 
 /// The background collection of one node. Dropping it stops the task.
@@ -198,6 +210,7 @@ impl Cluster {
         let after = collector.cursor.clone();
         let rows_max = settings.rows_per_round_max;
         let cluster = self.clone();
+        let window_ms = self.inner.dedup_window_ms;
         let (selected, last, rows) = tokio::task::spawn_blocking(move || {
             let mut rows = 0;
             let scanned = cluster
@@ -205,7 +218,8 @@ impl Cluster {
                 .store
                 .scan(after.as_deref(), rows_max, |key, record| {
                     rows += 1;
-                    record.collectable() && cluster.replicas(key)[0] == me
+                    (record.collectable() && cluster.replicas(key)[0] == me)
+                        || copy_window_ended(record, now, window_ms)
                 });
             scanned.map(|walk| (walk.selected, walk.last, rows))
         })
@@ -215,6 +229,34 @@ impl Cluster {
         report.rows = rows;
         report.wrapped = last.is_none();
         collector.cursor = last;
+        // The window's end (spec/replication.md §4, WindowEnd): every replica drops its own held
+        // and void copies whose window ended, and its deduplication records once no put of
+        // their window can still be accepted; no tombstone, no read of the other replicas.
+        let (ended, selected): (Vec<_>, Vec<_>) = selected
+            .into_iter()
+            .partition(|(_, record)| copy_window_ended(record, now, window_ms));
+        let late_ms = self.inner.dedup_late_ms;
+        let cluster = self.clone();
+        let (dedups, _) = tokio::task::spawn_blocking(move || {
+            cluster
+                .inner
+                .store
+                .dedup_records(None, rows_max, |_, record| droppable(record, now, late_ms))
+        })
+        .await
+        .expect("a store walk does not panic")
+        .map_err(Arc::new)?;
+        if !ended.is_empty() || !dedups.is_empty() {
+            let copies = ended.into_iter().map(|(key, _)| key).collect();
+            let dedups = dedups.into_iter().map(|(key, _)| key).collect();
+            let (copies, dedups) = self
+                .inner
+                .store
+                .expire(copies, dedups, now, window_ms, late_ms)
+                .await?;
+            report.copies_expired = copies;
+            report.dedups_expired = dedups;
+        }
         let room = settings.waiting_max.saturating_sub(collector.waiting.len());
         let candidates: Vec<RecordKey> = selected
             .into_iter()

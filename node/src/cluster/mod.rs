@@ -58,7 +58,7 @@ use trireme_replication::{NodeId, RecordKey};
 use self::peers::{Identity, LinkSettings, Peers};
 use self::service::ReplicaService;
 use self::skew::{ClockWatch, Probes};
-use self::store::{DedupEntry, Entry, ReplicaStore};
+use self::store::{DedupEntry, DedupWindow, Entry, ReplicaStore};
 use crate::clock::Clock;
 
 /// How this node takes part in the cluster.
@@ -239,6 +239,10 @@ impl Cluster {
                     .collect(),
             );
             (watch, probes)
+        });
+        store.set_dedup_window(DedupWindow {
+            clock: Arc::clone(&me.clock),
+            window_ms: settings.dedup_window_ms,
         });
         let sweeper_store = store.clone();
         let dedup_late_ms = u64::try_from(settings.operation_timeout.as_millis())

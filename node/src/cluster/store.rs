@@ -35,7 +35,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
@@ -58,6 +58,7 @@ use trireme_replication::task::{
 };
 use trireme_replication::{NodeId, RecordKey};
 
+use crate::clock::Clock;
 use crate::codec::{self, CodecError};
 
 /// Records by stored key (`RecordKey::encode`), framed and checksummed by the codec.
@@ -211,6 +212,16 @@ enum Work {
     },
     /// Message records of deleted incarnations to remove.
     Drop { keys: Vec<RecordKey> },
+    /// The window's end (spec/replication.md §4, *WindowEnd*): held or void copies whose window
+    /// ended at `now`, and deduplication records past their window and `late_ms`, to remove if
+    /// they still are.
+    Expire {
+        copies: Vec<RecordKey>,
+        dedups: Vec<DedupKey>,
+        now: Millis,
+        window_ms: u64,
+        late_ms: u64,
+    },
 }
 
 impl Work {
@@ -224,6 +235,7 @@ impl Work {
             } => entries.len() + names.len() + tasks.len() + dedups.len(),
             Work::Learn { records, .. } => records.len(),
             Work::Drop { keys } => keys.len(),
+            Work::Expire { copies, dedups, .. } => copies.len() + dedups.len(),
         }
     }
 }
@@ -488,6 +500,19 @@ struct Views {
     records: Arc<Mutex<LocalView>>,
     names: Arc<Mutex<NameView>>,
     deletions: watch::Sender<u64>,
+    /// The deduplication window and the clock its end is read from (spec/replication.md §4,
+    /// *WindowEnd*), once the cluster has set them: a held or void copy written after its
+    /// window's end is refused. Unset (a store nobody coordinates for), nothing is refused.
+    dedup_window: Arc<OnceLock<DedupWindow>>,
+}
+
+/// What a replica needs to refuse a held or void copy after its window's end.
+#[derive(Clone)]
+pub struct DedupWindow {
+    /// This node's clock.
+    pub clock: Arc<dyn Clock>,
+    /// `DEDUP_WINDOW`.
+    pub window_ms: u64,
 }
 
 /// The replica's store: cheap to clone, every clone feeds the one committer.
@@ -585,6 +610,7 @@ impl ReplicaStore {
             records: Arc::new(Mutex::new(rebuild_view(&db)?)),
             names: Arc::new(Mutex::new(rebuild_name_view(&db)?)),
             deletions: watch::Sender::new(0),
+            dedup_window: Arc::new(OnceLock::new()),
         };
         let (jobs, queue) = mpsc::channel(BATCHES_QUEUED_MAX);
         Ok((
@@ -596,6 +622,12 @@ impl ReplicaStore {
             },
             queue,
         ))
+    }
+
+    /// Sets the deduplication window this replica refuses late held and void copies by (once;
+    /// a second call keeps the first).
+    pub fn set_dedup_window(&self, window: DedupWindow) {
+        let _ = self.views.dedup_window.set(window);
     }
 
     /// This replica's disk id.
@@ -913,6 +945,32 @@ impl ReplicaStore {
     pub async fn drop_deleted(&self, keys: Vec<RecordKey>) -> Result<usize, Arc<StoreError>> {
         let answers = self.submit(Work::Drop { keys }).await?;
         Ok(answers.replies.len())
+    }
+
+    /// Removes, as of `now`, the held or void copies among `copies` whose window ended and the
+    /// deduplication records among `dedups` past their window and `late_ms` (spec/replication.md
+    /// §4, *WindowEnd*), each only if it still is so; returns how many of each were removed.
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::apply`].
+    pub async fn expire(
+        &self,
+        copies: Vec<RecordKey>,
+        dedups: Vec<DedupKey>,
+        now: Millis,
+        window_ms: u64,
+        late_ms: u64,
+    ) -> Result<(usize, usize), Arc<StoreError>> {
+        let answers = self
+            .submit(Work::Expire {
+                copies,
+                dedups,
+                now,
+                window_ms,
+                late_ms,
+            })
+            .await?;
+        Ok((answers.replies.len(), answers.dedups.len()))
     }
 
     async fn submit(&self, work: Work) -> Result<Answers, Arc<StoreError>> {
@@ -1333,7 +1391,12 @@ fn take_group(first: Job, queue: &mut mpsc::Receiver<Job>) -> Vec<Job> {
 /// Applies and commits `group`, then answers each of its jobs: after the fsync, or with the
 /// error when the commit failed. The views change only after the commit.
 fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
-    match apply_group(db, &group, &views.names) {
+    // One reading of the clock for the group: its requests are applied at one moment.
+    let window = views
+        .dedup_window
+        .get()
+        .map(|window| (window.clock.now(), window.window_ms));
+    match apply_group(db, &group, &views.names, window) {
         Ok(applied) => {
             {
                 let mut view = views
@@ -1403,6 +1466,7 @@ fn apply_group(
     db: &Database,
     group: &[Job],
     names_view: &Mutex<NameView>,
+    window: Option<(Millis, u64)>,
 ) -> Result<Applied, StoreError> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
@@ -1425,7 +1489,8 @@ fn apply_group(
                 } => {
                     let mut answers = Answers::default();
                     for entry in entries {
-                        let reply = apply_entry(&mut tables, entry, names_view, &mut applied)?;
+                        let reply =
+                            apply_entry(&mut tables, entry, names_view, window, &mut applied)?;
                         answers.replies.push(reply);
                     }
                     for entry in names {
@@ -1448,6 +1513,50 @@ fn apply_group(
                         applied.learned.push((name.clone(), record.clone(), *now));
                     }
                     Answers::default()
+                }
+                Work::Expire {
+                    copies,
+                    dedups,
+                    now,
+                    window_ms,
+                    late_ms,
+                } => {
+                    // Re-checked against what is stored now: a copy confirmed since the walk
+                    // saw it is ready and stays.
+                    let mut answers = Answers::default();
+                    for key in copies {
+                        let stored_key = key.encode();
+                        let Some(value) = tables.records.get(stored_key.as_slice())? else {
+                            continue;
+                        };
+                        let record: Record =
+                            codec::decode_framed(value.value()).map_err(|source| {
+                                StoreError::Corrupt {
+                                    key: format!("{key:?}"),
+                                    source,
+                                }
+                            })?;
+                        drop(value);
+                        if dedup::copy_window_ended(&record, *now, *window_ms) {
+                            tables.records.remove(stored_key.as_slice())?;
+                            applied.records.push((key.clone(), None));
+                            answers.replies.push(Reply::Ack);
+                        }
+                    }
+                    for key in dedups {
+                        let stored_key = key.encode();
+                        let Some(value) = tables.dedups.get(stored_key.as_slice())? else {
+                            continue;
+                        };
+                        let (_, record) = decode_dedup_row(&stored_key, value.value())?;
+                        drop(value);
+                        if dedup::droppable(&record, *now, *late_ms) {
+                            tables.dedups.remove(stored_key.as_slice())?;
+                            applied.dedups += 1;
+                            answers.dedups.push(DedupReply::Ack);
+                        }
+                    }
+                    answers
                 }
                 Work::Drop { keys } => {
                     let mut answers = Answers::default();
@@ -1519,6 +1628,7 @@ fn apply_entry(
     tables: &mut Tables<'_>,
     entry: &Entry,
     names_view: &Mutex<NameView>,
+    window: Option<(Millis, u64)>,
     applied: &mut Applied,
 ) -> Result<Reply, StoreError> {
     let stored_key = entry.key.encode();
@@ -1541,6 +1651,12 @@ fn apply_entry(
         // spec/replication.md §1: a late write under a deleted incarnation is dropped again;
         // its message went with its queue.
         return Ok(Reply::Ack);
+    }
+    if let Some((now, window_ms)) = window
+        && dedup::late_copy(write, now, window_ms)
+    {
+        // spec/replication.md §4, WindowEnd: a held or void copy after its window is refused.
+        return Ok(Reply::Refused);
     }
     let verdict = accept(held.as_ref(), write.as_ref());
     let acks = verdict.acks();

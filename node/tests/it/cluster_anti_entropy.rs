@@ -22,7 +22,7 @@ use trireme_node::cluster::store::{DedupEntry, Entry, ReplicaStore, StoreClosed}
 use trireme_node::cluster::{Cluster, ClusterSettings, Delivered};
 use trireme_node::tcp_incoming;
 use trireme_proto::replica::v1::replica_server::ReplicaServer;
-use trireme_replication::coordinator::{DeleteAnswer, Request, SendAnswer};
+use trireme_replication::coordinator::{DeleteAnswer, Reply, Request, SendAnswer};
 use trireme_replication::dedup::{
     DedupKey, DedupRecord, DedupReply, DedupRequest, DedupSendAnswer, DedupValue,
 };
@@ -1078,4 +1078,167 @@ fn anti_entropy_spreads_a_deduplication_record_that_reached_one_replica_and_deci
     let delivered = rt.block_on(drain(&[&m[0], &m[1], &m[2]], "orders", 1));
     assert_eq!(delivered.len(), 1);
     assert_eq!(delivered[0].key.message, MessageId(7));
+}
+
+/// Held or void copies `member` stores (spec/replication.md §4: never received or counted).
+fn unsettled(member: &Member) -> usize {
+    member
+        .running()
+        .cluster
+        .store()
+        .records()
+        .expect("the records read")
+        .iter()
+        .filter(|(_, record)| record.live().is_some() && !record.ready())
+        .count()
+}
+
+/// Deduplication records `member` stores, live or expired.
+fn stored_dedups(member: &Member) -> usize {
+    let store = member.running().cluster.store();
+    store
+        .dedup_records(None, usize::MAX, |_, _| true)
+        .unwrap()
+        .0
+        .len()
+}
+
+async fn send_with_id(member: &Member, id: u128, dedup: &str, now: Millis) -> DedupSendAnswer {
+    let dedup = dedup.to_owned();
+    member
+        .call(move |cluster| async move {
+            let birth = Birth {
+                payload: format!("m{id}").into_bytes(),
+                sent_at: now,
+                visible_from: Millis(0),
+                source_queue: None,
+                dedup_id: Some(dedup.clone()),
+            };
+            let dedup = DedupId::try_from(dedup).unwrap();
+            cluster
+                .send_deduplicated(&queue("orders"), INCARNATION, MessageId(id), birth, dedup)
+                .await
+        })
+        .await
+}
+
+/// spec/replication.md §4, *WindowEnd*: at its window's end every replica drops its held and
+/// void copies (a loser's, and one of a send that failed before its put) and refuses a late held
+/// write; it drops the deduplication record once no put of its window can still arrive, after
+/// which a send of the id is new. The confirmed message is an ordinary message throughout.
+#[test]
+fn the_windows_end_drops_held_and_void_copies_and_then_the_record() {
+    let clock = ManualClock::new(SystemClock.now());
+    let three = Members::start(3, Arc::new(clock.clone()), 24 * 3_600_000, None);
+    let rt = runtime();
+    let start = clock.now();
+    let m = &three.members;
+    let failed = RecordKey {
+        queue: queue("orders"),
+        incarnation: INCARNATION,
+        message: MessageId(9),
+    };
+    let held_copy = move |sent_at: Millis| Entry {
+        key: failed.clone(),
+        request: Request::Write {
+            write: Box::new(Write::Merge(Record::sent_held(Birth {
+                payload: b"m9".to_vec(),
+                sent_at,
+                visible_from: Millis(0),
+                source_queue: None,
+                dedup_id: Some("failed".to_owned()),
+            }))),
+            ack: true,
+        },
+    };
+    rt.block_on(async {
+        let first = send_with_id(&m[0], 1, "order-1", start).await;
+        assert_eq!(
+            first,
+            DedupSendAnswer::Sent {
+                message: MessageId(1),
+                duplicate: false
+            }
+        );
+        let second = send_with_id(&m[1], 2, "order-1", start).await;
+        assert_eq!(
+            second,
+            DedupSendAnswer::Sent {
+                message: MessageId(1),
+                duplicate: true
+            }
+        );
+        for member in m {
+            let entry = held_copy(start);
+            member
+                .call(move |cluster| async move { cluster.store().apply(vec![entry]).await })
+                .await
+                .unwrap();
+        }
+    });
+    // Message 2's copies (void where its void landed) and message 9's held ones.
+    eventually_sync(|| m.iter().all(|member| unsettled(member) == 2));
+    let before: Vec<CollectionReport> = rt.block_on(async {
+        let mut reports = Vec::new();
+        for member in m {
+            reports.push(member.collect().await);
+        }
+        reports
+    });
+    assert!(
+        before
+            .iter()
+            .all(|r| r.copies_expired == 0 && r.dedups_expired == 0)
+    );
+    clock.advance_ms(limits::dedup_window_ms);
+    let late =
+        rt.block_on(m[0].call(move |cluster| async move {
+            cluster.store().apply(vec![held_copy(start)]).await
+        }));
+    assert_eq!(
+        late.unwrap(),
+        vec![Reply::Refused],
+        "a held write after its window"
+    );
+    for member in m {
+        let report = rt.block_on(member.collect());
+        assert_eq!(report.copies_expired, 2, "node {}: {report:?}", member.node);
+        assert_eq!(
+            report.dedups_expired, 0,
+            "node {}: late puts are still refused",
+            member.node
+        );
+        assert_eq!(unsettled(member), 0);
+        assert_eq!(stored_dedups(member), 1);
+    }
+    // OP_TIMEOUT + SKEW_MAX later (1 s + 0.5 s here) the record goes too.
+    clock.advance_ms(1_500);
+    for member in m {
+        let report = rt.block_on(member.collect());
+        assert_eq!(report.dedups_expired, 1, "node {}: {report:?}", member.node);
+        assert_eq!(stored_dedups(member), 0);
+    }
+    let after = rt.block_on(send_with_id(&m[2], 3, "order-1", clock.now()));
+    assert_eq!(
+        after,
+        DedupSendAnswer::Sent {
+            message: MessageId(3),
+            duplicate: false
+        }
+    );
+    // The confirmed message and the new one are both receivable.
+    let delivered = rt.block_on(drain(&[&m[0], &m[1], &m[2]], "orders", 2));
+    let ids: BTreeSet<u128> = delivered.iter().map(|d| d.key.message.0).collect();
+    assert_eq!(ids, BTreeSet::from([1, 3]));
+}
+
+/// Polls `condition` every 5 ms, 10 s at most (the third replica's void lands unawaited).
+fn eventually_sync(condition: impl Fn() -> bool) {
+    for _ in 0..2_000 {
+        if condition() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the condition did not hold within 10 s");
 }
