@@ -4,8 +4,9 @@
 //! It creates a queue with a dead-letter queue (through every node, since a create with the same
 //! attributes changes nothing), then runs producers and consumers homed on every node (each
 //! client lists all nodes and fails over). Producers send numbered messages at a fixed total rate
-//! (without deduplication ids, which a cluster does not serve yet: a send that failed may or may
-//! not have stored its message, and only acknowledged ones are owed); consumers receive and delete;
+//! (without deduplication ids, which a cluster now serves but this load does not use: a send that
+//! failed may or may not have stored its message, and only acknowledged ones are owed); consumers
+//! receive and delete;
 //! every `--poison-every`-th message is never deleted from the source queue, so the node must
 //! move it to the dead-letter queue after `--max-receive-count` receives, where dead-letter
 //! consumers delete it. A delete that failed on the way is retried (a delete of a message already
