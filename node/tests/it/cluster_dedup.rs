@@ -8,9 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-use trireme_core::limits;
+use trireme_core::{QueueName, limits};
 use trireme_node::clock::{Clock, ManualClock, SystemClock};
 use trireme_proto::v1 as pb;
+use trireme_replication::NodeId;
+use trireme_replication::placement::Ring;
 
 use crate::cluster_edges::{EdgeCluster, create, delete, receive};
 use crate::harness::{Client, eventually};
@@ -328,5 +330,44 @@ async fn a_send_of_an_id_to_a_deleted_and_recreated_queue_is_new() {
     let received = drain(&mut cluster, "reborn", 1).await;
     assert_eq!(received[&new.message_id], "new life");
     nothing_left(&mut cluster, "reborn").await;
+    cluster.shutdown().await;
+}
+
+/// spec/replication.md §4, *Send* step 3: with the record's home down, a put waits `HOME_WAIT`
+/// (a quarter of the operation timeout) for it, then goes to the other two, which decide the id;
+/// a second send of it through the other live member is the first one's duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_records_home_down_an_id_sent_through_the_other_two_is_one_message() {
+    let mut cluster = EdgeCluster::start().await;
+    create(cluster.at(0), "homeless", pb::QueueAttributes::default()).await;
+    let ring = Ring::new([NodeId(1), NodeId(2), NodeId(3)]).unwrap();
+    let queue = QueueName::try_from("homeless".to_owned()).unwrap();
+    let home = usize::from(ring.dedup_replicas(&queue, "lost-home")[0].0) - 1;
+    cluster.stop(home).await;
+    let live: Vec<usize> = (0..3).filter(|index| *index != home).collect();
+    let first = send(cluster.at(live[0]), "homeless", "once", "lost-home").await;
+    assert!(!first.duplicate);
+    let second = send(cluster.at(live[1]), "homeless", "once", "lost-home").await;
+    assert_eq!(second.message_id, first.message_id);
+    assert!(second.duplicate);
+    let mut received = Vec::new();
+    for attempt in 0..20 {
+        if !received.is_empty() {
+            break;
+        }
+        received.extend(receive(cluster.at(live[attempt % 2]), "homeless", 10, 1).await);
+    }
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].message_id, first.message_id);
+    delete(cluster.at(live[1]), "homeless", &received[0].receipt_handle)
+        .await
+        .unwrap();
+    for index in live {
+        assert!(
+            receive(cluster.at(index), "homeless", 10, 1)
+                .await
+                .is_empty()
+        );
+    }
     cluster.shutdown().await;
 }
