@@ -437,9 +437,10 @@ async fn with_one_member_down_the_other_two_send_receive_and_delete() {
         if seen.len() == 6 {
             break;
         }
+        // Received through one live member, deleted through the other (member 3 is down).
         for message in receive(cluster.at(attempt % 2), "survives", 10, 1).await {
             delete(
-                cluster.at(attempt % 2 + 1),
+                cluster.at((attempt + 1) % 2),
                 "survives",
                 &message.receipt_handle,
             )
