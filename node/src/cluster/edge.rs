@@ -213,6 +213,28 @@ impl ClusterEdge {
             })
     }
 
+    /// An answer of unavailability with the store faults replicas reported (spec/replication.md
+    /// #durability): a full disk is named as one, not left for the client to guess.
+    fn explained<T>(&self, result: Result<T, EngineError>) -> Result<T, EngineError> {
+        const MARK: &str = "; replica stores failed: ";
+        match result {
+            Err(EngineError::Unavailable { reason }) if !reason.contains(MARK) => {
+                let faults = self.cluster.replica_faults();
+                if faults.is_empty() {
+                    return Err(EngineError::Unavailable { reason });
+                }
+                let named: Vec<String> = faults
+                    .iter()
+                    .map(|(node, fault)| format!("node {}: {fault}", node.0))
+                    .collect();
+                Err(EngineError::Unavailable {
+                    reason: format!("{reason}{MARK}{}", named.join("; ")),
+                })
+            }
+            other => other,
+        }
+    }
+
     async fn lookup(&self, name: &QueueName) -> Result<Option<Known>, EngineError> {
         let Some(state) = self
             .cluster
@@ -246,6 +268,11 @@ impl ClusterEdge {
     pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
         self.serving()?;
         self.coordinating().await?;
+        let result = self.execute_command(command).await;
+        self.explained(result)
+    }
+
+    async fn execute_command(&self, command: Command) -> Result<Outcome, EngineError> {
         match command {
             Command::CreateQueue {
                 name,
@@ -549,6 +576,17 @@ impl ClusterEdge {
         visibility_s: Option<u32>,
         wait_s: Option<u32>,
     ) -> Result<Vec<Delivery>, EngineError> {
+        let result = self.receive_waiting(queue, max, visibility_s, wait_s).await;
+        self.explained(result)
+    }
+
+    async fn receive_waiting(
+        &self,
+        queue: QueueName,
+        max: u32,
+        visibility_s: Option<u32>,
+        wait_s: Option<u32>,
+    ) -> Result<Vec<Delivery>, EngineError> {
         self.coordinating().await?;
         let known = self.known(&queue).await?;
         let (visibility_s, wait_s) =
@@ -815,7 +853,8 @@ impl ClusterEdge {
     pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
         self.serving()?;
         self.coordinating().await?;
-        let Some(known) = self.lookup(name).await? else {
+        let looked_up = self.lookup(name).await;
+        let Some(known) = self.explained(looked_up)? else {
             return Ok(None);
         };
         let now = self.clock.now();

@@ -40,6 +40,7 @@ use rand_chacha::ChaCha20Rng;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tonic::transport::{Channel, Endpoint};
+use tracing::{info, warn};
 use trireme_core::{DedupId, Incarnation, MessageId, QueueName};
 use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp,
@@ -55,10 +56,11 @@ use trireme_replication::record::{Birth, Record, SourceQueue};
 use trireme_replication::skew::Standing;
 use trireme_replication::{NodeId, RecordKey};
 
+use self::peers::PeerError;
 use self::peers::{Identity, LinkSettings, Peers};
 use self::service::ReplicaService;
 use self::skew::{ClockWatch, Probes};
-use self::store::{DedupEntry, DedupWindow, Entry, ReplicaStore};
+use self::store::{DedupEntry, DedupWindow, Entry, ReplicaStore, StoreError, StoreFault};
 use crate::clock::Clock;
 
 /// How this node takes part in the cluster.
@@ -173,6 +175,9 @@ struct Inner {
     move_tasks: move_task::MoveTasks,
     /// Drops deleted incarnations' message records; stops with the cluster.
     _sweeper: names::Sweeper,
+    /// The store fault each replica last reported (spec/replication.md#durability): an answer
+    /// of unavailability names them. A replica's next answer clears its fault.
+    faults: Mutex<BTreeMap<NodeId, StoreFault>>,
     /// This node's clock against its peers' (spec/replication.md#clock-monitoring), and the
     /// probes that feed it, which stop with the cluster (`None`: the clock is trusted).
     clock_watch: Option<(Arc<ClockWatch>, Probes)>,
@@ -275,6 +280,7 @@ impl Cluster {
                 _sweeper: names::Sweeper::spawn(sweeper_store),
                 clock_watch,
                 membership,
+                faults: Mutex::new(BTreeMap::new()),
             }),
         };
         tokio::spawn(
@@ -301,6 +307,82 @@ impl Cluster {
         match &self.inner.clock_watch {
             Some((watch, _)) => watch.gate(self.inner.operation_timeout).await,
             None => Ok(()),
+        }
+    }
+
+    /// The store fault each replica last reported, of those that have not answered since
+    /// (spec/replication.md#durability), in node order: what an answer of unavailability names.
+    /// A failed store refuses everything until its node restarts, so the fault stands until
+    /// that node answers again.
+    #[must_use]
+    pub fn replica_faults(&self) -> Vec<(NodeId, StoreFault)> {
+        self.inner
+            .faults
+            .lock()
+            .expect("the fault lock is never poisoned")
+            .iter()
+            .map(|(node, fault)| (*node, fault.clone()))
+            .collect()
+    }
+
+    /// A peer's answer: its reply, or nothing (a failure is silence to the operation). A store
+    /// fault is noted for the answers of unavailability; a reply clears the peer's fault.
+    fn heard<T>(
+        &self,
+        from: NodeId,
+        answered: Result<Result<T, PeerError>, tokio::sync::oneshot::error::RecvError>,
+    ) -> Option<T> {
+        match answered {
+            Ok(Ok(reply)) => {
+                self.clear_fault(from);
+                Some(reply)
+            }
+            Ok(Err(PeerError::Store { fault, .. })) => {
+                self.note_fault(from, fault);
+                None
+            }
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+
+    /// The local store's answer, as [`Cluster::heard`] takes a peer's.
+    fn heard_locally<T>(&self, answered: Result<T, Arc<StoreError>>) -> Option<T> {
+        let me = self.inner.me.node;
+        match answered {
+            Ok(answers) => {
+                self.clear_fault(me);
+                Some(answers)
+            }
+            Err(error) => {
+                self.note_fault(me, error.fault());
+                None
+            }
+        }
+    }
+
+    fn note_fault(&self, node: NodeId, fault: StoreFault) {
+        let mut faults = self
+            .inner
+            .faults
+            .lock()
+            .expect("the fault lock is never poisoned");
+        if !faults.contains_key(&node) {
+            warn!(node = node.0, %fault, "a replica's store failed: it acks nothing until it restarts");
+        }
+        faults.insert(node, fault);
+    }
+
+    fn clear_fault(&self, node: NodeId) {
+        let mut faults = self
+            .inner
+            .faults
+            .lock()
+            .expect("the fault lock is never poisoned");
+        if faults.remove(&node).is_some() {
+            info!(
+                node = node.0,
+                "a replica whose store had failed answers again"
+            );
         }
     }
 
@@ -671,8 +753,10 @@ impl Cluster {
                     now: self.inner.me.clock.now(),
                     late_ms: self.inner.dedup_late_ms,
                 };
+                let cluster = self.clone();
                 tokio::spawn(async move {
-                    if let Ok(mut answers) = store.apply_dedups(vec![entry]).await
+                    if let Some(mut answers) =
+                        cluster.heard_locally(store.apply_dedups(vec![entry]).await)
                         && let (Some(replies), Some(reply)) = (replies, answers.pop())
                     {
                         let _ = replies.send((from, round, reply));
@@ -680,8 +764,9 @@ impl Cluster {
                 });
             } else {
                 let answered = self.inner.peers.send_dedup(out.to, out.key, out.request);
+                let cluster = self.clone();
                 tokio::spawn(async move {
-                    if let Ok(Ok(reply)) = answered.await
+                    if let Some(reply) = cluster.heard(from, answered.await)
                         && let Some(replies) = replies
                     {
                         let _ = replies.send((from, round, reply));
@@ -716,8 +801,9 @@ impl Cluster {
                     key: out.key,
                     request: out.request,
                 };
+                let cluster = self.clone();
                 tokio::spawn(async move {
-                    if let Ok(mut answers) = store.apply(vec![entry]).await
+                    if let Some(mut answers) = cluster.heard_locally(store.apply(vec![entry]).await)
                         && let (Some(replies), Some(reply)) = (replies, answers.pop())
                     {
                         let _ = replies.send((from, round, reply));
@@ -725,8 +811,9 @@ impl Cluster {
                 });
             } else {
                 let answered = self.inner.peers.send(out.to, out.key, out.request);
+                let cluster = self.clone();
                 tokio::spawn(async move {
-                    if let Ok(Ok(reply)) = answered.await
+                    if let Some(reply) = cluster.heard(from, answered.await)
                         && let Some(replies) = replies
                     {
                         let _ = replies.send((from, round, reply));

@@ -458,8 +458,10 @@ impl Cluster {
                     slot,
                     request: out.request,
                 };
+                let cluster = self.clone();
                 tokio::spawn(async move {
-                    if let Ok(mut answers) = store.apply_names(vec![entry]).await
+                    if let Some(mut answers) =
+                        cluster.heard_locally(store.apply_names(vec![entry]).await)
                         && let Some(reply) = answers.pop()
                     {
                         let _ = replies.send((from, round, reply));
@@ -470,8 +472,9 @@ impl Cluster {
                     .inner
                     .peers
                     .send_name(out.to, name.clone(), out.request);
+                let cluster = self.clone();
                 tokio::spawn(async move {
-                    if let Ok(Ok(reply)) = answered.await {
+                    if let Some(reply) = cluster.heard(from, answered.await) {
                         let _ = replies.send((from, round, reply));
                     }
                 });

@@ -25,6 +25,7 @@ use trireme_replication::name::{NameReply, NameRequest};
 use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 use trireme_replication::{NodeId, RecordKey};
 
+use super::store::StoreFault;
 use super::wire::{self, Sender};
 use crate::clock::Clock;
 
@@ -58,6 +59,10 @@ pub enum PeerError {
     /// The call failed or timed out.
     #[error("{peer} did not answer: {reason}")]
     Call { peer: NodeId, reason: String },
+    /// The peer's store failed the batch: nothing of it is durable there, nothing was acked
+    /// (spec/replication.md#durability).
+    #[error("{peer}'s replica store failed: {fault}")]
+    Store { peer: NodeId, fault: StoreFault },
 }
 
 enum Pending {
@@ -370,6 +375,17 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
             drop(permit);
             down.store(outcome.is_err(), Ordering::Relaxed);
             let replies = match outcome {
+                Ok(response) if response.get_ref().fault.is_some() => {
+                    let fault = wire::fault(response.get_ref().fault.as_ref().expect("matched"));
+                    debug!(%peer, %fault, "peer's replica store failed the batch");
+                    for pending in batch {
+                        pending.fail(PeerError::Store {
+                            peer,
+                            fault: fault.clone(),
+                        });
+                    }
+                    return;
+                }
                 Ok(response) => {
                     let response = response.into_inner();
                     wire::replies(&response.replies, sent)

@@ -29,7 +29,9 @@ use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 
 use super::join::{Membership, Refusal};
 use super::peers::Identity;
-use super::store::{BatchAnswers, DedupEntry, Entry, NameEntry, ReplicaStore, TaskEntry};
+use super::store::{
+    BatchAnswers, DedupEntry, Entry, NameEntry, ReplicaStore, StoreError, StoreFault, TaskEntry,
+};
 use super::wire;
 
 /// The replica side of this node.
@@ -72,13 +74,20 @@ impl pb::replica_server::Replica for ReplicaService {
         let dedups = wire::dedup_entries(&batch.dedups)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let now = self.me.clock.now();
+        let mut fault = None;
         let (replies, name_replies, task_replies, dedup_replies) =
             if within_horizon(sender.clock, now, self.horizon_ms) {
                 let entries = entries
                     .into_iter()
                     .map(|(key, request)| Entry { key, request })
                     .collect();
-                self.apply(entries, names, tasks, dedups, now).await?
+                // A failed store acks nothing and says why (spec/replication.md#durability).
+                self.apply(entries, names, tasks, dedups, now)
+                    .await
+                    .unwrap_or_else(|failed| {
+                        fault = Some(wire::store_fault(&failed));
+                        Default::default()
+                    })
             } else {
                 warn!(
                     node = sender.node.0,
@@ -108,6 +117,7 @@ impl pb::replica_server::Replica for ReplicaService {
             name_replies: name_replies.iter().map(wire::name_reply).collect(),
             task_replies: task_replies.iter().map(wire::task_reply).collect(),
             dedup_replies: dedup_replies.iter().map(wire::dedup_reply).collect(),
+            fault,
         }))
     }
 
@@ -429,8 +439,8 @@ impl ReplicaService {
         tasks: Vec<(TaskKey, TaskRequest)>,
         dedups: Vec<(DedupKey, DedupRequest)>,
         now: Millis,
-    ) -> Result<BatchAnswers, Status> {
-        let unavailable = |error| Status::unavailable(format!("replica store: {error}"));
+    ) -> Result<BatchAnswers, StoreFault> {
+        let unavailable = |error: Arc<StoreError>| error.fault();
         let mut name_replies = vec![NameReply::Refused; names.len()];
         let (mut stored, mut stored_at, mut pushed) = (Vec::new(), Vec::new(), Vec::new());
         for (index, (name, request)) in names.into_iter().enumerate() {

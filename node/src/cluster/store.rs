@@ -5,7 +5,10 @@
 //! in order in one write transaction (each checked against the state that includes the requests
 //! before it, spec/replication.md §13), commits once, and only then answers any of them: group
 //! commit, with fsync before every ack and before every read answer. A failed commit answers
-//! every batch of the group with the error, so nothing unsynced is ever acknowledged.
+//! every batch of the group with the error, so nothing unsynced is ever acknowledged, and from
+//! then on the store refuses everything, reads and scans included, with that first failure's
+//! fault (`StoreFault`: a full disk is not corruption) until the node restarts and opens it again
+//! (spec/replication.md#durability, *A store that fails*).
 //!
 //! The committer is an OS thread in production ([`ReplicaStore::open`]), so a commit's fsync
 //! never stalls the runtime. [`ReplicaStore::open_backend`] puts the store on any redb backend
@@ -147,6 +150,86 @@ pub enum StoreError {
     /// The committer is gone (the store was closed or panicked).
     #[error("the replica store is closed")]
     Closed,
+    /// The store failed earlier (the fault is the first failure's) and refuses every request,
+    /// reads included, until the node restarts and opens it again (spec/replication.md
+    /// #durability, *A store that fails*).
+    #[error("the replica store refuses every request since it failed ({0}); restart the node")]
+    Failed(StoreFault),
+}
+
+/// What kind of failure a replica's store had (spec/replication.md#durability).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// No space left on the device (or the quota is exhausted).
+    DiskFull,
+    /// Another I/O failure: a write, a resize or an fsync failed.
+    Io,
+    /// A stored record does not decode, or redb found its file corrupt.
+    Corrupt,
+    /// The store is closed.
+    Closed,
+}
+
+/// Why a replica's store refused a request: the kind, and the operating system's or redb's
+/// words. A replica answers a batch its store failed with this instead of replies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreFault {
+    /// The kind.
+    pub kind: FaultKind,
+    /// What failed, in the words of the layer that failed.
+    pub detail: String,
+}
+
+impl std::fmt::Display for StoreFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.kind {
+            FaultKind::DiskFull => "the disk is full",
+            FaultKind::Io => "a write or fsync of the disk failed",
+            FaultKind::Corrupt => "a stored record is corrupt",
+            FaultKind::Closed => "the replica store is closed",
+        };
+        write!(f, "{what} ({})", self.detail)
+    }
+}
+
+/// Whether an I/O error says the device (or the quota) is full.
+fn disk_full(error: &std::io::Error) -> bool {
+    const ENOSPC: i32 = 28;
+    const EDQUOT: i32 = 122;
+    error.kind() == std::io::ErrorKind::StorageFull
+        || error.kind() == std::io::ErrorKind::QuotaExceeded
+        || matches!(error.raw_os_error(), Some(ENOSPC | EDQUOT))
+}
+
+fn storage_fault(error: &redb::StorageError) -> FaultKind {
+    match error {
+        redb::StorageError::Io(io) if disk_full(io) => FaultKind::DiskFull,
+        redb::StorageError::Corrupted(_) => FaultKind::Corrupt,
+        redb::StorageError::DatabaseClosed => FaultKind::Closed,
+        _ => FaultKind::Io,
+    }
+}
+
+impl StoreError {
+    /// The fault this error is, as a replica reports it (spec/replication.md#durability).
+    #[must_use]
+    pub fn fault(&self) -> StoreFault {
+        let kind = match self {
+            StoreError::Failed(first) => return first.clone(),
+            StoreError::Closed => FaultKind::Closed,
+            StoreError::Corrupt { .. } => FaultKind::Corrupt,
+            StoreError::Storage(error)
+            | StoreError::Commit(redb::CommitError::Storage(error))
+            | StoreError::Transaction(redb::TransactionError::Storage(error))
+            | StoreError::Table(redb::TableError::Storage(error)) => storage_fault(error),
+            StoreError::Initialise { source, .. } if disk_full(source) => FaultKind::DiskFull,
+            _ => FaultKind::Io,
+        };
+        StoreFault {
+            kind,
+            detail: self.to_string(),
+        }
+    }
 }
 
 /// One request of a batch: the record it is about, and what is asked.
@@ -504,6 +587,9 @@ struct Views {
     /// *WindowEnd*), once the cluster has set them: a held or void copy written after its
     /// window's end is refused. Unset (a store nobody coordinates for), nothing is refused.
     dedup_window: Arc<OnceLock<DedupWindow>>,
+    /// The first failure, once a group failed: from then on the store refuses everything
+    /// (spec/replication.md#durability: after a failed fsync nothing it holds counts as durable).
+    failed: Arc<OnceLock<StoreFault>>,
 }
 
 /// What a replica needs to refuse a held or void copy after its window's end.
@@ -611,6 +697,7 @@ impl ReplicaStore {
             names: Arc::new(Mutex::new(rebuild_name_view(&db)?)),
             deletions: watch::Sender::new(0),
             dedup_window: Arc::new(OnceLock::new()),
+            failed: Arc::new(OnceLock::new()),
         };
         let (jobs, queue) = mpsc::channel(BATCHES_QUEUED_MAX);
         Ok((
@@ -630,6 +717,22 @@ impl ReplicaStore {
         let _ = self.views.dedup_window.set(window);
     }
 
+    /// A read transaction, refused once the store failed: its page cache could still show what
+    /// a failed group wrote (spec/replication.md#durability).
+    fn read_txn(&self) -> Result<redb::ReadTransaction, StoreError> {
+        if let Some(first) = self.views.failed.get() {
+            return Err(StoreError::Failed(first.clone()));
+        }
+        Ok(self.db.begin_read()?)
+    }
+
+    /// The first failure of this store, if it failed (it then refuses everything until the
+    /// node restarts).
+    #[must_use]
+    pub fn failure(&self) -> Option<StoreFault> {
+        self.views.failed.get().cloned()
+    }
+
     /// This replica's disk id.
     #[must_use]
     pub fn disk_id(&self) -> u64 {
@@ -641,7 +744,7 @@ impl ReplicaStore {
     /// # Errors
     /// The redb variants for I/O failures.
     pub fn joined(&self) -> Result<bool, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let meta = txn.open_table(META)?;
         Ok(meta
             .get(META_JOINED)?
@@ -661,7 +764,7 @@ impl ReplicaStore {
     /// # Errors
     /// `Corrupt` for an entry that does not decode; the redb variants for I/O failures.
     pub fn peer_disks(&self) -> Result<Vec<(NodeId, u64, Option<Millis>)>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let meta = txn.open_table(META)?;
         let mut disks = Vec::new();
         for entry in meta.range(META_PEER_DISK_PREFIX..)? {
@@ -828,7 +931,7 @@ impl ReplicaStore {
         mut select: impl FnMut(&DedupKey, &DedupRecord) -> bool,
     ) -> Result<(Vec<(DedupKey, DedupRecord)>, bool), StoreError> {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(DEDUPS)?;
         let mut records = Vec::new();
         for row in table.range::<&[u8]>((lower, Bound::Unbounded))? {
@@ -852,7 +955,7 @@ impl ReplicaStore {
         &self,
         mut select: impl FnMut(&DedupKey, &DedupRecord) -> bool,
     ) -> Result<Digest, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(DEDUPS)?;
         let mut digest = Digest::default();
         for row in table.iter()? {
@@ -877,7 +980,7 @@ impl ReplicaStore {
         limit: usize,
         mut select: impl FnMut(&TaskKey, &TaskRecord) -> bool,
     ) -> Result<(Vec<(TaskKey, TaskRecord)>, bool), StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(TASKS)?;
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut page = Vec::new();
@@ -974,6 +1077,9 @@ impl ReplicaStore {
     }
 
     async fn submit(&self, work: Work) -> Result<Answers, Arc<StoreError>> {
+        if let Some(first) = self.views.failed.get() {
+            return Err(Arc::new(StoreError::Failed(first.clone())));
+        }
         let (answer, answered) = oneshot::channel();
         self.jobs
             .send(Job { work, answer })
@@ -1001,7 +1107,7 @@ impl ReplicaStore {
         limit: usize,
         mut select: impl FnMut(&QueueName) -> bool,
     ) -> Result<(Vec<(QueueName, NameRecord)>, bool), StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(NAMES)?;
         let lower = after.map_or(Bound::Unbounded, |after| Bound::Excluded(after.as_str()));
         let mut page = Vec::new();
@@ -1023,7 +1129,7 @@ impl ReplicaStore {
     /// # Errors
     /// As [`ReplicaStore::name_records`].
     pub fn name_digest(&self, shared: impl Fn(&QueueName) -> bool) -> Result<Digest, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(NAMES)?;
         let mut digest = Digest::default();
         for row in table.iter()? {
@@ -1050,7 +1156,7 @@ impl ReplicaStore {
     /// # Errors
     /// The redb variants when the scan fails; `Corrupt` for a record that does not decode.
     pub fn records(&self) -> Result<Vec<(RecordKey, Record)>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(RECORDS)?;
         let mut records = Vec::new();
         for row in table.iter()? {
@@ -1087,7 +1193,7 @@ impl ReplicaStore {
         assert!(first <= last, "a partition range runs forwards");
         let start = first.to_be_bytes();
         let end = last.checked_add(1).map(u16::to_be_bytes);
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(RECORDS)?;
         let upper = match &end {
             Some(end) => Bound::Excluded(end.as_slice()),
@@ -1136,7 +1242,7 @@ impl ReplicaStore {
             (None, Some(end)) => Bound::Excluded(end.as_slice()),
             (None, None) => Bound::Unbounded,
         };
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(RECORDS)?;
         let mut page = Vec::new();
         let mut bytes = 0;
@@ -1167,7 +1273,7 @@ impl ReplicaStore {
         mut select: impl FnMut(&RecordKey, &Record) -> bool,
     ) -> Result<Walk, StoreError> {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let txn = self.db.begin_read()?;
+        let txn = self.read_txn()?;
         let table = txn.open_table(RECORDS)?;
         let mut selected = Vec::new();
         let mut last = None;
@@ -1391,6 +1497,14 @@ fn take_group(first: Job, queue: &mut mpsc::Receiver<Job>) -> Vec<Job> {
 /// Applies and commits `group`, then answers each of its jobs: after the fsync, or with the
 /// error when the commit failed. The views change only after the commit.
 fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
+    if let Some(first) = views.failed.get() {
+        // Queued before the failure: refused like everything after it.
+        let error = Arc::new(StoreError::Failed(first.clone()));
+        for job in group {
+            let _ = job.answer.send(Err(Arc::clone(&error)));
+        }
+        return;
+    }
     // One reading of the clock for the group: its requests are applied at one moment.
     let window = views
         .dedup_window
@@ -1430,7 +1544,9 @@ fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
             }
         }
         Err(error) => {
-            tracing::error!(%error, "replica group commit failed; nothing of it is acknowledged");
+            let fault = error.fault();
+            tracing::error!(%fault, "replica group commit failed; nothing of it is acknowledged, and the store refuses everything until the node restarts");
+            let _ = views.failed.set(fault);
             let error = Arc::new(error);
             for job in group {
                 let _ = job.answer.send(Err(Arc::clone(&error)));
@@ -1858,6 +1974,141 @@ mod tests {
         );
         drop(store);
         closed.wait();
+    }
+
+    /// A disk in memory that can fill up (writes and resizes fail with ENOSPC) or fail its
+    /// fsyncs (EIO).
+    #[derive(Debug)]
+    struct FailingDisk {
+        inner: InMemoryBackend,
+        /// 0: healthy; 1: full; 2: fsyncs fail.
+        fault: Arc<std::sync::atomic::AtomicU8>,
+    }
+
+    const HEALTHY: u8 = 0;
+    const FULL: u8 = 1;
+    const SYNC_FAILS: u8 = 2;
+
+    impl FailingDisk {
+        fn fails(&self, when: u8, errno: i32) -> std::io::Result<()> {
+            if self.fault.load(std::sync::atomic::Ordering::SeqCst) == when {
+                return Err(std::io::Error::from_raw_os_error(errno));
+            }
+            Ok(())
+        }
+    }
+
+    impl StorageBackend for FailingDisk {
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+            self.inner.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.fails(FULL, 28)?;
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.fails(SYNC_FAILS, 5)?;
+            self.inner.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            self.fails(FULL, 28)?;
+            self.inner.write(offset, data)
+        }
+    }
+
+    fn merge(id: u128, body: &str) -> Entry {
+        Entry {
+            key: RecordKey {
+                message: MessageId(id),
+                ..key()
+            },
+            request: Request::Write {
+                write: Box::new(Write::Merge(Record::sent(Birth {
+                    payload: body.as_bytes().to_vec(),
+                    sent_at: Millis(5),
+                    visible_from: Millis(0),
+                    source_queue: None,
+                    dedup_id: None,
+                }))),
+                ack: true,
+            },
+        }
+    }
+
+    fn read(id: u128) -> Entry {
+        Entry {
+            key: RecordKey {
+                message: MessageId(id),
+                ..key()
+            },
+            request: Request::Read,
+        }
+    }
+
+    /// spec/replication.md#durability, *A store that fails*: the failed group is acked to no one,
+    /// its fault says what failed, and from then on the store answers nothing — not the record
+    /// committed before, not the failed group's, not a scan — even once the disk works again.
+    async fn a_failed_group_is_never_acked_and_the_store_refuses_everything_after(
+        fault: u8,
+    ) -> StoreFault {
+        let state = Arc::new(std::sync::atomic::AtomicU8::new(HEALTHY));
+        let disk = FailingDisk {
+            inner: InMemoryBackend::new(),
+            fault: Arc::clone(&state),
+        };
+        let (store, committer) = ReplicaStore::open_backend(disk, 1024 * 1024, NodeId(1), 42)
+            .expect("the store opens on memory");
+        let acked = store.apply(vec![merge(1, "kept")]).await;
+        assert_eq!(acked.expect("a healthy disk commits"), vec![Reply::Ack]);
+        assert_eq!(store.failure(), None);
+
+        state.store(fault, std::sync::atomic::Ordering::SeqCst);
+        // A batch big enough that its commit writes pages.
+        let batch: Vec<Entry> = (2..200).map(|id| merge(id, &"x".repeat(2_000))).collect();
+        let failed = store
+            .apply(batch)
+            .await
+            .expect_err("a failed commit answers with its error, never with acks");
+        let reported = failed.fault();
+        state.store(HEALTHY, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(store.failure().as_ref(), Some(&reported));
+
+        for later in [vec![read(1)], vec![read(2)], vec![merge(300, "later")]] {
+            let refused = store
+                .apply(later)
+                .await
+                .expect_err("a failed store answers nothing");
+            assert!(
+                matches!(refused.as_ref(), StoreError::Failed(first) if *first == reported),
+                "{refused}"
+            );
+        }
+        assert!(matches!(store.records(), Err(StoreError::Failed(_))));
+        assert!(matches!(
+            store.digests(0, u16::MAX, |_| true),
+            Err(StoreError::Failed(_))
+        ));
+        drop(store);
+        committer.await.expect("the committer ends");
+        reported
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_disk_is_reported_as_full_and_acks_nothing() {
+        let fault =
+            a_failed_group_is_never_acked_and_the_store_refuses_everything_after(FULL).await;
+        assert_eq!(fault.kind, FaultKind::DiskFull, "{fault}");
+        assert!(fault.to_string().starts_with("the disk is full"), "{fault}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_fsync_is_reported_as_an_io_fault_and_acks_nothing() {
+        let fault =
+            a_failed_group_is_never_acked_and_the_store_refuses_everything_after(SYNC_FAILS).await;
+        assert_eq!(fault.kind, FaultKind::Io, "{fault}");
     }
 
     #[tokio::test(flavor = "current_thread")]

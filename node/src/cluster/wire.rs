@@ -12,6 +12,7 @@ use trireme_replication::name::{NameRecord, NameReply, NameRequest};
 use trireme_replication::record::Record;
 use trireme_replication::task::{TaskKey, TaskRecord, TaskReply, TaskRequest};
 
+use super::store::{FaultKind, StoreFault};
 use crate::codec::{self, CodecError};
 
 /// Who sends: this node, its disk, and its clock now.
@@ -474,4 +475,36 @@ pub fn candidates(messages: &[Vec<u8>]) -> Result<Vec<MessageId>, WireError> {
             Ok(MessageId(u128::from_be_bytes(bytes)))
         })
         .collect()
+}
+
+/// A store fault as the wire carries it.
+#[must_use]
+pub fn store_fault(fault: &StoreFault) -> pb::StoreFault {
+    let kind = match fault.kind {
+        FaultKind::DiskFull => pb::store_fault::Kind::DiskFull,
+        FaultKind::Io => pb::store_fault::Kind::Io,
+        FaultKind::Corrupt => pb::store_fault::Kind::Corrupt,
+        FaultKind::Closed => pb::store_fault::Kind::Closed,
+    };
+    pb::StoreFault {
+        kind: kind.into(),
+        detail: fault.detail.clone(),
+    }
+}
+
+/// The store fault a peer reported; a kind this build does not know is an I/O fault.
+#[must_use]
+pub fn fault(fault: &pb::StoreFault) -> StoreFault {
+    let kind = match pb::store_fault::Kind::try_from(fault.kind) {
+        Ok(pb::store_fault::Kind::DiskFull) => FaultKind::DiskFull,
+        Ok(pb::store_fault::Kind::Corrupt) => FaultKind::Corrupt,
+        Ok(pb::store_fault::Kind::Closed) => FaultKind::Closed,
+        Ok(pb::store_fault::Kind::Io | pb::store_fault::Kind::Unspecified) | Err(_) => {
+            FaultKind::Io
+        }
+    };
+    StoreFault {
+        kind,
+        detail: fault.detail.clone(),
+    }
 }

@@ -901,6 +901,24 @@ mod tests {
         assert!(!sender_fault);
     }
 
+    /// spec/replication.md#durability: replicas whose disks failed make the cluster unavailable
+    /// (503, the receiver's fault), and the message names them.
+    #[tokio::test]
+    async fn an_unavailable_cluster_is_a_503_that_names_its_failed_disks() {
+        let error = EngineError::Unavailable {
+            reason: "sending the message: fewer than two replicas answered in time; replica \
+                     stores failed: node 2: the disk is full (No space left on device)"
+                .to_owned(),
+        };
+        let (status, query, body) = parts(SqsError::from_engine(error, Subject::default())).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(query, "ServiceUnavailable;Receiver");
+        assert!(
+            body.to_string().contains("node 2: the disk is full"),
+            "{body}"
+        );
+    }
+
     #[test]
     fn handle_refusals_of_the_core_quote_the_handle_as_aws_does() {
         let subject = Subject {

@@ -6,6 +6,7 @@ mod client_crate;
 mod cluster;
 mod cluster_anti_entropy;
 mod cluster_dedup;
+mod cluster_disk;
 mod cluster_edges;
 mod cluster_faults;
 mod cluster_move_tasks;
