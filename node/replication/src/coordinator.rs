@@ -358,7 +358,8 @@ pub struct ReceiveSettings {
     /// Drawn fresh by the driver for this claim.
     pub nonce: u64,
     /// The queue's purge watermark as this node knows it (spec/replication.md §2): a record
-    /// that entered at or before it reads as gone.
+    /// that entered at or before it reads as gone. A receive started with
+    /// [`ReceiveOp::start_reading_watermark`] raises it to the quorum read's before deciding.
     pub purged_through: Option<Millis>,
 }
 
@@ -401,6 +402,8 @@ pub enum ReceiveAnswer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum ReceivePhase {
     Read(ReadPhase),
+    /// The record's read quorum is in; the decision waits for the queue's watermark.
+    AwaitWatermark(ReadPhase),
     Claim {
         write: WritePhase,
         record: Box<Record>,
@@ -414,6 +417,8 @@ enum ReceivePhase {
 pub struct ReceiveOp {
     target: Target,
     settings: ReceiveSettings,
+    /// Whether the queue's watermark read (spec §2, Receive step 1) is still to come.
+    watermark_pending: bool,
     round: u32,
     phase: ReceivePhase,
 }
@@ -432,6 +437,7 @@ impl ReceiveOp {
             ReceiveOp {
                 target,
                 settings,
+                watermark_pending: false,
                 round: FIRST_ROUND,
                 phase: ReceivePhase::Read(ReadPhase::new(replicas, read_quorum())),
             },
@@ -439,10 +445,44 @@ impl ReceiveOp {
         )
     }
 
+    /// Starts a receive whose queue watermark is read by quorum in parallel with the record
+    /// (spec/replication.md §2, Receive step 1): the read of all three goes out now, and the
+    /// decision waits until [`ReceiveOp::on_watermark`] brought the watermark, so a record the
+    /// purge hides is never claimed.
+    #[must_use]
+    pub fn start_reading_watermark(
+        key: RecordKey,
+        replicas: [NodeId; REPLICAS],
+        settings: ReceiveSettings,
+    ) -> (ReceiveOp, Effects<ReceiveAnswer>) {
+        let (mut op, effects) = ReceiveOp::start(key, replicas, settings);
+        op.watermark_pending = true;
+        (op, effects)
+    }
+
     /// Whether the operation still waits for read replies (a driver may cancel the third read).
     #[must_use]
     pub fn reading(&self) -> bool {
         matches!(self.phase, ReceivePhase::Read(_))
+    }
+
+    /// The queue's watermark read by quorum: `watermark` is the greatest of its replies. The
+    /// receive hides what it hides (and what the settings' watermark hid already), and decides
+    /// now if its record read is in. A driver whose watermark read failed times the receive out
+    /// instead: without the watermark nothing may be delivered.
+    pub fn on_watermark(&mut self, watermark: Option<Millis>) -> Effects<ReceiveAnswer> {
+        if !self.watermark_pending {
+            return Effects::none();
+        }
+        self.watermark_pending = false;
+        self.settings.purged_through = self.settings.purged_through.max(watermark);
+        match &self.phase {
+            ReceivePhase::AwaitWatermark(read) => {
+                let read = read.clone();
+                self.decide(&read)
+            }
+            _ => Effects::none(),
+        }
     }
 
     /// One replica's reply to round `round`.
@@ -452,13 +492,18 @@ impl ReceiveOp {
         }
         match &mut self.phase {
             ReceivePhase::Read(read) => {
-                if read.take(from, reply) {
+                if !read.take(from, reply) {
+                    Effects::none()
+                } else if self.watermark_pending {
+                    self.phase = ReceivePhase::AwaitWatermark(read.clone());
+                    Effects::none()
+                } else {
                     let read = read.clone();
                     self.decide(&read)
-                } else {
-                    Effects::none()
                 }
             }
+            // The third read's reply adds nothing the decision needs.
+            ReceivePhase::AwaitWatermark(_) => Effects::none(),
             ReceivePhase::Claim { write, record } => match write.take(from, reply) {
                 Progress::Quorum => {
                     let record = (**record).clone();
@@ -649,7 +694,11 @@ pub enum HandleAction {
     /// Dead-letter now's steps 1 and 2 (spec/replication.md §7, *Dead-letter now,
     /// replicated*): the read and the handle's classification, as for a visibility change,
     /// answering the merged record when the handle is current; its move is a [`MoveOp`].
-    DeadLetterNow,
+    DeadLetterNow {
+        /// The source queue's purge watermark, read by quorum (spec §2, *Every other operation
+        /// that takes a message out of a queue*): a record it hides is not in flight.
+        purged_through: Option<Millis>,
+    },
 }
 
 /// The answer to a dead-letter now's read.
@@ -763,7 +812,7 @@ impl HandleOp {
                             HandleAction::ChangeVisibility { .. } => {
                                 HandleAnswer::Visibility(VisibilityAnswer::Changed)
                             }
-                            HandleAction::DeadLetterNow => {
+                            HandleAction::DeadLetterNow { .. } => {
                                 unreachable!("a dead-letter now's read writes nothing")
                             }
                         };
@@ -790,7 +839,7 @@ impl HandleOp {
             HandleAction::ChangeVisibility { .. } => {
                 HandleAnswer::Visibility(VisibilityAnswer::Unavailable)
             }
-            HandleAction::DeadLetterNow => {
+            HandleAction::DeadLetterNow { .. } => {
                 HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Unavailable)
             }
         };
@@ -803,7 +852,9 @@ impl HandleOp {
             HandleAction::ChangeVisibility { .. } => {
                 HandleAnswer::Visibility(VisibilityAnswer::Stale)
             }
-            HandleAction::DeadLetterNow => HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Stale),
+            HandleAction::DeadLetterNow { .. } => {
+                HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Stale)
+            }
         }
     }
 
@@ -813,7 +864,7 @@ impl HandleOp {
         match self.action {
             HandleAction::Delete => HandleAnswer::Delete(delete),
             HandleAction::ChangeVisibility { .. } => HandleAnswer::Visibility(visibility),
-            HandleAction::DeadLetterNow => HandleAnswer::DeadLetterNow(match visibility {
+            HandleAction::DeadLetterNow { .. } => HandleAnswer::DeadLetterNow(match visibility {
                 VisibilityAnswer::Stale => DeadLetterNowAnswer::Stale,
                 VisibilityAnswer::Diverged(divergence) => DeadLetterNowAnswer::Diverged(divergence),
                 VisibilityAnswer::Unavailable => DeadLetterNowAnswer::Unavailable,
@@ -860,10 +911,19 @@ impl HandleOp {
                 HandleAction::ChangeVisibility { .. } => {
                     self.finish(HandleAnswer::Visibility(VisibilityAnswer::NotInFlight))
                 }
-                HandleAction::DeadLetterNow => self.finish(HandleAnswer::DeadLetterNow(
+                HandleAction::DeadLetterNow { .. } => self.finish(HandleAnswer::DeadLetterNow(
                     DeadLetterNowAnswer::NotInFlight,
                 )),
             };
+        }
+        if let HandleAction::DeadLetterNow { purged_through } = self.action
+            && merged.generation == handle.generation
+            && merged.hidden(purged_through)
+        {
+            // Purged: gone as a tombstone is, so its copy never leaves as a live one (spec §2).
+            return self.finish(HandleAnswer::DeadLetterNow(
+                DeadLetterNowAnswer::NotInFlight,
+            ));
         }
         let current = (merged.generation == handle.generation)
             .then(|| merged.live().and_then(|live| live.held))
@@ -907,7 +967,7 @@ impl HandleOp {
                 }
                 Write::Visibility(changed)
             }
-            HandleAction::DeadLetterNow => {
+            HandleAction::DeadLetterNow { .. } => {
                 return self.finish(HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Current(
                     merged.clone(),
                 )));
@@ -1739,7 +1799,13 @@ mod tests {
     #[test]
     fn a_dead_letter_now_reads_writes_nothing_and_classifies_the_handle() {
         let (record, handle) = delivered();
-        let (_, effects) = handle_op(&record, handle, HandleAction::DeadLetterNow);
+        let (_, effects) = handle_op(
+            &record,
+            handle,
+            HandleAction::DeadLetterNow {
+                purged_through: None,
+            },
+        );
         assert!(
             effects
                 .sends
@@ -1756,19 +1822,137 @@ mod tests {
         let ReceiveAnswer::Delivered(newer) = &again[0] else {
             panic!("received again");
         };
-        let (_, stale) = handle_op(newer, handle, HandleAction::DeadLetterNow);
+        let (_, stale) = handle_op(
+            newer,
+            handle,
+            HandleAction::DeadLetterNow {
+                purged_through: None,
+            },
+        );
         assert_eq!(
             stale.answer,
             Some(HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Stale))
         );
         let tombstone = Record::tombstone(handle.generation, TombstoneReason::Deleted, Millis(9));
-        let (_, gone) = handle_op(&tombstone, handle, HandleAction::DeadLetterNow);
+        let (_, gone) = handle_op(
+            &tombstone,
+            handle,
+            HandleAction::DeadLetterNow {
+                purged_through: None,
+            },
+        );
         assert!(gone.sends.is_empty());
         assert_eq!(
             gone.answer,
             Some(HandleAnswer::DeadLetterNow(
                 DeadLetterNowAnswer::NotInFlight
             ))
+        );
+    }
+
+    #[test]
+    fn a_dead_letter_now_of_a_purged_record_is_not_in_flight() {
+        let (record, handle) = delivered();
+        let entered_at = record.live().unwrap().entered_at;
+        let action = |w: u64| HandleAction::DeadLetterNow {
+            purged_through: Some(Millis(w)),
+        };
+        let (_, hidden) = handle_op(&record, handle, action(entered_at.0));
+        assert!(
+            hidden
+                .sends
+                .iter()
+                .all(|out| !matches!(out.request, Request::Write { ack: true, .. }))
+        );
+        assert_eq!(
+            hidden.answer,
+            Some(HandleAnswer::DeadLetterNow(
+                DeadLetterNowAnswer::NotInFlight
+            ))
+        );
+        let (_, earlier) = handle_op(&record, handle, action(entered_at.0 - 1));
+        assert!(matches!(
+            earlier.answer,
+            Some(HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Current(_)))
+        ));
+    }
+
+    /// Reads of two replicas holding `held`, for a receive that reads the watermark too.
+    fn receive_awaiting(held: &Record) -> (ReceiveOp, Vec<Outgoing>) {
+        let (mut op, _) = ReceiveOp::start_reading_watermark(key(), R, settings(40_000, None));
+        let mut sends = Vec::new();
+        for from in &R[..2] {
+            let effects = op.on_reply(*from, 1, &Reply::Record(Some(held.clone())));
+            assert_eq!(effects.answer, None, "no decision before the watermark");
+            sends.extend(effects.sends);
+        }
+        (op, sends)
+    }
+
+    fn claims(sends: &[Outgoing]) -> usize {
+        sends
+            .iter()
+            .filter(|out| matches!(&out.request, Request::Write { write, .. } if matches!(write.as_ref(), Write::Claim(_))))
+            .count()
+    }
+
+    #[test]
+    fn a_receive_waits_for_the_watermark_and_never_claims_what_it_hides() {
+        let held = sent();
+        let entered_at = held.live().unwrap().entered_at;
+        let (mut op, sends) = receive_awaiting(&held);
+        assert_eq!(claims(&sends), 0, "no claim before the watermark");
+        assert_eq!(
+            op.on_reply(R[2], 1, &Reply::Record(Some(held.clone())))
+                .answer,
+            None
+        );
+        let hidden = op.on_watermark(Some(entered_at));
+        assert_eq!(claims(&hidden.sends), 0);
+        assert_eq!(
+            hidden.answer,
+            Some(ReceiveAnswer::Nothing(NothingBecause::Gone))
+        );
+        assert_eq!(op.on_watermark(None).answer, None, "answered once");
+
+        // A watermark below the entry: claimed as usual.
+        let (mut op, _) = receive_awaiting(&held);
+        let claimed = op.on_watermark(Some(Millis(entered_at.0 - 1)));
+        assert_eq!(claims(&claimed.sends), 3);
+        op.on_reply(R[0], 2, &Reply::Ack);
+        assert!(matches!(
+            op.on_reply(R[1], 2, &Reply::Ack).answer,
+            Some(ReceiveAnswer::Delivered(_))
+        ));
+
+        // The watermark first, the record after: decided at the read quorum.
+        let (mut op, _) = ReceiveOp::start_reading_watermark(key(), R, settings(40_000, None));
+        assert_eq!(op.on_watermark(Some(entered_at)).answer, None);
+        op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
+        assert_eq!(
+            op.on_reply(R[1], 1, &Reply::Record(Some(held.clone())))
+                .answer,
+            Some(ReceiveAnswer::Nothing(NothingBecause::Gone))
+        );
+
+        // No watermark by the deadline: nothing delivered, ever.
+        let (mut op, _) = receive_awaiting(&held);
+        assert_eq!(op.on_timeout().answer, Some(ReceiveAnswer::Unavailable));
+        assert_eq!(op.on_watermark(None).answer, None);
+    }
+
+    #[test]
+    fn the_settings_watermark_still_hides_when_the_quorum_read_shows_less() {
+        let held = sent();
+        let entered_at = held.live().unwrap().entered_at;
+        let mut with_view = settings(40_000, None);
+        with_view.purged_through = Some(entered_at);
+        let (mut op, _) = ReceiveOp::start_reading_watermark(key(), R, with_view);
+        op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
+        op.on_reply(R[1], 1, &Reply::Record(Some(held.clone())));
+        assert_eq!(
+            op.on_watermark(None).answer,
+            Some(ReceiveAnswer::Nothing(NothingBecause::Gone))
         );
     }
 

@@ -322,6 +322,62 @@ pub enum ChangeAnswer {
     Unavailable,
 }
 
+/// A purge of one incarnation (spec §2, *Purge*): the coordinator's margins and rate limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Purge {
+    /// The incarnation the caller resolved; another live one (or none) answers `Gone`.
+    pub incarnation: QueueIncarnation,
+    /// `SKEW_MAX`: the bound on any two nodes' clocks, the margin on both sides of `w`.
+    pub skew_ms: u64,
+    /// `PURGE_INTERVAL`: the shortest time between two purges of one queue.
+    pub interval_ms: u64,
+}
+
+/// The answer to a purge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PurgeAnswer {
+    /// The watermark `w` is durable on two replicas and the coordinator's clock read more than
+    /// `w + SKEW_MAX`: everything that entered before the purge was invoked is hidden, nothing
+    /// that enters from now on is.
+    Purged {
+        /// The watermark written.
+        watermark: Millis,
+    },
+    /// The settled read shows a purge within `PURGE_INTERVAL` (`PurgeQueueInProgress`, best
+    /// effort: two purges through two nodes may both pass, which the max merge makes harmless).
+    /// Nothing was written.
+    InProgress {
+        /// How long until the interval since the last purge has passed, by this coordinator.
+        retry_after_ms: u64,
+    },
+    /// The named incarnation is not the live one (`QueueDoesNotExist`); nothing was written.
+    Gone,
+    /// No quorum, or the margin not yet passed, by the deadline: an error to the client; the
+    /// watermark may still have taken effect, like a failed delete.
+    Unavailable,
+}
+
+/// The answer to a quorum read of a queue's watermark (spec §2, *Receive* step 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatermarkAnswer {
+    /// The incarnation's watermark: the greatest of the two replies (`None`: never purged).
+    Read(Option<Millis>),
+    /// The replies show another incarnation, or none, decided in the name's latest epoch: the
+    /// asked-for incarnation was deleted (and its name collected or created again).
+    Gone,
+    /// Fewer than two replies by the deadline.
+    Unavailable,
+}
+
+/// The first reading of the purging coordinator's clock at which the purge of watermark
+/// `watermark` may be acknowledged: strictly more than `watermark + skew_ms` (spec §2, Purge
+/// step 3; acknowledging at exactly `w + SKEW_MAX` lets a later send by a slow clock be
+/// purged).
+#[must_use]
+pub fn purge_answerable_at(watermark: Millis, skew_ms: u64) -> Millis {
+    watermark.plus_ms(skew_ms).plus_ms(1)
+}
+
 /// What an operation on a name does once its read is settled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Purpose {
@@ -336,6 +392,9 @@ enum Purpose {
         change: Change,
         me: NodeId,
     },
+    Purge(Purge),
+    /// A quorum read of the incarnation's watermark: no settle, no write.
+    Watermark(QueueIncarnation),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -362,6 +421,16 @@ enum Phase {
         hlc_ms: u64,
         record: NameRecord,
         acks: Vec<NodeId>,
+    },
+    /// Writing `record`, whose watermark is `watermark`.
+    Watermark {
+        watermark: Millis,
+        record: NameRecord,
+        acks: Vec<NodeId>,
+    },
+    /// The watermark is on two replicas: waiting for the coordinator's clock to pass its margin.
+    Margin {
+        watermark: Millis,
     },
     Answered,
 }
@@ -391,6 +460,10 @@ pub enum NameAnswer {
     Read(ReadAnswer),
     /// An attribute or tag change's answer.
     Change(ChangeAnswer),
+    /// A purge's answer.
+    Purge(PurgeAnswer),
+    /// A watermark read's answer.
+    Watermark(WatermarkAnswer),
 }
 
 /// Collection of a name's tombstone (spec §1, *Collection*): once the reuse wait has passed
@@ -411,6 +484,22 @@ pub fn collected(record: &NameRecord, now: Millis, reuse_ms: u64) -> Option<Name
             .expect("a name is not created four billion times"),
         ..NameRecord::default()
     })
+}
+
+/// What the join of a watermark read's two replies says of `incarnation` (spec §2, *Receive*
+/// step 1). Its watermark is the greatest of the replies: a purge acknowledged before the read
+/// began is on two replicas, and one of them is among these two. A name with no record on
+/// either replica has had no purge acknowledged, for the same reason: no watermark. Another
+/// incarnation decided, or nothing decided in a later epoch or under a tombstone's collection,
+/// means the incarnation was deleted: `Gone`.
+fn watermark_of(merged: &NameRecord, incarnation: QueueIncarnation) -> WatermarkAnswer {
+    match merged.decided() {
+        Some(decided) if decided.incarnation == incarnation => {
+            WatermarkAnswer::Read(merged.purge_watermark)
+        }
+        None if *merged == NameRecord::default() => WatermarkAnswer::Read(None),
+        _ => WatermarkAnswer::Gone,
+    }
 }
 
 /// The greatest hybrid-clock stamp a record holds: its incarnations' and its registers'.
@@ -499,6 +588,57 @@ impl NameOp {
         }
     }
 
+    /// Starts a purge (spec §2, *Purge*) through the coordinator whose clock reads `now`: a
+    /// settled read, the guard, then the watermark `now + SKEW_MAX` to the three replicas; it
+    /// answers `Purged` once two replicas acked and [`NameOp::on_clock`] was given a reading
+    /// past [`purge_answerable_at`].
+    #[must_use]
+    pub fn purge(
+        replicas: [NodeId; REPLICAS],
+        purge: Purge,
+        now: Millis,
+    ) -> (NameOp, Effects<NameAnswer, NameOutgoing>) {
+        NameOp::start(replicas, now, Purpose::Purge(purge))
+    }
+
+    /// Starts a quorum read of `incarnation`'s purge watermark (spec §2, *Receive* step 1): the
+    /// greatest of two replies, nothing written back (a receive reads it on every call).
+    #[must_use]
+    pub fn watermark(
+        replicas: [NodeId; REPLICAS],
+        incarnation: QueueIncarnation,
+        now: Millis,
+    ) -> (NameOp, Effects<NameAnswer, NameOutgoing>) {
+        NameOp::start(replicas, now, Purpose::Watermark(incarnation))
+    }
+
+    /// The reading of this coordinator's clock the operation waits for, if it waits for one (a
+    /// purge whose watermark is on two replicas): the driver calls [`NameOp::on_clock`] once
+    /// its clock reads at least this.
+    #[must_use]
+    pub fn waits_for_clock(&self) -> Option<Millis> {
+        match (&self.phase, &self.purpose) {
+            (Phase::Margin { watermark }, Purpose::Purge(purge)) => {
+                Some(purge_answerable_at(*watermark, purge.skew_ms))
+            }
+            _ => None,
+        }
+    }
+
+    /// The coordinator's clock reads `now`: a purge waiting for its margin answers once `now`
+    /// is past it; anything else ignores the reading.
+    pub fn on_clock(&mut self, now: Millis) -> Effects<NameAnswer, NameOutgoing> {
+        match self.waits_for_clock() {
+            Some(at) if now >= at => {
+                let Phase::Margin { watermark } = self.phase else {
+                    unreachable!("only a purge's margin waits for the clock");
+                };
+                self.finish(NameAnswer::Purge(PurgeAnswer::Purged { watermark }))
+            }
+            _ => Effects::none(),
+        }
+    }
+
     /// The last record this operation knows two replicas hold (the settled read it acted on,
     /// or the tombstone or registers it wrote to two), for the local view and the push.
     #[must_use]
@@ -553,6 +693,10 @@ impl NameOp {
                     return Effects::none();
                 }
                 let merged = join(replies.values().cloned());
+                if let Purpose::Watermark(incarnation) = self.purpose {
+                    let answer = watermark_of(&merged, incarnation);
+                    return self.finish(NameAnswer::Watermark(answer));
+                }
                 let holders: Vec<NodeId> = replies
                     .iter()
                     .filter(|(_, reply)| **reply == merged)
@@ -631,6 +775,25 @@ impl NameOp {
                     Effects::none()
                 }
             }
+            (
+                Phase::Watermark {
+                    watermark,
+                    record,
+                    acks,
+                },
+                NameReply::Ack,
+            ) => {
+                if !acks.contains(&from) {
+                    acks.push(from);
+                }
+                if acks.len() >= WRITE_QUORUM {
+                    // Two durable acks; the answer waits for the clock (`on_clock`).
+                    let watermark = *watermark;
+                    self.settled = Some(record.clone());
+                    self.phase = Phase::Margin { watermark };
+                }
+                Effects::none()
+            }
             _ => Effects::none(),
         }
     }
@@ -645,6 +808,8 @@ impl NameOp {
             Purpose::Delete => NameAnswer::Delete(DeleteQueueAnswer::Unavailable),
             Purpose::Read => NameAnswer::Read(ReadAnswer::Unavailable),
             Purpose::Change { .. } => NameAnswer::Change(ChangeAnswer::Unavailable),
+            Purpose::Purge(_) => NameAnswer::Purge(PurgeAnswer::Unavailable),
+            Purpose::Watermark(_) => NameAnswer::Watermark(WatermarkAnswer::Unavailable),
         };
         self.finish(answer)
     }
@@ -724,7 +889,46 @@ impl NameOp {
                 let (change, me) = (change.clone(), *me);
                 self.write_registers(record, &change, me)
             }
+            Purpose::Purge(purge) => {
+                let purge = *purge;
+                self.write_watermark(record, purge)
+            }
+            Purpose::Watermark(_) => unreachable!("a watermark read answers without settling"),
         }
+    }
+
+    /// The purge's guard and write (spec §2, Purge steps 1 and 2): the incarnation is live; no
+    /// purge within `PURGE_INTERVAL` by the settled watermark (`w_prev` was written as
+    /// `t_prev + SKEW_MAX`, so `t − t_prev < PURGE_INTERVAL` is `w_prev > t − PURGE_INTERVAL +
+    /// SKEW_MAX`); then the settled record with the watermark `t + SKEW_MAX`, to all three.
+    fn write_watermark(
+        &mut self,
+        record: &NameRecord,
+        purge: Purge,
+    ) -> Effects<NameAnswer, NameOutgoing> {
+        if record.live().map(|live| live.incarnation) != Some(purge.incarnation) {
+            return self.finish(NameAnswer::Purge(PurgeAnswer::Gone));
+        }
+        if let Some(previous) = record.purge_watermark {
+            let next_allowed = previous.plus_ms(purge.interval_ms);
+            let now_with_skew = self.now.plus_ms(purge.skew_ms);
+            if next_allowed > now_with_skew {
+                return self.finish(NameAnswer::Purge(PurgeAnswer::InProgress {
+                    retry_after_ms: next_allowed.since(now_with_skew),
+                }));
+            }
+        }
+        let watermark = self.now.plus_ms(purge.skew_ms);
+        let mut written = record.clone();
+        written.purge_watermark = written.purge_watermark.max(Some(watermark));
+        self.round += 1;
+        let sends = self.to_all(&NameRequest::Write(written.clone()));
+        self.phase = Phase::Watermark {
+            watermark,
+            record: written,
+            acks: Vec::new(),
+        };
+        Effects::sends(sends)
     }
 
     /// The change's write (spec §1): the settled record with every changed register stamped
@@ -1319,6 +1523,183 @@ mod tests {
                 tags: BTreeMap::new(),
                 purge_watermark: watermark.map(Millis),
             })
+    }
+
+    const SKEW_MS: u64 = 500;
+    const INTERVAL_MS: u64 = 60_000;
+
+    fn purge_of(incarnation: QueueIncarnation) -> Purge {
+        Purge {
+            incarnation,
+            skew_ms: SKEW_MS,
+            interval_ms: INTERVAL_MS,
+        }
+    }
+
+    /// Runs a purge started at `now` until it waits for the clock or answers: every request
+    /// delivered in order, as `Replicas::run` does.
+    fn purge_until_margin(
+        replicas: &mut Replicas,
+        purge: Purge,
+        now: u64,
+    ) -> (NameOp, Option<NameAnswer>) {
+        let (mut op, effects) = NameOp::purge(R, purge, Millis(now));
+        let mut queue = effects.sends;
+        while !queue.is_empty() {
+            let out = queue.remove(0);
+            let reply = replicas.answer(&out);
+            let effects = op.on_reply(out.to, out.round, &reply);
+            if effects.answer.is_some() {
+                return (op, effects.answer);
+            }
+            queue.extend(effects.sends);
+        }
+        (op, None)
+    }
+
+    #[test]
+    fn a_purge_writes_now_plus_skew_to_two_replicas_and_answers_only_past_the_margin() {
+        let (mut replicas, a) = created();
+        let (mut op, answer) = purge_until_margin(&mut replicas, purge_of(a.incarnation), 10_000);
+        assert_eq!(answer, None, "two acks are not yet the answer");
+        let holding = replicas
+            .held
+            .iter()
+            .filter(|held| held.purge_watermark == Some(Millis(10_500)))
+            .count();
+        assert!(holding >= 2, "w = t + SKEW_MAX on two replicas");
+        assert_eq!(op.waits_for_clock(), Some(Millis(11_001)));
+        assert_eq!(op.on_clock(Millis(10_999)).answer, None);
+        assert_eq!(
+            op.on_clock(Millis(11_000)).answer,
+            None,
+            "at exactly w + SKEW_MAX a later send by a slow clock would still be purged"
+        );
+        assert_eq!(
+            op.on_clock(Millis(11_001)).answer,
+            Some(NameAnswer::Purge(PurgeAnswer::Purged {
+                watermark: Millis(10_500)
+            }))
+        );
+        assert_eq!(op.on_clock(Millis(11_002)).answer, None, "answers once");
+        assert_eq!(
+            op.settled().and_then(|record| record.purge_watermark),
+            Some(Millis(10_500))
+        );
+    }
+
+    #[test]
+    fn a_purge_times_out_before_its_margin_as_unavailable() {
+        let (mut replicas, a) = created();
+        let (mut op, _) = purge_until_margin(&mut replicas, purge_of(a.incarnation), 10_000);
+        assert_eq!(
+            op.on_timeout().answer,
+            Some(NameAnswer::Purge(PurgeAnswer::Unavailable))
+        );
+        assert_eq!(
+            op.on_clock(Millis(20_000)).answer,
+            None,
+            "never after the timeout"
+        );
+    }
+
+    #[test]
+    fn a_second_purge_within_the_interval_is_refused_with_the_time_left() {
+        let (mut replicas, a) = created();
+        let (mut op, _) = purge_until_margin(&mut replicas, purge_of(a.incarnation), 10_000);
+        assert!(op.on_clock(Millis(11_001)).answer.is_some());
+        let before = replicas.held.clone();
+        let (_, answer) = purge_until_margin(&mut replicas, purge_of(a.incarnation), 30_000);
+        assert_eq!(
+            answer,
+            Some(NameAnswer::Purge(PurgeAnswer::InProgress {
+                retry_after_ms: 40_000
+            }))
+        );
+        assert_eq!(replicas.held, before, "a refused purge writes nothing");
+        let (_, answer) = purge_until_margin(&mut replicas, purge_of(a.incarnation), 69_999);
+        assert_eq!(
+            answer,
+            Some(NameAnswer::Purge(PurgeAnswer::InProgress {
+                retry_after_ms: 1
+            }))
+        );
+        // As on one node: 60 s after the last purge's invocation it may purge again.
+        let (op, answer) = purge_until_margin(&mut replicas, purge_of(a.incarnation), 70_000);
+        assert_eq!(answer, None);
+        assert_eq!(op.waits_for_clock(), Some(Millis(71_001)));
+    }
+
+    #[test]
+    fn a_purge_of_another_or_a_deleted_incarnation_writes_nothing() {
+        let (mut replicas, a) = created();
+        let mut other = a.incarnation;
+        other.nonce += 1;
+        let before = replicas.held.clone();
+        let (_, answer) = purge_until_margin(&mut replicas, purge_of(other), 10_000);
+        assert_eq!(answer, Some(NameAnswer::Purge(PurgeAnswer::Gone)));
+        assert_eq!(replicas.held, before);
+        replicas.run(NameOp::delete(R, Millis(20_000)));
+        let (_, answer) = purge_until_margin(&mut replicas, purge_of(a.incarnation), 30_000);
+        assert_eq!(answer, Some(NameAnswer::Purge(PurgeAnswer::Gone)));
+    }
+
+    #[test]
+    fn a_watermark_read_takes_the_greatest_of_two_replies_and_writes_nothing() {
+        let (mut replicas, a) = created();
+        for (slot, watermark) in [(0, None), (1, Some(7)), (2, Some(9))] {
+            replicas.held[slot].purge_watermark = watermark.map(Millis);
+        }
+        let read = |held: &[NameRecord; REPLICAS], first: usize, second: usize, incarnation| {
+            let (mut op, effects) = NameOp::watermark(R, incarnation, Millis(50));
+            assert!(
+                effects
+                    .sends
+                    .iter()
+                    .all(|out| out.request == NameRequest::Read)
+            );
+            let mut replicas = Replicas { held: held.clone() };
+            let mut answer = None;
+            for slot in [first, second] {
+                let reply = replicas.answer(&effects.sends[slot]);
+                let step = op.on_reply(R[slot], 1, &reply);
+                assert!(step.sends.is_empty(), "nothing written back");
+                answer = answer.or(step.answer);
+            }
+            assert_eq!(op.settled(), None, "an unsettled read confirms nothing");
+            answer
+        };
+        let watermark = |w| Some(NameAnswer::Watermark(WatermarkAnswer::Read(w)));
+        let held = &replicas.held;
+        assert_eq!(read(held, 0, 1, a.incarnation), watermark(Some(Millis(7))));
+        assert_eq!(read(held, 0, 2, a.incarnation), watermark(Some(Millis(9))));
+        assert_eq!(read(held, 1, 2, a.incarnation), watermark(Some(Millis(9))));
+        let mut other = a.incarnation;
+        other.nonce += 1;
+        assert_eq!(
+            read(held, 0, 1, other),
+            Some(NameAnswer::Watermark(WatermarkAnswer::Gone))
+        );
+        // No record of the name on either replica: no purge was acknowledged.
+        let nothing = [
+            NameRecord::default(),
+            NameRecord::default(),
+            NameRecord::default(),
+        ];
+        assert_eq!(read(&nothing, 0, 1, a.incarnation), watermark(None));
+        // Collected (the next epoch's empty record): the incarnation is gone.
+        let mut collected_next = nothing.clone();
+        collected_next[0].epoch = 1;
+        assert_eq!(
+            read(&collected_next, 0, 1, a.incarnation),
+            Some(NameAnswer::Watermark(WatermarkAnswer::Gone))
+        );
+        // Deleted, the incarnation's watermark still holds for what is left of its messages.
+        replicas.run(NameOp::delete(R, Millis(100)));
+        assert!(matches!(
+            read(&replicas.held, 0, 1, a.incarnation),
+            Some(NameAnswer::Watermark(WatermarkAnswer::Read(Some(_))))
+        ));
     }
 
     proptest! {

@@ -304,6 +304,26 @@ impl Record {
         self.is_tombstone() || self.hidden(None)
     }
 
+    /// What a replica's sweep writes for this record under the queue's watermark `watermark` as
+    /// the node knows it (spec/replication.md §2, *Sweep*): the record with its purge mark
+    /// raised to the watermark, if it is live, entered at or below it and not yet marked
+    /// through it; `None` when there is nothing to mark. Never a tombstone: a later mover's
+    /// copy of the generation, entered above the mark, merges into a record that is live again
+    /// (planted bug `PurgeWritesTombstone` of the lifecycle model).
+    #[must_use]
+    pub fn swept(&self, watermark: Option<Millis>) -> Option<Record> {
+        let through = watermark?;
+        let live = self.live()?;
+        if live.entered_at > through || live.hidden_through >= Some(through) {
+            return None;
+        }
+        let mut marked = self.clone();
+        if let Body::Live(live) = &mut marked.body {
+            live.hidden_through = Some(through);
+        }
+        Some(marked)
+    }
+
     /// The current claim, if the record is live and was received in this generation.
     #[must_use]
     pub fn claim(&self) -> Option<Claim> {
@@ -586,6 +606,43 @@ mod tests {
             }
         }
         assert!(!order[0].ready() && !order[1].ready() && order[2].ready());
+    }
+
+    #[test]
+    fn a_sweep_marks_what_the_watermark_hides_and_a_later_entry_is_live_again() {
+        let mut entered = Record::sent(birth(1));
+        entered.generation = Generation(1);
+        if let Body::Live(live) = &mut entered.body {
+            live.entered_at = Millis(2_000);
+        }
+        assert_eq!(entered.swept(None), None, "never purged");
+        assert_eq!(
+            entered.swept(Some(Millis(1_999))),
+            None,
+            "entered after the purge"
+        );
+        let marked = entered
+            .swept(Some(Millis(2_000)))
+            .expect("hidden at the watermark");
+        assert_eq!(marked.live().unwrap().hidden_through, Some(Millis(2_000)));
+        assert!(marked.hidden(None), "its own mark hides it");
+        assert!(marked.collectable(), "collected as a tombstone is");
+        assert!(!marked.is_tombstone());
+        assert_eq!(marked.swept(Some(Millis(2_000))), None, "marked once");
+        let raised = marked
+            .swept(Some(Millis(5_000)))
+            .expect("a later purge raises the mark");
+        assert_eq!(raised.live().unwrap().hidden_through, Some(Millis(5_000)));
+        // A second mover's copy of the generation, entered after the purge: live again.
+        let mut later = entered.clone();
+        if let Body::Live(live) = &mut later.body {
+            live.entered_at = Millis(6_000);
+        }
+        let joined = raised.merge(&later).unwrap();
+        assert!(!joined.hidden(None));
+        assert!(!joined.collectable());
+        let tombstone = Record::tombstone(Generation(1), TombstoneReason::Deleted, Millis(1));
+        assert_eq!(tombstone.swept(Some(Millis(9_000))), None);
     }
 
     #[test]
