@@ -1124,7 +1124,10 @@ pub fn dead_letter_copy(source: &Record, source_queue: SourceQueue, now: Millis)
         body: Body::Live(Live {
             birth,
             entered_at: now,
-            hidden_through: live.hidden_through,
+            // A purge mark belongs to the queue whose watermark made it (spec §2): carried into
+            // the dead-letter queue it would hide the copy whenever the mover's clock reads
+            // less than the source's mark, a purge of `D` that never happened.
+            hidden_through: None,
             held: None,
             receive_count: live.receive_count,
             first_received_at: live.first_received_at,
@@ -2258,6 +2261,28 @@ mod tests {
                 .answer,
             Some(CollectAnswer::NotYet)
         );
+    }
+
+    #[test]
+    fn a_dead_letter_copy_leaves_the_source_queues_purge_mark_behind() {
+        // Live again in the source: a later mover's copy entered above the sweep's mark, and a
+        // mover whose clock reads less than that mark moves it on.
+        let mut source = sent();
+        if let Body::Live(live) = &mut source.body {
+            live.entered_at = Millis(5_000);
+            live.hidden_through = Some(Millis(4_000));
+        }
+        assert!(!source.hidden(None));
+        let copy = dead_letter_copy(
+            &source,
+            SourceQueue {
+                name: QueueName::try_from("jobs".to_string()).unwrap(),
+                incarnation: Incarnation::local(Millis(1)),
+            },
+            Millis(3_900),
+        );
+        assert_eq!(copy.live().unwrap().hidden_through, None);
+        assert!(!copy.hidden(None), "the dead-letter queue was never purged");
     }
 
     #[test]
