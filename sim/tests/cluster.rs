@@ -144,7 +144,9 @@ fn replay() {
 
 /// The seed that shows F1 under the old merge (sim/README.md, *Findings*). It was seed 10 until
 /// new databases began to join before they vote (spec/replication.md, *Stragglers and
-/// replacement*), which moved every trace; of seeds 0–39, 2, 14, 17, 20 and 21 show it now.
+/// replacement*), which moved every trace; of seeds 0–39, 2, 14, 17, 20 and 21 showed it then.
+/// Every receive call reading its queue's purge watermark (§2) moved them again: 11, 20, 23 and
+/// 25 show only F1, and at 20 and 25 a holder the old merge refused deletes under the fix.
 const F1_SEED: u64 = 20;
 
 /// Whether `message_id`'s delivery `receive_count` was deleted and every delete was refused as

@@ -29,7 +29,7 @@ use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Handle, MoveAnswer, SendAnswer, VisibilityAnswer,
 };
 use trireme_replication::dedup::DedupSendAnswer;
-use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer};
+use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer, PurgeAnswer};
 use trireme_replication::record::Birth;
 use trireme_replication::{Claim, Generation, NodeId, RecordKey};
 
@@ -339,9 +339,7 @@ impl ClusterEdge {
                 handle,
                 timeout_s,
             } => self.change_visibility(&queue, &handle, timeout_s).await,
-            Command::PurgeQueue { .. } => Err(EngineError::Unsupported {
-                action: "PurgeQueue",
-            }),
+            Command::PurgeQueue { name } => self.purge(&name).await,
             Command::DeadLetterNow { queue, handle } => self.dead_letter_now(&queue, &handle).await,
             Command::Redrive { .. } => Err(EngineError::Unsupported { action: "Redrive" }),
         }
@@ -487,6 +485,22 @@ impl ClusterEdge {
             }
             .into()),
             Err(ChangeQueueError::Unavailable) => Err(unavailable("changing the queue")),
+        }
+    }
+
+    /// spec/replication.md §2, *Purge*: the queue's live incarnation, then the watermark; the
+    /// single node's refusals (`QueueNotFound`, `PurgeInProgress` with the time left).
+    async fn purge(&self, name: &QueueName) -> Result<Outcome, EngineError> {
+        let known = self.known(name).await?;
+        match self.cluster.purge_queue(name, known.incarnation).await {
+            PurgeAnswer::Purged { .. } => Ok(Outcome::Done),
+            PurgeAnswer::InProgress { retry_after_ms } => Err(Reject::PurgeInProgress {
+                name: name.clone(),
+                retry_after_ms,
+            }
+            .into()),
+            PurgeAnswer::Gone => Err(not_found(name)),
+            PurgeAnswer::Unavailable => Err(unavailable("purging the queue")),
         }
     }
 
@@ -859,7 +873,9 @@ impl ClusterEdge {
         };
         let now = self.clock.now();
         let counts = self.cluster.store().view(|view| {
-            let (ready, in_flight, delayed) = view.counts(name, known.incarnation, now);
+            // What this node's copy of the watermark hides is gone (spec §11).
+            let (ready, in_flight, delayed) =
+                view.counts(name, known.incarnation, known.state.purge_watermark, now);
             MessageCounts {
                 ready,
                 in_flight,

@@ -51,6 +51,7 @@ use trireme_replication::dedup::{
     DedupKey, DedupOutgoing, DedupReply, DedupSendAnswer, DedupSendOp, DedupSendSettings,
     SendOutgoing,
 };
+use trireme_replication::name::WatermarkAnswer;
 use trireme_replication::placement::{Placement, REPLICAS, Ring, TooFewMembers};
 use trireme_replication::record::{Birth, Record, SourceQueue};
 use trireme_replication::skew::Standing;
@@ -453,7 +454,10 @@ impl Cluster {
 
     /// Receives up to `max` messages of the queue (spec/replication.md#receive-claim):
     /// candidates from the local view, each claimed through the quorum; messages at their
-    /// `maxReceiveCount` are moved to the dead-letter queue instead.
+    /// `maxReceiveCount` are moved to the dead-letter queue instead. The queue's purge
+    /// watermark is read by quorum once per call, in parallel with the candidates' record
+    /// reads, and no claim is decided without it (§2): a call whose watermark read fails
+    /// delivers nothing.
     pub async fn receive(
         &self,
         queue: &QueueName,
@@ -469,16 +473,34 @@ impl Cluster {
         // mostly claim different messages instead of racing for the same oldest ones, also
         // while a peer is down (spec/replication.md, the paragraph after receive step 7, and
         // Considerations, *Candidate order* and *Split claims (F2)*).
-        let mut candidates = self
-            .inner
-            .store
-            .view(|view| view.candidates(queue, incarnation, now, max.saturating_mul(REPLICAS)));
+        let known_watermark = self.known_watermark(queue, incarnation);
+        let mut candidates = self.inner.store.view(|view| {
+            view.candidates(
+                queue,
+                incarnation,
+                known_watermark,
+                now,
+                max.saturating_mul(REPLICAS),
+            )
+        });
+        if candidates.is_empty() {
+            // Nothing to decide: no record read, and so no watermark read either.
+            return Vec::new();
+        }
         let me = self.inner.me.node;
         candidates.sort_by_key(|id| {
             let replicas = self.inner.ring.replicas(queue, *id);
             owner(&replicas, |peer| peer != me && self.inner.peers.down(peer)) != Some(me)
         });
         candidates.truncate(max);
+        let (watermark_read, watermark) = tokio::sync::watch::channel(None);
+        let reader = self.clone();
+        let name = queue.clone();
+        let watermark_task = tokio::spawn(async move {
+            let answer = reader.queue_watermark(&name, incarnation).await;
+            // Every claim may have ended already (each has its own deadline): nobody listens.
+            let _ = watermark_read.send(Some(answer));
+        });
         let mut claims = JoinSet::new();
         for id in candidates {
             let key = RecordKey {
@@ -492,14 +514,36 @@ impl Cluster {
                 visibility_timeout_ms,
                 max_receive_count: dead_letter.map(|d| d.max_receive_count),
                 nonce: self.nonce(),
-                // Purge watermarks come with replicated queue records (spec §1, §2).
-                purged_through: None,
+                // A lower bound; the quorum read's watermark raises it (`on_watermark`).
+                purged_through: known_watermark,
             };
             let cluster = self.clone();
             let dead_letter = dead_letter.cloned();
+            let mut watermark = watermark.clone();
             claims.spawn(async move {
-                let (op, effects) = ReceiveOp::start(key.clone(), cluster.replicas(&key), settings);
-                match cluster.run(op, effects).await {
+                let (op, effects) = ReceiveOp::start_reading_watermark(
+                    key.clone(),
+                    cluster.replicas(&key),
+                    settings,
+                );
+                let read = async move {
+                    watermark
+                        .wait_for(Option::is_some)
+                        .await
+                        .ok()
+                        .and_then(|answer| *answer)
+                };
+                let with_watermark = |op: &mut ReceiveOp, answer: Option<WatermarkAnswer>| {
+                    match answer {
+                        Some(WatermarkAnswer::Read(watermark)) => op.on_watermark(watermark),
+                        // Gone (the incarnation was deleted) or unavailable: without the
+                        // watermark nothing may be delivered.
+                        Some(WatermarkAnswer::Gone | WatermarkAnswer::Unavailable) | None => {
+                            op.on_timeout()
+                        }
+                    }
+                };
+                match cluster.run_with(op, effects, read, with_watermark).await {
                     ReceiveAnswer::Delivered(record) => {
                         let claim = record.claim().expect("a delivery holds its claim");
                         Some(Delivered {
@@ -533,6 +577,8 @@ impl Cluster {
                 delivered.push(message);
             }
         }
+        // Every claim has answered; the read, if still waiting for its quorum, is not needed.
+        watermark_task.abort();
         delivered.sort_by_key(|d| (d.record.live().map(|l| l.entered_at), d.key.message));
         delivered
     }
@@ -581,20 +627,27 @@ impl Cluster {
     }
 
     /// Moves the message `handle` holds to `dead_letter` at once (spec/replication.md §7,
-    /// *Dead-letter now, replicated*): the read and the handle's classification, then the move
-    /// of the record read, whose tombstone is conditioned on the claim it holds.
+    /// *Dead-letter now, replicated*): the source queue's purge watermark by quorum (§2: a
+    /// record it hides is not in flight), the read and the handle's classification, then the
+    /// move of the record read, whose tombstone is conditioned on the claim it holds.
     pub async fn dead_letter_now(
         &self,
         key: &RecordKey,
         handle: Handle,
         dead_letter: &DeadLetter,
     ) -> Result<MoveAnswer, DeadLetterNowAnswer> {
+        let purged_through = match self.queue_watermark(&key.queue, key.incarnation).await {
+            WatermarkAnswer::Read(watermark) => watermark,
+            // Its queue's incarnation is gone, and the message with it.
+            WatermarkAnswer::Gone => return Err(DeadLetterNowAnswer::NotInFlight),
+            WatermarkAnswer::Unavailable => return Err(DeadLetterNowAnswer::Unavailable),
+        };
         let now = self.inner.me.clock.now();
         let (op, effects) = HandleOp::start(
             key.clone(),
             self.replicas(key),
             handle,
-            HandleAction::DeadLetterNow,
+            HandleAction::DeadLetterNow { purged_through },
             now,
         );
         match self.run(op, effects).await {
@@ -637,12 +690,30 @@ impl Cluster {
     }
 
     /// Runs `op` from its first `effects` to its answer, or to its deadline.
-    async fn run<O: Operation>(&self, mut op: O, mut effects: Effects<O::Answer>) -> O::Answer {
+    async fn run<O: Operation>(&self, op: O, effects: Effects<O::Answer>) -> O::Answer {
+        let never = std::future::pending::<()>();
+        self.run_with(op, effects, never, |_, ()| {
+            unreachable!("a pending future never resolves")
+        })
+        .await
+    }
+
+    /// Runs `op` as [`Cluster::run`] does, also feeding it, once, the value `input` resolves
+    /// to through `on_input` (a receive's watermark read).
+    async fn run_with<O: Operation, T>(
+        &self,
+        mut op: O,
+        mut effects: Effects<O::Answer>,
+        input: impl std::future::Future<Output = T>,
+        on_input: impl FnOnce(&mut O, T) -> Effects<O::Answer>,
+    ) -> O::Answer {
         let (replies, mut incoming) = mpsc::unbounded_channel();
         let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
         // Set when the operation's write round splits (spec/replication.md, receive step 7):
         // its third replica gets `SPLIT_WAIT` from then, within the operation's deadline.
         let mut split_deadline: Option<tokio::time::Instant> = None;
+        let mut input = std::pin::pin!(input);
+        let mut on_input = Some(on_input);
         loop {
             if let Some(answer) = effects.answer.take() {
                 // Requests the answering step still sent (read repairs) go out unawaited.
@@ -673,6 +744,10 @@ impl Cluster {
                         split_deadline = None;
                     }
                     effects
+                }
+                value = &mut input, if on_input.is_some() => {
+                    let on_input = on_input.take().expect("guarded by is_some");
+                    on_input(&mut op, value)
                 }
                 () = tokio::time::sleep_until(deadline) => op.on_timeout(),
             };

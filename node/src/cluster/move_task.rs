@@ -394,10 +394,13 @@ impl Cluster {
     /// more (a member that did not answer took its counts with it).
     pub async fn dead_letters(&self, key: &TaskKey, max: usize) -> (BTreeSet<MessageId>, u64) {
         let now = self.inner.me.clock.now();
+        // What this node's copy of the source's watermark hides is neither offered nor counted.
+        let purged_through = self.known_watermark(&key.queue, key.incarnation);
         let (mine, ready) = self.inner.store.view(|view| {
             (
-                view.candidates(&key.queue, key.incarnation, now, max),
-                view.counts(&key.queue, key.incarnation, now).0,
+                view.candidates(&key.queue, key.incarnation, purged_through, now, max),
+                view.counts(&key.queue, key.incarnation, purged_through, now)
+                    .0,
             )
         });
         let mut ids: BTreeSet<MessageId> = mine.into_iter().collect();

@@ -9,26 +9,35 @@
 //! the view while a settled source confirmed its live incarnation within `VIEW_REFRESH_MS`, and
 //! does a settled read otherwise (§11, a local miss never answers from the view).
 //!
+//! A purge (§2) is a name operation too: its guard's settled read, the watermark to the three
+//! replicas, and the wait until this node's clock passes the watermark's margin, which the
+//! operation is told by readings of the clock. A receive's quorum read of the watermark is one.
+//!
 //! A background sweeper drops the message records of deleted incarnations once their tombstone
-//! is in the view (§1, *Delete*). This module decides nothing the crate decides: it runs
-//! operations, feeds them replies, keeps the view and the hybrid clock.
+//! is in the view (§1, *Delete*), and puts the purge mark on the live records the view's
+//! watermark hides (§2, *Sweep*). This module decides nothing the crate decides: it runs
+//! operations, feeds them replies and clock readings, keeps the view and the hybrid clock.
 
 use std::collections::BTreeMap;
+
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use trireme_core::{Millis, QueueName};
-use trireme_replication::NodeId;
-use trireme_replication::coordinator::Effects;
+use trireme_replication::coordinator::{Effects, Request};
 use trireme_replication::name::{
     Change, ChangeAnswer, CreateAnswer, DeleteQueueAnswer, NameAnswer, NameOp, NameOutgoing,
-    NameRecord, NameReply, NameRequest, Proposal, QueueIncarnation, ReadAnswer,
+    NameRecord, NameReply, NameRequest, Proposal, Purge, PurgeAnswer, QueueIncarnation, ReadAnswer,
+    WatermarkAnswer,
 };
 use trireme_replication::placement::REPLICAS;
+use trireme_replication::replica::Write;
+use trireme_replication::{NodeId, RecordKey};
 
-use super::Cluster;
-use super::store::{NameEntry, NameView, ReplicaStore};
+use super::store::{Entry, NameEntry, NameView, ReplicaStore};
+use super::{Cluster, SKEW_MAX_MS};
 
 /// `VIEW_REFRESH` (spec §1): the view answers for a name at most this long after a settled
 /// source last confirmed it.
@@ -108,33 +117,61 @@ impl Drop for Sweeper {
 }
 
 impl Sweeper {
-    /// Starts the sweeper on `store`: a walk at once if any incarnation is known deleted (a
-    /// restart resumes an unfinished drop), and one after every commit that learned a deletion.
+    /// Starts the sweeper on `store`: a walk at once if any incarnation is known deleted or any
+    /// queue purged (a restart resumes an unfinished drop or marking), and one after every
+    /// commit that learned a deletion or raised a watermark.
     pub(super) fn spawn(store: ReplicaStore) -> Sweeper {
         let mut deletions = store.deletions();
+        let mut purges = store.purges();
         Sweeper(tokio::spawn(async move {
-            if store.names(NameView::any_deleted) {
+            if store.names(|view| view.any_deleted() || view.any_purged()) {
                 sweep(&store).await;
             }
-            // The sender lives in the store this task holds: `changed` never fails here.
-            while deletions.changed().await.is_ok() {
+            loop {
+                // The senders live in the store this task holds: `changed` never fails here.
+                let changed = tokio::select! {
+                    changed = deletions.changed() => changed,
+                    changed = purges.changed() => changed,
+                };
+                if changed.is_err() {
+                    return;
+                }
+                // One walk serves every change seen so far.
+                deletions.mark_unchanged();
+                purges.mark_unchanged();
                 sweep(&store).await;
             }
         }))
     }
 }
 
-/// One walk over every message record, dropping those of deleted incarnations, in steps of
-/// `SWEEP_ROWS_PER_STEP` rows; returns how many it dropped. A failure is logged; the next
-/// deletion (or restart) walks again.
-async fn sweep(store: &ReplicaStore) -> usize {
+/// What one walk of the sweeper did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Records of deleted incarnations dropped.
+    pub dropped: usize,
+    /// Live records given the purge mark of the watermark that hides them.
+    pub marked: usize,
+}
+
+/// One walk over every message record, in steps of `SWEEP_ROWS_PER_STEP` rows: records of
+/// deleted incarnations are dropped, and live records the view's watermark of their
+/// incarnation hides get its purge mark (`Record::swept`, a merge through the store like any
+/// write, so a record that changed since the walk read it merges with the mark). A failure is
+/// logged; the next deletion or purge (or restart) walks again.
+async fn sweep(store: &ReplicaStore) -> Swept {
     let mut after: Option<Vec<u8>> = None;
-    let mut dropped = 0;
+    let mut swept = Swept::default();
     loop {
         let (walker, from) = (store.clone(), after.take());
         let walk = tokio::task::spawn_blocking(move || {
-            walker.scan(from.as_deref(), SWEEP_ROWS_PER_STEP, |key, _| {
-                walker.names(|view| view.is_deleted(key))
+            walker.scan(from.as_deref(), SWEEP_ROWS_PER_STEP, |key, record| {
+                walker.names(|view| {
+                    view.is_deleted(key)
+                        || record
+                            .swept(view.watermark(&key.queue, key.incarnation))
+                            .is_some()
+                })
             })
         })
         .await
@@ -142,27 +179,57 @@ async fn sweep(store: &ReplicaStore) -> usize {
         let walk = match walk {
             Ok(walk) => walk,
             Err(error) => {
-                warn!(%error, "the sweep of deleted queues' messages failed");
-                return dropped;
+                warn!(%error, "the sweep of deleted and purged queues' messages failed");
+                return swept;
             }
         };
-        let keys: Vec<_> = walk.selected.into_iter().map(|(key, _)| key).collect();
+        let (deleted, marks): (Vec<_>, Vec<_>) = store.names(|view| {
+            walk.selected
+                .into_iter()
+                .partition(|(key, _)| view.is_deleted(key))
+        });
+        let keys: Vec<RecordKey> = deleted.into_iter().map(|(key, _)| key).collect();
         if !keys.is_empty() {
             match store.drop_deleted(keys).await {
-                Ok(count) => dropped += count,
+                Ok(count) => swept.dropped += count,
                 Err(error) => {
                     warn!(%error, "dropping deleted queues' messages failed");
-                    return dropped;
+                    return swept;
                 }
             }
+        }
+        let entries: Vec<Entry> = store.names(|view| {
+            marks
+                .into_iter()
+                .filter_map(|(key, record)| {
+                    let marked = record.swept(view.watermark(&key.queue, key.incarnation))?;
+                    let write = Box::new(Write::Merge(marked));
+                    Some(Entry {
+                        key,
+                        request: Request::Write { write, ack: true },
+                    })
+                })
+                .collect()
+        });
+        if !entries.is_empty() {
+            let count = entries.len();
+            if let Err(error) = store.apply(entries).await {
+                warn!(%error, "marking purged queues' messages failed");
+                return swept;
+            }
+            swept.marked += count;
         }
         match walk.last {
             Some(last) => after = Some(last),
             None => break,
         }
     }
-    debug!(dropped, "swept the messages of deleted queues");
-    dropped
+    debug!(
+        dropped = swept.dropped,
+        marked = swept.marked,
+        "swept deleted and purged queues' messages"
+    );
+    swept
 }
 
 impl Cluster {
@@ -316,11 +383,78 @@ impl Cluster {
         }
     }
 
-    /// Walks this node's message records once now and drops those of every incarnation its view
-    /// knows deleted (what the background sweeper does after each deletion it learns); returns
-    /// how many it dropped.
+    /// Walks this node's message records once now, drops those of every incarnation its view
+    /// knows deleted and marks those its view's watermarks hide (what the background sweeper
+    /// does after each deletion or purge it learns); returns how many it dropped.
     pub async fn sweep_deleted(&self) -> usize {
+        sweep(&self.inner.store).await.dropped
+    }
+
+    /// As [`Cluster::sweep_deleted`], returning what the walk dropped and marked.
+    pub async fn sweep(&self) -> Swept {
         sweep(&self.inner.store).await
+    }
+
+    /// Purges the queue's `incarnation` (spec/replication.md §2, *Purge*): the guard on a
+    /// settled read, the watermark `now + SKEW_MAX` to the name's three replicas, and the answer
+    /// only once two acked and this node's clock reads more than `watermark + SKEW_MAX`. The
+    /// settled record with the watermark enters this node's view and is pushed to every other
+    /// member's, so their sweeps, counts and candidates leave the purged records out.
+    pub async fn purge_queue(
+        &self,
+        name: &QueueName,
+        incarnation: QueueIncarnation,
+    ) -> PurgeAnswer {
+        let now = self.inner.me.clock.now();
+        let purge = Purge {
+            incarnation,
+            skew_ms: SKEW_MAX_MS,
+            interval_ms: trireme_core::limits::purge_interval_ms,
+        };
+        let (op, effects) = NameOp::purge(self.name_replicas(name), purge, now);
+        // The margin's wait is part of the purge: it comes on top of the quorum's timeout.
+        let deadline = tokio::time::Instant::now()
+            + self.inner.operation_timeout
+            + Duration::from_millis(2 * SKEW_MAX_MS + 1);
+        let (answer, settled) = self.run_name_until(name, op, effects, deadline).await;
+        let NameAnswer::Purge(answer) = answer else {
+            unreachable!("a purge answers as a purge");
+        };
+        if let Some(record) = settled {
+            if matches!(answer, PurgeAnswer::Purged { .. }) {
+                self.push_to_views(name, &record);
+            }
+            self.learn(name, &record).await;
+        }
+        answer
+    }
+
+    /// The purge watermark of the queue's `incarnation` by a quorum read of its name's replicas
+    /// (spec §2, *Receive* step 1): the greatest of two replies, nothing written back.
+    pub async fn queue_watermark(
+        &self,
+        name: &QueueName,
+        incarnation: QueueIncarnation,
+    ) -> WatermarkAnswer {
+        let now = self.inner.me.clock.now();
+        let (op, effects) = NameOp::watermark(self.name_replicas(name), incarnation, now);
+        match self.run_name(name, op, effects).await.0 {
+            NameAnswer::Watermark(answer) => answer,
+            _ => unreachable!("a watermark read answers as one"),
+        }
+    }
+
+    /// This node's copy of the purge watermark of the queue's `incarnation` (its name view): a
+    /// lower bound of the replicas' (spec §2: enough for the sweep, not for the receive).
+    #[must_use]
+    pub fn known_watermark(
+        &self,
+        name: &QueueName,
+        incarnation: QueueIncarnation,
+    ) -> Option<Millis> {
+        self.inner
+            .store
+            .names(|view| view.watermark(name, incarnation))
     }
 
     /// The live names in this node's view, in name order (spec §11, `ListQueues`: a snapshot
@@ -413,16 +547,33 @@ impl Cluster {
     async fn run_name(
         &self,
         name: &QueueName,
+        op: NameOp,
+        effects: Effects<NameAnswer, NameOutgoing>,
+    ) -> (NameAnswer, Option<NameRecord>) {
+        let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
+        self.run_name_until(name, op, effects, deadline).await
+    }
+
+    /// Runs a name operation to its answer or `deadline`. An operation that waits for this
+    /// node's clock (a purge's margin) is given a reading each time the clock should have
+    /// reached the awaited one, until it has: the clock is the node's [`crate::clock::Clock`],
+    /// which need not run with the runtime's timer.
+    async fn run_name_until(
+        &self,
+        name: &QueueName,
         mut op: NameOp,
         mut effects: Effects<NameAnswer, NameOutgoing>,
+        deadline: tokio::time::Instant,
     ) -> (NameAnswer, Option<NameRecord>) {
         let (replies, mut incoming) = mpsc::unbounded_channel();
-        let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
         loop {
             if let Some(answer) = effects.answer.take() {
                 return (answer, op.settled().cloned());
             }
             self.dispatch_names(name, std::mem::take(&mut effects.sends), &replies);
+            let clock_wait = op
+                .waits_for_clock()
+                .map(|at| Duration::from_millis(at.since(self.inner.me.clock.now())));
             effects = tokio::select! {
                 // As `run`: a reply that arrives with the deadline counts, and no random draw.
                 biased;
@@ -430,6 +581,9 @@ impl Cluster {
                     let (from, round, reply): (NodeId, u32, NameReply) =
                         reply.expect("the operation holds a sender of its own replies");
                     op.on_reply(from, round, &reply)
+                }
+                () = tokio::time::sleep(clock_wait.unwrap_or_default()), if clock_wait.is_some() => {
+                    op.on_clock(self.inner.me.clock.now())
                 }
                 () = tokio::time::sleep_until(deadline) => op.on_timeout(),
             };

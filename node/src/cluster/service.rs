@@ -166,10 +166,14 @@ impl pb::replica_server::Replica for ReplicaService {
             .unwrap_or(usize::MAX)
             .clamp(1, CANDIDATES_PER_REPLY_MAX);
         let now = self.me.clock.now();
+        // What this node's copy of the queue's watermark hides is neither offered nor counted.
+        let purged_through = self
+            .store
+            .names(|names| names.watermark(&queue, incarnation));
         let (messages, ready) = self.store.view(|view| {
             (
-                view.candidates(&queue, incarnation, now, limit),
-                view.counts(&queue, incarnation, now).0,
+                view.candidates(&queue, incarnation, purged_through, now, limit),
+                view.counts(&queue, incarnation, purged_through, now).0,
             )
         });
         Ok(Response::new(pb::CandidatesReply {

@@ -389,12 +389,14 @@ impl LocalView {
     }
 
     /// Up to `max` messages of the queue that look visible at `now` by this replica's records,
-    /// oldest first. A hint only: the quorum read decides.
+    /// oldest first, leaving out what the watermark `purged_through` (this node's copy) hides. A
+    /// hint only: the quorum read decides.
     #[must_use]
     pub fn candidates(
         &self,
         queue: &QueueName,
         incarnation: Incarnation,
+        purged_through: Option<Millis>,
         now: Millis,
         max: usize,
     ) -> Vec<MessageId> {
@@ -404,6 +406,7 @@ impl LocalView {
         queue
             .order
             .iter()
+            .filter(|(entered_at, _)| Some(*entered_at) > purged_through)
             .filter(|(_, id)| queue.seen[id].visible_at <= now)
             .take(max)
             .map(|(_, id)| *id)
@@ -411,12 +414,14 @@ impl LocalView {
     }
 
     /// `(ready, in flight, delayed)` among the queue's live records at `now` by this replica's
-    /// records (spec/replication.md §11: approximate, as SQS's counts are).
+    /// records, leaving out what the watermark `purged_through` (this node's copy) hides
+    /// (spec/replication.md §11: approximate, as SQS's counts are).
     #[must_use]
     pub fn counts(
         &self,
         queue: &QueueName,
         incarnation: Incarnation,
+        purged_through: Option<Millis>,
         now: Millis,
     ) -> (u64, u64, u64) {
         let Some(queue) = self.queues.get(&(queue.clone(), incarnation)) else {
@@ -424,6 +429,9 @@ impl LocalView {
         };
         let mut counts = (0, 0, 0);
         for seen in queue.seen.values() {
+            if Some(seen.entered_at) <= purged_through {
+                continue;
+            }
             if seen.visible_at <= now {
                 counts.0 += 1;
             } else if seen.received {
@@ -503,14 +511,37 @@ impl NameView {
         !self.deleted.is_empty()
     }
 
-    /// Merges `record` into the view; `settled_at` when it comes from a settled source.
-    fn merge(&mut self, name: &QueueName, record: &NameRecord, settled_at: Option<Millis>) {
+    /// This node's copy of the purge watermark of `name`'s `incarnation` (spec/replication.md
+    /// §2): what the view's record holds while that incarnation is its epoch's, deleted or not.
+    /// It may lag the replicas; it only ever grows.
+    #[must_use]
+    pub fn watermark(&self, name: &QueueName, incarnation: Incarnation) -> Option<Millis> {
+        let record = &self.names.get(name)?.record;
+        let decided = record.decided()?.incarnation;
+        (decided == incarnation)
+            .then_some(record.purge_watermark)
+            .flatten()
+    }
+
+    /// Whether any name's record holds a purge watermark.
+    #[must_use]
+    pub fn any_purged(&self) -> bool {
+        self.names
+            .values()
+            .any(|viewed| viewed.record.purge_watermark.is_some())
+    }
+
+    /// Merges `record` into the view; `settled_at` when it comes from a settled source. Returns
+    /// whether the name's watermark rose (the sweep has records to mark).
+    fn merge(&mut self, name: &QueueName, record: &NameRecord, settled_at: Option<Millis>) -> bool {
         if let Some(incarnation) = tombstoned(record) {
             self.deleted.insert((name.clone(), incarnation));
         }
         let viewed = self.names.entry(name.clone()).or_default();
         let before = live_incarnation(&viewed.record);
+        let watermark_before = viewed.record.purge_watermark;
         viewed.record = viewed.record.merge(record);
+        let purged = viewed.record.purge_watermark > watermark_before;
         let after = live_incarnation(&viewed.record);
         match settled_at {
             Some(now) if after.is_some() && after == live_incarnation(record) => {
@@ -519,6 +550,7 @@ impl NameView {
             _ if after != before => viewed.confirmed_at = None,
             _ => {}
         }
+        purged
     }
 }
 
@@ -583,6 +615,8 @@ struct Views {
     records: Arc<Mutex<LocalView>>,
     names: Arc<Mutex<NameView>>,
     deletions: watch::Sender<u64>,
+    /// Bumped after each commit that raised a name's purge watermark in the view.
+    purges: watch::Sender<u64>,
     /// The deduplication window and the clock its end is read from (spec/replication.md §4,
     /// *WindowEnd*), once the cluster has set them: a held or void copy written after its
     /// window's end is refused. Unset (a store nobody coordinates for), nothing is refused.
@@ -696,6 +730,7 @@ impl ReplicaStore {
             records: Arc::new(Mutex::new(rebuild_view(&db)?)),
             names: Arc::new(Mutex::new(rebuild_name_view(&db)?)),
             deletions: watch::Sender::new(0),
+            purges: watch::Sender::new(0),
             dedup_window: Arc::new(OnceLock::new()),
             failed: Arc::new(OnceLock::new()),
         };
@@ -1093,6 +1128,14 @@ impl ReplicaStore {
     #[must_use]
     pub fn deletions(&self) -> watch::Receiver<u64> {
         self.views.deletions.subscribe()
+    }
+
+    /// A counter of the purge watermarks the name view learned, bumped after each commit that
+    /// raised one: a watcher wakes to mark the records it hides (spec/replication.md §2,
+    /// *Sweep*).
+    #[must_use]
+    pub fn purges(&self) -> watch::Receiver<u64> {
+        self.views.purges.subscribe()
     }
 
     /// Every name record this replica holds, in name order (inspection, convergence checks and
@@ -1526,11 +1569,15 @@ fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
                     .names
                     .lock()
                     .expect("the name view lock is never poisoned");
+                let mut purges = 0;
                 for (name, record) in &applied.names {
-                    names.merge(name, record, None);
+                    purges += u64::from(names.merge(name, record, None));
                 }
                 for (name, record, now) in &applied.learned {
-                    names.merge(name, record, *now);
+                    purges += u64::from(names.merge(name, record, *now));
+                }
+                if purges > 0 {
+                    views.purges.send_modify(|count| *count += purges);
                 }
             }
             if applied.deletions > 0 {
@@ -1763,7 +1810,16 @@ fn apply_entry(
         Request::Read => return Ok(Reply::Record(held)),
         Request::Write { write, .. } => write,
     };
-    if deleted(names_view, &entry.key) {
+    let (deleted, watermark) = {
+        let view = names_view
+            .lock()
+            .expect("the name view lock is never poisoned");
+        (
+            view.is_deleted(&entry.key),
+            view.watermark(&entry.key.queue, entry.key.incarnation),
+        )
+    };
+    if deleted {
         // spec/replication.md §1: a late write under a deleted incarnation is dropped again;
         // its message went with its queue.
         return Ok(Reply::Ack);
@@ -1778,6 +1834,10 @@ fn apply_entry(
     let acks = verdict.acks();
     match verdict {
         Verdict::Store(Some(record)) => {
+            // spec/replication.md §2, *Sweep*: a record the view's watermark hides is stored with
+            // its purge mark, a sweep of this one record as it lands (one more merge), so that a
+            // write arriving after the sweeper's walk is marked too.
+            let record = record.swept(watermark).unwrap_or(record);
             let value = codec::encode_framed(&record);
             tables
                 .records
@@ -2145,6 +2205,7 @@ mod tests {
             store.view(|view| view.candidates(
                 &key().queue,
                 Incarnation::local(Millis(1)),
+                None,
                 Millis(10),
                 5
             )),

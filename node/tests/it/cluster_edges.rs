@@ -28,7 +28,7 @@ const MOVE_TASK_LEASE_MS: u64 = 2_000;
 
 /// One member: its node, its gRPC client, its SQS address, and what it was started with.
 pub(crate) struct Member {
-    node: Option<Node>,
+    pub(crate) node: Option<Node>,
     client: Client,
     pub(crate) sqs: SocketAddr,
     config: Config,

@@ -332,7 +332,7 @@ impl Front {
             Request::Count => {
                 let (ready, live) = self.cluster.store().view(|view| {
                     (
-                        view.candidates(&queue(), INCARNATION, now, usize::MAX)
+                        view.candidates(&queue(), INCARNATION, None, now, usize::MAX)
                             .len(),
                         view.live(&queue(), INCARNATION),
                     )
