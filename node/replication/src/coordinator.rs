@@ -361,6 +361,9 @@ pub struct ReceiveSettings {
     /// that entered at or before it reads as gone. A receive started with
     /// [`ReceiveOp::start_reading_watermark`] raises it to the quorum read's before deciding.
     pub purged_through: Option<Millis>,
+    /// The queue's `MessageRetentionPeriod` as this node knows it (spec/replication.md §3): a
+    /// record whose original send is at least this long before `now` reads as gone.
+    pub retention_ms: u64,
 }
 
 /// Why a receive found nothing to deliver.
@@ -567,6 +570,10 @@ impl ReceiveOp {
             return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
         };
         if record.hidden(settings.purged_through) {
+            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
+        }
+        // §3, receive step 3: expired by this coordinator's clock, whatever the sweeps did.
+        if live.birth.sent_at.plus_ms(settings.retention_ms) <= settings.now {
             return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
         }
         if !record.ready() {
@@ -1571,6 +1578,7 @@ mod tests {
             max_receive_count,
             nonce: 77,
             purged_through: None,
+            retention_ms: 4 * 24 * HOUR_MS,
         }
     }
 
@@ -1683,6 +1691,20 @@ mod tests {
         );
         assert!(!op.split());
         assert_eq!(op.on_split_wait().answer, None, "already answered");
+    }
+
+    #[test]
+    fn a_message_past_its_retention_by_the_coordinator_s_clock_is_nothing_to_receive() {
+        let retention_ms = 4 * 24 * HOUR_MS;
+        // `sent()` was sent at 1,000 ms: it lives until 1,000 + retention, exclusive.
+        let last_ms = 1_000 + retention_ms - 1;
+        let (_, answers) = receive(&sent(), last_ms, true);
+        assert!(
+            matches!(answers.as_slice(), [ReceiveAnswer::Delivered(_)]),
+            "{answers:?}"
+        );
+        let (_, answers) = receive(&sent(), last_ms + 1, true);
+        assert_eq!(answers, vec![ReceiveAnswer::Nothing(NothingBecause::Gone)]);
     }
 
     #[test]

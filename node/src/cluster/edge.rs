@@ -627,6 +627,7 @@ impl ClusterEdge {
                     known.incarnation,
                     max as usize,
                     u64::from(visibility_s) * 1_000,
+                    known.attributes.retention_ms(),
                     dead_letter.as_ref(),
                 )
                 .await;

@@ -22,6 +22,7 @@
 pub mod anti_entropy;
 pub mod collection;
 pub mod edge;
+pub mod expiry;
 pub mod join;
 pub mod move_task;
 pub mod names;
@@ -289,6 +290,7 @@ impl Cluster {
                 .clone()
                 .join(anti_entropy::AntiEntropySettings::default()),
         );
+        expiry::spawn(Arc::downgrade(&cluster.inner));
         Ok((cluster, service))
     }
 
@@ -457,13 +459,15 @@ impl Cluster {
     /// `maxReceiveCount` are moved to the dead-letter queue instead. The queue's purge
     /// watermark is read by quorum once per call, in parallel with the candidates' record
     /// reads, and no claim is decided without it (§2): a call whose watermark read fails
-    /// delivers nothing.
+    /// delivers nothing. A message past `retention_ms` since its original send by this node's
+    /// clock is nothing to receive (§3).
     pub async fn receive(
         &self,
         queue: &QueueName,
         incarnation: Incarnation,
         max: usize,
         visibility_timeout_ms: u64,
+        retention_ms: u64,
         dead_letter: Option<&DeadLetter>,
     ) -> Vec<Delivered> {
         let now = self.inner.me.clock.now();
@@ -516,6 +520,7 @@ impl Cluster {
                 nonce: self.nonce(),
                 // A lower bound; the quorum read's watermark raises it (`on_watermark`).
                 purged_through: known_watermark,
+                retention_ms,
             };
             let cluster = self.clone();
             let dead_letter = dead_letter.cloned();

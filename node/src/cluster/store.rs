@@ -342,6 +342,8 @@ struct Job {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Seen {
     entered_at: Millis,
+    /// The original send: retention counts from it (spec/replication.md §3).
+    sent_at: Millis,
     /// The later of the claim's deadline and the delay's end.
     visible_at: Millis,
     /// Whether a receive holds it (so until `visible_at` it is in flight, not delayed).
@@ -359,6 +361,8 @@ struct Queue {
     seen: BTreeMap<MessageId, Seen>,
     /// `(entered_at, id)` of every live record: oldest first.
     order: BTreeSet<(Millis, MessageId)>,
+    /// `(sent_at, id)` of every live record: the first to expire first.
+    by_sent: BTreeSet<(Millis, MessageId)>,
 }
 
 impl LocalView {
@@ -369,6 +373,7 @@ impl LocalView {
             .or_default();
         if let Some(old) = queue.seen.remove(&key.message) {
             queue.order.remove(&(old.entered_at, key.message));
+            queue.by_sent.remove(&(old.sent_at, key.message));
         }
         // A held or void copy (spec/replication.md §4) is neither a candidate nor counted.
         if let Some(live) = record
@@ -378,6 +383,7 @@ impl LocalView {
             let deadline = live.held.map_or(Millis(0), |held| held.deadline);
             let seen = Seen {
                 entered_at: live.entered_at,
+                sent_at: live.birth.sent_at,
                 visible_at: deadline.max(live.birth.visible_from),
                 received: live
                     .held
@@ -385,7 +391,31 @@ impl LocalView {
             };
             queue.seen.insert(key.message, seen);
             queue.order.insert((seen.entered_at, key.message));
+            queue.by_sent.insert((seen.sent_at, key.message));
         }
+    }
+
+    /// Up to `max` live records of the queue past `retention_ms` since their original send at
+    /// `now` (spec/replication.md §3), the first sent first.
+    #[must_use]
+    pub fn expired(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        retention_ms: u64,
+        now: Millis,
+        max: usize,
+    ) -> Vec<MessageId> {
+        let Some(queue) = self.queues.get(&(queue.clone(), incarnation)) else {
+            return Vec::new();
+        };
+        queue
+            .by_sent
+            .iter()
+            .take_while(|(sent_at, _)| sent_at.plus_ms(retention_ms) <= now)
+            .take(max)
+            .map(|(_, id)| *id)
+            .collect()
     }
 
     /// Up to `max` messages of the queue that look visible at `now` by this replica's records,

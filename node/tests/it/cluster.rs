@@ -23,6 +23,8 @@ use trireme_replication::NodeId;
 use trireme_replication::coordinator::{DeleteAnswer, SendAnswer, VisibilityAnswer};
 use trireme_replication::record::Birth;
 
+/// The default `MessageRetentionPeriod` (4 days): nothing in these tests expires.
+const RETENTION_MS: u64 = 4 * 24 * 3_600_000;
 const INCARNATION: Incarnation = Incarnation::local(Millis(1));
 
 pub(super) fn queue(name: &str) -> QueueName {
@@ -215,7 +217,7 @@ async fn receive(member: &Member, name: &str, max: usize, visibility_ms: u64) ->
     member
         .call(move |cluster| async move {
             cluster
-                .receive(&name, INCARNATION, max, visibility_ms, None)
+                .receive(&name, INCARNATION, max, visibility_ms, RETENTION_MS, None)
                 .await
         })
         .await
@@ -455,7 +457,7 @@ fn a_message_received_too_often_moves_to_the_dead_letter_queue_with_its_id() {
             let dl = dead_letter.clone();
             let got = m[attempt % 3]
                 .call(move |c| async move {
-                    c.receive(&queue("jobs"), INCARNATION, 1, 0, Some(&dl))
+                    c.receive(&queue("jobs"), INCARNATION, 1, 0, RETENTION_MS, Some(&dl))
                         .await
                 })
                 .await;

@@ -35,6 +35,9 @@ const INCARNATION: Incarnation = Incarnation::local(Millis(1));
 /// The collection tests' horizon, by their manual clock.
 const HORIZON_MS: u64 = 1_000;
 /// Every wait for a background effect is bounded by this.
+/// No retention: these tests' messages carry a fixed send time of 1 s after the epoch, and
+/// what they test is not expiry (spec/replication.md §3 has its own test, cluster_retention).
+const RETENTION_MS: u64 = u64::MAX;
 const WAIT_MAX: Duration = Duration::from_secs(60);
 
 fn queue(name: &str) -> QueueName {
@@ -366,7 +369,7 @@ async fn receive(member: &Member, name: &str, max: usize, visibility_ms: u64) ->
     member
         .call(move |cluster| async move {
             cluster
-                .receive(&name, INCARNATION, max, visibility_ms, None)
+                .receive(&name, INCARNATION, max, visibility_ms, RETENTION_MS, None)
                 .await
         })
         .await

@@ -13,6 +13,7 @@ mod cluster_move_tasks;
 mod cluster_names;
 mod cluster_process;
 mod cluster_purge;
+mod cluster_retention;
 mod crash;
 mod harness;
 mod long_poll;

@@ -281,6 +281,7 @@ impl Front {
                         INCARNATION,
                         usize::try_from(max).expect("a small max"),
                         u64::from(visibility_s) * 1_000,
+                        u64::from(trireme_core::limits::retention_s_default) * 1_000,
                         None,
                     )
                     .await;

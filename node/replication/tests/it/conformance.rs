@@ -390,6 +390,8 @@ impl World {
             max_receive_count: None,
             nonce: 0,
             purged_through: None,
+            // Part 1's model has no retention (section 3 has its own).
+            retention_ms: u64::MAX,
         };
         self.begin(c);
         let (op, effects) = ReceiveOp::start(key(), replicas(), settings);
