@@ -1391,46 +1391,37 @@ fn decode_name_row(name: &str, value: &[u8]) -> Result<(QueueName, NameRecord), 
     Ok((queue, record))
 }
 
-fn decode_dedup_row(key: &[u8], value: &[u8]) -> Result<(DedupKey, DedupRecord), StoreError> {
-    let dedup_key = DedupKey::decode(key).ok_or_else(|| StoreError::Corrupt {
-        key: format!("deduplication {key:?}"),
+/// A stored row of a byte-keyed table: its key by `decode` (`None`: not such a key, named
+/// `what` in the error) and its framed value; either failing is corruption.
+fn decode_keyed<K: std::fmt::Debug, V: serde::de::DeserializeOwned>(
+    key: &[u8],
+    value: &[u8],
+    what: &str,
+    decode: impl FnOnce(&[u8]) -> Option<K>,
+) -> Result<(K, V), StoreError> {
+    let decoded = decode(key).ok_or_else(|| StoreError::Corrupt {
+        key: format!("{what} {key:?}"),
         source: CodecError::Malformed {
-            reason: "not a deduplication key".to_owned(),
+            reason: format!("not a {what} key"),
         },
     })?;
     let record = codec::decode_framed(value).map_err(|source| StoreError::Corrupt {
-        key: format!("{dedup_key:?}"),
+        key: format!("{decoded:?}"),
         source,
     })?;
-    Ok((dedup_key, record))
+    Ok((decoded, record))
+}
+
+fn decode_dedup_row(key: &[u8], value: &[u8]) -> Result<(DedupKey, DedupRecord), StoreError> {
+    decode_keyed(key, value, "deduplication", DedupKey::decode)
 }
 
 fn decode_task_row(key: &[u8], value: &[u8]) -> Result<(TaskKey, TaskRecord), StoreError> {
-    let task_key = TaskKey::decode(key).ok_or_else(|| StoreError::Corrupt {
-        key: format!("task {key:?}"),
-        source: CodecError::Malformed {
-            reason: "not a task key".to_owned(),
-        },
-    })?;
-    let record = codec::decode_framed(value).map_err(|source| StoreError::Corrupt {
-        key: format!("{task_key:?}"),
-        source,
-    })?;
-    Ok((task_key, record))
+    decode_keyed(key, value, "task", TaskKey::decode)
 }
 
 fn decode_row(key: &[u8], value: &[u8]) -> Result<(RecordKey, Record), StoreError> {
-    let record_key = RecordKey::decode(key).ok_or_else(|| StoreError::Corrupt {
-        key: format!("{key:?}"),
-        source: CodecError::Malformed {
-            reason: "not a record key".to_owned(),
-        },
-    })?;
-    let record = codec::decode_framed(value).map_err(|source| StoreError::Corrupt {
-        key: format!("{record_key:?}"),
-        source,
-    })?;
-    Ok((record_key, record))
+    decode_keyed(key, value, "record", RecordKey::decode)
 }
 
 /// Creates a new replica database at `path` atomically, as `Storage::open_path` does for the

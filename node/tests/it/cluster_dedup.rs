@@ -14,7 +14,7 @@ use trireme_proto::v1 as pb;
 use trireme_replication::NodeId;
 use trireme_replication::placement::Ring;
 
-use crate::cluster_edges::{EdgeCluster, create, delete, receive};
+use crate::cluster_edges::{EdgeCluster, create, delete, receive, stats};
 use crate::harness::{Client, eventually};
 
 fn send_with_id(queue: &str, body: &str, dedup: &str) -> pb::SendMessageRequest {
@@ -91,18 +91,10 @@ async fn nothing_left(cluster: &mut EdgeCluster, queue: &str) {
         let client = cluster.at(index).clone();
         let queue = queue.to_owned();
         eventually(&format!("node {index} counts nothing"), || {
-            let mut client = client.clone();
+            let client = client.clone();
             let queue = queue.clone();
             async move {
-                let stats = client
-                    .get_queue(pb::GetQueueRequest { name: queue })
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .queue
-                    .unwrap()
-                    .stats
-                    .unwrap();
+                let stats = stats(&client, &queue).await;
                 stats.ready + stats.in_flight + stats.delayed == 0
             }
         })

@@ -221,6 +221,22 @@ pub(crate) async fn receive(
         .messages
 }
 
+/// The queue's counts as member `client` reports them.
+pub(crate) async fn stats(client: &Client, queue: &str) -> pb::QueueStats {
+    client
+        .clone()
+        .get_queue(pb::GetQueueRequest {
+            name: queue.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .queue
+        .unwrap()
+        .stats
+        .unwrap()
+}
+
 pub(crate) async fn delete(
     client: &mut Client,
     queue: &str,
@@ -272,19 +288,9 @@ async fn a_message_sent_through_one_node_is_received_through_another_and_deleted
         assert!(receive(cluster.at(index), "orders", 10, 0).await.is_empty());
         let client = cluster.at(index).clone();
         eventually(&format!("node {index} counts nothing left"), || {
-            let mut client = client.clone();
+            let client = client.clone();
             async move {
-                let stats = client
-                    .get_queue(pb::GetQueueRequest {
-                        name: "orders".to_owned(),
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .queue
-                    .unwrap()
-                    .stats
-                    .unwrap();
+                let stats = stats(&client, "orders").await;
                 stats.ready + stats.in_flight + stats.delayed == 0
             }
         })

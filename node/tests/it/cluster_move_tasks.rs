@@ -13,7 +13,7 @@ use tonic::Code;
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::redrive_task::Status as TaskStatus;
 
-use crate::cluster_edges::{EdgeCluster, create};
+use crate::cluster_edges::{EdgeCluster, create, stats};
 use crate::harness::{Client, eventually, eventually_within, redrive_to, send_request};
 
 /// Every wait for a task to end (a takeover waits a lease, `SKEW_MAX` and a lease per rank).
@@ -34,18 +34,7 @@ async fn receive(client: &mut Client, queue: &str, visibility_s: u32) -> Vec<pb:
 }
 
 async fn ready(client: &mut Client, queue: &str) -> u64 {
-    client
-        .get_queue(pb::GetQueueRequest {
-            name: queue.to_owned(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .queue
-        .unwrap()
-        .stats
-        .unwrap()
-        .ready
+    stats(client, queue).await.ready
 }
 
 /// `src` with dead-letter queue `dlq` (maxReceiveCount 1) and `count` messages moved there by

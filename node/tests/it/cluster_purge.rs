@@ -13,7 +13,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use tonic::Code;
 use trireme_proto::v1 as pb;
 
-use crate::cluster_edges::{EdgeCluster, create, receive};
+use crate::cluster_edges::{EdgeCluster, create, receive, stats};
 use crate::harness::{Client, eventually, send_request};
 
 /// A purge waits until its coordinator's clock is past `w + SKEW_MAX = t + 2·SKEW_MAX`.
@@ -26,21 +26,6 @@ async fn purge(client: &mut Client, queue: &str) -> Result<(), tonic::Status> {
         })
         .await
         .map(|_| ())
-}
-
-async fn stats(client: &Client, queue: &str) -> pb::QueueStats {
-    client
-        .clone()
-        .get_queue(pb::GetQueueRequest {
-            name: queue.to_owned(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .queue
-        .unwrap()
-        .stats
-        .unwrap()
 }
 
 /// The message ids of `queue` whose records on member `index` its purge mark hides, and of the

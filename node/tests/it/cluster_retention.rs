@@ -8,22 +8,12 @@ use std::sync::Arc;
 use trireme_node::clock::{Clock, ManualClock, SystemClock};
 use trireme_proto::v1 as pb;
 
-use crate::cluster_edges::{EdgeCluster, create, receive};
+use crate::cluster_edges::{EdgeCluster, create, receive, stats};
 use crate::harness::{Client, eventually, send_request};
 
 /// `(ready, in flight, delayed)` as member `client` counts them.
 async fn counts(client: &mut Client, queue: &str) -> (u64, u64, u64) {
-    let stats = client
-        .get_queue(pb::GetQueueRequest {
-            name: queue.to_owned(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .queue
-        .unwrap()
-        .stats
-        .unwrap();
+    let stats = stats(client, queue).await;
     (stats.ready, stats.in_flight, stats.delayed)
 }
 
