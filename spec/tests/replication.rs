@@ -504,6 +504,13 @@ mod replication {
         finds(with(Bug::RebuildingReplicaServes, config), RESURRECTED);
     }
 
+    /// spec/replication.md, Considerations, *Why a replacement waits out the horizon*: the
+    /// `collection` run with the guard taken off.
+    #[test]
+    fn replacement_before_the_horizon_resurrects() {
+        finds(with(Bug::ReplaceBeforeHorizon, collection()), RESURRECTED);
+    }
+
     #[test]
     fn replaced_disk_returning_resurrects() {
         let config = Config {

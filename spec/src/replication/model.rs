@@ -108,7 +108,9 @@ impl Model for ReplicationModel {
             }
             if !replica.up {
                 actions.push(Action::Restart(r as u8));
-                if replica.away_past_horizon && used.replacements < config.replacements_max {
+                if (replica.away_past_horizon || config.has(Bug::ReplaceBeforeHorizon))
+                    && used.replacements < config.replacements_max
+                {
                     actions.push(Action::Replace(r as u8));
                 }
             }

@@ -67,6 +67,8 @@ pub enum Bug {
     RebuildingReplicaServes,
     /// The disk of a replaced replica comes back with its old data.
     ReplacedDiskReturns,
+    /// A replica that is down is replaced at once, before it has been away past the horizon.
+    ReplaceBeforeHorizon,
     /// Packets older than the horizon are still accepted.
     NoPacketHorizon,
     /// Anti-entropy leaves tombstones out of what it exchanges.
