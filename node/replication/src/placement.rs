@@ -86,6 +86,26 @@ impl Ring {
         self.clockwise_from(dedup_position(queue, dedup_id))
     }
 
+    /// Every replica set the ring places keys on (each in ring order, each once): what a read
+    /// of two indexes of every set must cover (spec/replication.md §9, *Re-poll*).
+    #[must_use]
+    pub fn replica_sets(&self) -> Vec<[NodeId; REPLICAS]> {
+        let mut sets: Vec<[NodeId; REPLICAS]> = Vec::new();
+        for (position, _) in &self.points {
+            let set = self.clockwise_from(*position);
+            let mut sorted = set;
+            sorted.sort();
+            if !sets.iter().any(|known| {
+                let mut known = *known;
+                known.sort();
+                known == sorted
+            }) {
+                sets.push(set);
+            }
+        }
+        sets
+    }
+
     /// The first three distinct members clockwise from `position`.
     fn clockwise_from(&self, position: u64) -> [NodeId; REPLICAS] {
         let start = self.points.partition_point(|(point, _)| *point < position);
@@ -181,6 +201,26 @@ mod tests {
             let mut replicas = ring.replicas(&queue(), MessageId(id)).to_vec();
             replicas.sort();
             assert_eq!(replicas, vec![NodeId(1), NodeId(2), NodeId(3)]);
+        }
+    }
+
+    #[test]
+    fn every_key_is_placed_on_one_of_the_replica_sets() {
+        let three = Ring::new((1..=3).map(NodeId)).unwrap();
+        assert_eq!(three.replica_sets().len(), 1);
+        let five = Ring::new((1..=5).map(NodeId)).unwrap();
+        let sets: Vec<BTreeSet<NodeId>> = five
+            .replica_sets()
+            .iter()
+            .map(|set| set.iter().copied().collect())
+            .collect();
+        assert!(sets.len() > 1 && sets.len() <= 10, "{} sets", sets.len());
+        for id in 0..10_000u128 {
+            let placed: BTreeSet<NodeId> = five
+                .replicas(&queue(), MessageId(id * 7_919))
+                .into_iter()
+                .collect();
+            assert!(sets.contains(&placed), "{placed:?} is one of the sets");
         }
     }
 

@@ -33,6 +33,7 @@ use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer, PurgeAnswer};
 use trireme_replication::record::Birth;
 use trireme_replication::{Claim, Generation, NodeId, RecordKey};
 
+use super::long_poll::Wait;
 use super::names::{ChangeQueueError, QueueState};
 use super::{Cluster, DeadLetter, Delivered};
 use crate::clock::Clock;
@@ -41,9 +42,6 @@ use crate::engine::EngineError;
 use crate::handle::HandleCodec;
 
 mod move_tasks;
-
-/// How often a long poll looks at the local view again while nothing is ready.
-const LONG_POLL_RECHECK: Duration = Duration::from_millis(50);
 
 /// What a replicated message carries for its consumers, opaque to the replicas.
 #[derive(Debug, Serialize, Deserialize)]
@@ -618,28 +616,39 @@ impl ClusterEdge {
             None => None,
         };
         let until = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait_s));
+        let wait = Wait {
+            max: max as usize,
+            visibility_timeout_ms: u64::from(visibility_s) * 1_000,
+            retention_ms: known.attributes.retention_ms(),
+            dead_letter,
+        };
         loop {
             self.coordinating().await?;
-            let delivered = self
-                .cluster
-                .receive(
-                    &queue,
-                    known.incarnation,
-                    max as usize,
-                    u64::from(visibility_s) * 1_000,
-                    known.attributes.retention_ms(),
-                    dead_letter.as_ref(),
-                )
-                .await;
+            // A long poll waits as one of this node's waiters (spec/replication.md §9).
+            let delivered = if wait_s == 0 {
+                self.cluster
+                    .receive(
+                        &queue,
+                        known.incarnation,
+                        wait.max,
+                        wait.visibility_timeout_ms,
+                        wait.retention_ms,
+                        wait.dead_letter.as_ref(),
+                    )
+                    .await
+            } else {
+                self.cluster
+                    .long_poll(&queue, known.incarnation, wait.clone(), until)
+                    .await
+            };
             let deliveries: Vec<Delivery> = delivered
                 .into_iter()
                 .filter_map(|delivered| self.delivery(&queue, delivered))
                 .collect();
-            let now = tokio::time::Instant::now();
-            if !deliveries.is_empty() || now >= until {
+            // Only a delivery that did not decode leaves a wait with time left and nothing.
+            if !deliveries.is_empty() || tokio::time::Instant::now() >= until {
                 return Ok(deliveries);
             }
-            tokio::time::sleep_until(until.min(now + LONG_POLL_RECHECK)).await;
         }
     }
 

@@ -12,6 +12,8 @@
 //! - `collection`: the background collection of tombstones after the horizon;
 //! - `names`: queues in the cluster: create, delete, attribute and tag changes, the name view,
 //!   and the sweep of deleted queues' messages;
+//! - `long_poll`: long polls across nodes: waiters, wake-ups and re-polls (spec/replication.md
+//!   §9);
 //! - `move_task`: move tasks' start, cancel and reads, and the driver that runs them under a
 //!   lease (spec/replication.md §8);
 //! - `peers`: batched, lazily connected links to the peers;
@@ -24,6 +26,7 @@ pub mod collection;
 pub mod edge;
 pub mod expiry;
 pub mod join;
+pub mod long_poll;
 pub mod move_task;
 pub mod names;
 pub mod peers;
@@ -41,8 +44,9 @@ use rand_chacha::ChaCha20Rng;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tonic::transport::{Channel, Endpoint};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use trireme_core::{DedupId, Incarnation, MessageId, QueueName};
+use trireme_proto::replica::v1 as pb;
 use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp,
     MoveAnswer, MoveOp, Operation, Outgoing, ReceiveAnswer, ReceiveOp, ReceiveSettings, Reply,
@@ -186,6 +190,15 @@ struct Inner {
     /// The peers' disks, and whether this node has joined (spec/replication.md, *Stragglers
     /// and replacement*).
     membership: Arc<join::Membership>,
+    /// Every replica set the ring places messages on: a re-poll reads two indexes of each
+    /// (spec/replication.md §9).
+    replica_sets: Vec<[NodeId; REPLICAS]>,
+    /// This node's long polls (spec/replication.md §9).
+    long_polls: Arc<long_poll::LongPolls>,
+    /// The wake-ups this node's writes send its peers.
+    wake_ups: long_poll::WakeUps,
+    /// Which peer the next short poll samples, counting up.
+    sampled: std::sync::atomic::AtomicUsize,
 }
 
 impl Cluster {
@@ -256,7 +269,18 @@ impl Cluster {
             .unwrap_or(u64::MAX)
             .saturating_add(SKEW_MAX_MS);
         let membership = Arc::new(join::Membership::open(store.clone())?);
+        let long_polls = Arc::new(long_poll::LongPolls::default());
+        let replica_sets = ring.replica_sets();
+        let wake_ups = long_poll::spawn_wake_ups(
+            me.clone(),
+            settings
+                .peers
+                .keys()
+                .filter_map(|peer| Some((*peer, peers.client(*peer)?)))
+                .collect(),
+        );
         let service = ReplicaService {
+            long_polls: Arc::clone(&long_polls),
             membership: Arc::clone(&membership),
             store: store.clone(),
             members,
@@ -283,6 +307,10 @@ impl Cluster {
                 clock_watch,
                 membership,
                 faults: Mutex::new(BTreeMap::new()),
+                replica_sets,
+                long_polls,
+                wake_ups,
+                sampled: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         tokio::spawn(
@@ -414,8 +442,13 @@ impl Cluster {
             incarnation,
             message: id,
         };
+        let ready = birth.visible_from <= birth.sent_at;
         let (op, effects) = SendOp::start(key.clone(), self.replicas(&key), Record::sent(birth));
-        self.run(op, effects).await
+        let answer = self.run(op, effects).await;
+        if answer == SendAnswer::Sent && ready {
+            self.wake(queue, incarnation, vec![id]);
+        }
+        answer
     }
 
     /// Sends the message `id` with `birth`, which carries the deduplication id `dedup`
@@ -450,13 +483,24 @@ impl Cluster {
             window_ms: self.inner.dedup_window_ms,
             ring: self.inner.ring.clone(),
         };
+        let ready = birth.visible_from <= birth.sent_at;
         let (op, effects) = DedupSendOp::start(key, Record::sent_held(birth), dedup, settings);
-        self.run_deduplicated(op, effects).await
+        let answer = self.run_deduplicated(op, effects).await;
+        if let DedupSendAnswer::Sent {
+            message,
+            duplicate: false,
+        } = answer
+            && ready
+        {
+            self.wake(queue, incarnation, vec![message]);
+        }
+        answer
     }
 
     /// Receives up to `max` messages of the queue (spec/replication.md#receive-claim):
-    /// candidates from the local view, each claimed through the quorum; messages at their
-    /// `maxReceiveCount` are moved to the dead-letter queue instead. The queue's purge
+    /// candidates from the local view (and one peer's index when it offers too few,
+    /// *Candidates beyond the node's own index*), each claimed through the quorum; messages at
+    /// their `maxReceiveCount` are moved to the dead-letter queue instead. The queue's purge
     /// watermark is read by quorum once per call, in parallel with the candidates' record
     /// reads, and no claim is decided without it (§2): a call whose watermark read fails
     /// delivers nothing. A message past `retention_ms` since its original send by this node's
@@ -470,13 +514,29 @@ impl Cluster {
         retention_ms: u64,
         dead_letter: Option<&DeadLetter>,
     ) -> Vec<Delivered> {
+        let candidates = self.sampled_candidates(queue, incarnation, max).await;
+        let wait = long_poll::Wait {
+            max,
+            visibility_timeout_ms,
+            retention_ms,
+            dead_letter: dead_letter.cloned(),
+        };
+        self.claim(queue, incarnation, candidates, &wait).await
+    }
+
+    /// The local view's oldest `max × N` ready messages of the queue, those this node owns
+    /// first (their first replica on the ring that it does not take for down is itself), so
+    /// coordinators serving one queue at once mostly claim different messages instead of
+    /// racing for the same oldest ones, also while a peer is down (spec/replication.md, the
+    /// paragraph after receive step 7, and Considerations, *Candidate order* and *Split claims
+    /// (F2)*). A hint, never a safety question: the quorum decides.
+    fn own_candidates(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        max: usize,
+    ) -> Vec<MessageId> {
         let now = self.inner.me.clock.now();
-        // Which candidates to try is a hint, never a safety question (the quorum decides): of
-        // the oldest few, those this node owns come first (their first replica on the ring
-        // that it does not take for down is itself), so coordinators serving one queue at once
-        // mostly claim different messages instead of racing for the same oldest ones, also
-        // while a peer is down (spec/replication.md, the paragraph after receive step 7, and
-        // Considerations, *Candidate order* and *Split claims (F2)*).
         let known_watermark = self.known_watermark(queue, incarnation);
         let mut candidates = self.inner.store.view(|view| {
             view.candidates(
@@ -487,15 +547,112 @@ impl Cluster {
                 max.saturating_mul(REPLICAS),
             )
         });
-        if candidates.is_empty() {
-            // Nothing to decide: no record read, and so no watermark read either.
-            return Vec::new();
-        }
         let me = self.inner.me.node;
         candidates.sort_by_key(|id| {
             let replicas = self.inner.ring.replicas(queue, *id);
             owner(&replicas, |peer| peer != me && self.inner.peers.down(peer)) != Some(me)
         });
+        candidates
+    }
+
+    /// A short poll's candidates (spec/replication.md, *Candidates beyond the node's own
+    /// index*): this node's own, and when they are fewer than `max`, one peer's after them,
+    /// the peers taken in turn and those taken for down skipped.
+    pub(super) async fn sampled_candidates(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        max: usize,
+    ) -> Vec<MessageId> {
+        let mut candidates = self.own_candidates(queue, incarnation, max);
+        if candidates.len() < max
+            && let Some(peer) = self.next_sampled_peer()
+            && let Some((theirs, _)) = self
+                .peer_candidates(peer, queue, incarnation, max.saturating_mul(REPLICAS))
+                .await
+        {
+            for id in theirs {
+                if !candidates.contains(&id) {
+                    candidates.push(id);
+                }
+            }
+        }
+        candidates
+    }
+
+    /// The next peer a short poll samples: the members after this node in turn, skipping
+    /// those taken for down (`None`: all are).
+    fn next_sampled_peer(&self) -> Option<NodeId> {
+        let peers = self.peer_ids();
+        if peers.is_empty() {
+            return None;
+        }
+        let start = self
+            .inner
+            .sampled
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (0..peers.len())
+            .map(|offset| peers[(start + offset) % peers.len()])
+            .find(|peer| !self.inner.peers.down(*peer))
+    }
+
+    /// Up to `limit` ready messages of the queue in `peer`'s index, oldest first, and how many
+    /// it counts ready; `None` if it did not answer (or answered something malformed, which
+    /// is logged). A hint: nothing is decided on it.
+    pub(super) async fn peer_candidates(
+        &self,
+        peer: NodeId,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        limit: usize,
+    ) -> Option<(Vec<MessageId>, u64)> {
+        let mut client = self.inner.peers.client(peer)?;
+        let request = pb::CandidatesRequest {
+            sender: Some(self.inner.me.now().into()),
+            queue: queue.as_str().to_owned(),
+            incarnation_hlc_ms: incarnation.hlc_ms,
+            incarnation_node: u32::from(incarnation.node),
+            incarnation_nonce: incarnation.nonce,
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+        };
+        let reply = match client.candidates(request).await {
+            Ok(reply) => reply.into_inner(),
+            Err(status) => {
+                debug!(peer = peer.0, %status, "a peer gave no candidates");
+                return None;
+            }
+        };
+        match wire::candidates(&reply.messages) {
+            Ok(theirs) => Some((theirs, reply.ready)),
+            Err(error) => {
+                warn!(peer = peer.0, %error, "a peer's candidates are malformed");
+                None
+            }
+        }
+    }
+
+    /// Claims the first `wait.max` of `candidates` through the quorum (receive steps 1–7),
+    /// moving those at their `maxReceiveCount` to the dead-letter queue.
+    pub(super) async fn claim(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        mut candidates: Vec<MessageId>,
+        wait: &long_poll::Wait,
+    ) -> Vec<Delivered> {
+        let long_poll::Wait {
+            max,
+            visibility_timeout_ms,
+            retention_ms,
+            ref dead_letter,
+        } = *wait;
+        let dead_letter = dead_letter.as_ref();
+        if candidates.is_empty() {
+            // Nothing to decide: no record read, and so no watermark read either.
+            return Vec::new();
+        }
+        let now = self.inner.me.clock.now();
+        let known_watermark = self.known_watermark(queue, incarnation);
         candidates.truncate(max);
         let (watermark_read, watermark) = tokio::sync::watch::channel(None);
         let reader = self.clone();
@@ -610,7 +767,12 @@ impl Cluster {
             source,
             self.inner.me.clock.now(),
         );
-        self.run(op, effects).await
+        let answer = self.run(op, effects).await;
+        if matches!(answer, MoveAnswer::Moved | MoveAnswer::CopiedOnly) {
+            // The copy is ready in the dead-letter queue (§9, *Wake-up*).
+            self.wake(&target.queue, target.incarnation, vec![target.message]);
+        }
+        answer
     }
 
     /// Deletes with `handle` (spec/replication.md#delete).
@@ -679,7 +841,13 @@ impl Cluster {
         let action = HandleAction::ChangeVisibility { timeout_ms, cap_ms };
         let (op, effects) = HandleOp::start(key.clone(), self.replicas(key), handle, action, now);
         match self.run(op, effects).await {
-            HandleAnswer::Visibility(answer) => answer,
+            HandleAnswer::Visibility(answer) => {
+                if answer == VisibilityAnswer::Changed && timeout_ms == 0 {
+                    // Ready again at once (§9, *Wake-up*: a change of visibility to 0).
+                    self.wake(&key.queue, key.incarnation, vec![key.message]);
+                }
+                answer
+            }
             HandleAnswer::Delete(_) | HandleAnswer::DeadLetterNow(_) => {
                 unreachable!("a visibility change answers as one")
             }

@@ -28,11 +28,8 @@ use trireme_replication::task::{
 };
 use trireme_replication::{NodeId, placement::REPLICAS};
 
-use trireme_proto::replica::v1 as pb;
-
 use super::Cluster;
 use super::store::TaskEntry;
-use super::wire;
 use crate::limits;
 use crate::redrive::pacing;
 
@@ -410,33 +407,23 @@ impl Cluster {
         }
         let mut asked = JoinSet::new();
         for peer in peers {
-            let Some(mut client) = self.inner.peers.client(peer) else {
-                continue;
-            };
-            let request = pb::CandidatesRequest {
-                sender: Some(self.inner.me.now().into()),
-                queue: key.queue.as_str().to_owned(),
-                incarnation_hlc_ms: key.incarnation.hlc_ms,
-                incarnation_node: u32::from(key.incarnation.node),
-                incarnation_nonce: key.incarnation.nonce,
-                limit: u32::try_from(max).unwrap_or(u32::MAX),
-            };
-            asked.spawn(async move { (peer, client.candidates(request).await) });
+            let cluster = self.clone();
+            let queue = key.queue.clone();
+            let incarnation = key.incarnation;
+            asked.spawn(async move {
+                cluster
+                    .peer_candidates(peer, &queue, incarnation, max)
+                    .await
+            });
         }
         let mut counted = ready;
         while let Some(joined) = asked.join_next().await {
-            let (peer, answered) = joined.expect("a candidates call does not panic");
             // A peer that does not answer holds nothing the others do not: every message is on
             // three nodes.
-            let Ok(reply) = answered.map(tonic::Response::into_inner) else {
-                debug!(%peer, "move task: a peer gave no candidates");
-                continue;
-            };
-            match wire::candidates(&reply.messages) {
-                Ok(theirs) => ids.extend(theirs),
-                Err(error) => warn!(%peer, %error, "move task: malformed candidates"),
+            if let Some((theirs, their_ready)) = joined.expect("a candidates call does not panic") {
+                ids.extend(theirs);
+                counted += their_ready;
             }
-            counted += reply.ready;
         }
         // The count, when a member is down, misses its share; the distinct ids seen do not.
         let estimate = counted
@@ -492,7 +479,7 @@ impl Cluster {
             message: id,
         };
         let now = self.inner.me.clock.now();
-        let answer = match &params.destination {
+        let (target, answer) = match &params.destination {
             Some(destination) => {
                 let target = RecordKey {
                     queue: destination.name.clone(),
@@ -504,7 +491,7 @@ impl Cluster {
                     Some((target.clone(), self.replicas(&target))),
                     now,
                 );
-                self.run(op, effects).await
+                (target, self.run(op, effects).await)
             }
             None => {
                 let (op, effects) =
@@ -532,9 +519,13 @@ impl Cluster {
                     &record,
                     self.inner.me.clock.now(),
                 );
-                self.run(op, effects).await
+                (target, self.run(op, effects).await)
             }
         };
+        if matches!(answer, RedriveAnswer::Moved | RedriveAnswer::CopiedOnly) {
+            // The copy is ready in its queue (§9, *Wake-up*).
+            self.wake(&target.queue, target.incarnation, vec![target.message]);
+        }
         match answer {
             RedriveAnswer::Moved => Redriven::Moved,
             // In both queues (a duplicate the page allows) or not movable now: not again.

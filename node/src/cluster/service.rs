@@ -28,6 +28,7 @@ use trireme_replication::replica::within_horizon;
 use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 
 use super::join::{Membership, Refusal};
+use super::long_poll::LongPolls;
 use super::peers::Identity;
 use super::store::{
     BatchAnswers, DedupEntry, Entry, NameEntry, ReplicaStore, StoreError, StoreFault, TaskEntry,
@@ -48,6 +49,8 @@ pub struct ReplicaService {
     pub(super) ring: Ring,
     /// The peers' disks it accepts requests from, and whether this node has joined.
     pub(super) membership: Arc<Membership>,
+    /// This node's long polls, which a peer's wake-up wakes (spec/replication.md §9).
+    pub(super) long_polls: Arc<LongPolls>,
 }
 
 /// Records one anti-entropy page holds at most, whatever the caller asks.
@@ -143,6 +146,35 @@ impl pb::replica_server::Replica for ReplicaService {
         Ok(Response::new(pb::JoinReply {
             sender: Some(self.me.now().into()),
             known,
+        }))
+    }
+
+    async fn wake_up(
+        &self,
+        request: Request<pb::WakeUpRequest>,
+    ) -> Result<Response<pb::WakeUpReply>, Status> {
+        let remote = request.remote_addr();
+        let request = request.into_inner();
+        self.member(remote, request.sender.as_ref())?;
+        let queue = QueueName::try_from(request.queue)
+            .map_err(|_| Status::invalid_argument("queue is not a valid queue name"))?;
+        let node = u16::try_from(request.incarnation_node)
+            .map_err(|_| Status::invalid_argument("incarnation_node is out of range"))?;
+        let incarnation = Incarnation {
+            hlc_ms: request.incarnation_hlc_ms,
+            node,
+            nonce: request.incarnation_nonce,
+        };
+        if request.messages.len() > CANDIDATES_PER_REPLY_MAX {
+            return Err(Status::invalid_argument(format!(
+                "a wake-up names at most {CANDIDATES_PER_REPLY_MAX} messages"
+            )));
+        }
+        let messages = wire::candidates(&request.messages)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        self.long_polls.woken(&queue, incarnation, &messages);
+        Ok(Response::new(pb::WakeUpReply {
+            sender: Some(self.me.now().into()),
         }))
     }
 

@@ -443,6 +443,25 @@ impl LocalView {
             .collect()
     }
 
+    /// The earliest instant after `now` at which one of the queue's live records here becomes
+    /// ready (a delay's end, a claim's deadline): when a node with waiters on the queue
+    /// receives for them without a wake-up (spec/replication.md §9, *Re-poll*).
+    #[must_use]
+    pub fn next_ready(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        now: Millis,
+    ) -> Option<Millis> {
+        self.queues
+            .get(&(queue.clone(), incarnation))?
+            .seen
+            .values()
+            .map(|seen| seen.visible_at)
+            .filter(|at| *at > now)
+            .min()
+    }
+
     /// `(ready, in flight, delayed)` among the queue's live records at `now` by this replica's
     /// records, leaving out what the watermark `purged_through` (this node's copy) hides
     /// (spec/replication.md §11: approximate, as SQS's counts are).
