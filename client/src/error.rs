@@ -308,8 +308,15 @@ impl Error {
                 address: address.to_owned(),
                 message,
             },
-            // StorageFailed, MessageIdExists, WaiterExists (the node's faults) and any reason
-            // this client does not know.
+            // The node's storage failed (its disk is full, a write or fsync failed, or a record
+            // is corrupt): a fault of that node, whatever the code says of the kind.
+            "StorageFailed" | "DiskFull" | "StorageCorrupt" => Self::Server {
+                address: address.to_owned(),
+                code: status.code(),
+                message,
+            },
+            // MessageIdExists, WaiterExists (the node's faults) and any reason this client does
+            // not know.
             _ => Self::from_code(status, address, subject),
         }
     }
@@ -578,7 +585,7 @@ mod tests {
     }
 
     /// Every reason a node sends, the code it comes with, and the variant it becomes.
-    const REASONS: [(&str, Code, &str); 32] = [
+    const REASONS: [(&str, Code, &str); 34] = [
         ("QueueNotFound", Code::NotFound, "QueueNotFound"),
         ("QueueNameExists", Code::AlreadyExists, "QueueExists"),
         (
@@ -681,6 +688,8 @@ mod tests {
             "NotServedByCluster",
         ),
         ("StorageFailed", Code::Internal, "Server"),
+        ("DiskFull", Code::ResourceExhausted, "Server"),
+        ("StorageCorrupt", Code::DataLoss, "Server"),
         ("MessageIdExists", Code::Internal, "Server"),
         ("WaiterExists", Code::Internal, "Server"),
     ];
@@ -713,6 +722,7 @@ mod tests {
             Code::Unavailable => "UNAVAILABLE",
             Code::Unimplemented => "UNIMPLEMENTED",
             Code::Internal => "INTERNAL",
+            Code::DataLoss => "DATA_LOSS",
             other => panic!("no reason has code {other:?}"),
         };
         // The proto's table: lines whose second word is a gRPC code name.

@@ -30,6 +30,7 @@ use trireme_core::{
 };
 
 use crate::clock::Clock;
+use crate::fault::StoreFault;
 use crate::handle::HandleCodec;
 use crate::limits;
 use crate::storage::{Storage, StorageError};
@@ -43,9 +44,10 @@ pub enum EngineError {
     /// The node is shutting down (or stopped after a storage failure) and takes no more commands.
     #[error("the node is shutting down")]
     ShuttingDown,
-    /// Storage failed; the command's effect is not durable and the engine has stopped.
-    #[error("storage failed: {reason}")]
-    Storage { reason: String },
+    /// Storage failed; the command's effect is not durable and the engine has stopped. The
+    /// fault's kind tells a full disk from a failed write or fsync and from corruption.
+    #[error("storage failed: {0}")]
+    Storage(StoreFault),
     /// In a cluster: the replicas this command needs did not answer in time (or answered with a
     /// disagreement that needs an operator), and the command may still have taken effect on
     /// some replica (a retry is safe where the command is idempotent); or this node's clock does
@@ -239,7 +241,7 @@ pub struct Engine {
     link: Arc<EngineLink>,
     handles: HandleCodec,
     /// Set by the task when storage failed and it stopped: the node must stop too.
-    failure: watch::Receiver<Option<String>>,
+    failure: watch::Receiver<Option<StoreFault>>,
 }
 
 impl Engine {
@@ -309,7 +311,7 @@ impl Engine {
 
     /// Resolves with the reason when the engine stopped because storage failed; never resolves
     /// while the engine works (or after a graceful close).
-    pub async fn failed(&self) -> String {
+    pub async fn failed(&self) -> StoreFault {
         let mut failure = self.failure.clone();
         match failure.wait_for(Option::is_some).await {
             Ok(reason) => reason.clone().expect("waited for Some"),
@@ -507,9 +509,7 @@ impl Engine {
 }
 
 fn storage_error(error: StorageError) -> EngineError {
-    EngineError::Storage {
-        reason: error.to_string(),
-    }
+    EngineError::Storage(error.fault())
 }
 
 /// What the task answers once the batch is durable.
@@ -551,7 +551,7 @@ impl Answer {
 
 struct Task {
     /// Where a storage failure is announced to the node.
-    failure: watch::Sender<Option<String>>,
+    failure: watch::Sender<Option<StoreFault>>,
     queues: Queues,
     /// `None` once closed or after a storage failure.
     storage: Option<Storage>,
@@ -624,7 +624,7 @@ impl Task {
             if let Err(error) = self.commit() {
                 error!(%error, "storage failed; the node stops taking commands");
                 self.fail_all(answers, wakeups, &error);
-                self.failure.send_replace(Some(error.to_string()));
+                self.failure.send_replace(Some(error.fault()));
                 break;
             }
             for answer in answers {
@@ -821,9 +821,7 @@ impl Task {
     }
 
     fn fail_all(&mut self, answers: Vec<Answer>, _wakeups: Vec<Wakeup>, error: &StorageError) {
-        let failure = || EngineError::Storage {
-            reason: error.to_string(),
-        };
+        let failure = || EngineError::Storage(error.fault());
         for answer in answers {
             match answer {
                 Answer::Command(reply, _) => {
@@ -982,11 +980,13 @@ mod tests {
         assert!(engine.waiters(&name()).await.unwrap().is_empty());
     }
 
-    /// An in-memory disk whose syncs fail once `broken` is set.
+    /// An in-memory disk whose syncs fail once `broken` is set, and whose writes fail as a
+    /// full device's once `full` is set.
     #[derive(Debug)]
     struct BreakableDisk {
         inner: redb::backends::InMemoryBackend,
         broken: Arc<std::sync::atomic::AtomicBool>,
+        full: Arc<std::sync::atomic::AtomicBool>,
     }
 
     impl redb::StorageBackend for BreakableDisk {
@@ -1006,8 +1006,42 @@ mod tests {
             self.inner.sync_data()
         }
         fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            if self.full.load(Ordering::SeqCst) {
+                const ENOSPC: i32 = 28;
+                return Err(std::io::Error::from_raw_os_error(ENOSPC));
+            }
             self.inner.write(offset, data)
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_disk_is_refused_as_one_not_as_corruption() {
+        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let disk = BreakableDisk {
+            inner: redb::backends::InMemoryBackend::new(),
+            broken: Arc::default(),
+            full: full.clone(),
+        };
+        let storage = Storage::open_backend(disk, 1 << 20).unwrap();
+        let handles = HandleCodec::new(b"engine-test-key-0123456789").unwrap();
+        let engine = Engine::start(
+            storage,
+            Arc::new(SystemClock),
+            handles,
+            EngineSettings::default(),
+            Some(3),
+        )
+        .unwrap();
+        create_queue(&engine).await;
+        full.store(true, Ordering::SeqCst);
+        let refused = engine.execute(send(&engine, "no room")).await;
+        let Err(EngineError::Storage(fault)) = refused else {
+            panic!("a full disk refuses the send: {refused:?}");
+        };
+        assert_eq!(fault.kind, crate::fault::FaultKind::DiskFull, "{fault}");
+        let status = crate::status::engine_status(&EngineError::Storage(fault));
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(status.message().contains("the disk is full"), "{status:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1016,6 +1050,7 @@ mod tests {
         let disk = BreakableDisk {
             inner: redb::backends::InMemoryBackend::new(),
             broken: broken.clone(),
+            full: Arc::default(),
         };
         let storage = Storage::open_backend(disk, 1 << 20).unwrap();
         let handles = HandleCodec::new(b"engine-test-key-0123456789").unwrap();
@@ -1034,10 +1069,15 @@ mod tests {
             matches!(refused, Err(EngineError::Storage { .. })),
             "{refused:?}"
         );
-        let reason = tokio::time::timeout(Duration::from_secs(10), engine.failed())
+        let fault = tokio::time::timeout(Duration::from_secs(10), engine.failed())
             .await
             .expect("the failure was not announced");
-        assert!(reason.contains("disk failed"), "{reason}");
+        assert!(fault.detail.contains("disk failed"), "{fault}");
+        assert_eq!(
+            fault.kind,
+            crate::fault::FaultKind::Io,
+            "a failed sync is not a full disk"
+        );
         assert!(matches!(
             engine.execute(send(&engine, "later")).await,
             Err(EngineError::ShuttingDown)

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod engine;
+pub mod fault;
 pub mod grpc;
 pub mod handle;
 pub mod limits;
@@ -412,8 +413,8 @@ impl Node {
         let engine = self.engine.clone();
         let ended = tokio::select! {
             ended = first_to_end(&mut self.servers) => ended,
-            reason = engine.failed() => {
-                return Err(NodeError::Engine(EngineError::Storage { reason }));
+            fault = engine.failed() => {
+                return Err(NodeError::Engine(EngineError::Storage(fault)));
             }
         };
         match ended {

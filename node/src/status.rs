@@ -18,6 +18,7 @@ use trireme_core::{HandleProblem, Reject};
 use trireme_proto::v1::BatchEntryError;
 
 use crate::engine::EngineError;
+use crate::fault::FaultKind;
 use crate::handle::HandleError;
 use crate::redrive::RedriveError;
 
@@ -96,8 +97,12 @@ pub enum Reason {
     ReplicasUnavailable,
     /// UNIMPLEMENTED: in a cluster, an action this version serves only on a node running alone.
     NotServedByCluster,
-    /// INTERNAL: storage failed; the change is not durable.
+    /// INTERNAL: a write or fsync of the node's storage failed; the change is not durable.
     StorageFailed,
+    /// RESOURCE_EXHAUSTED: the node's disk is full; the change is not durable.
+    DiskFull,
+    /// DATA_LOSS: a stored record of the node is corrupt; the change is not durable.
+    StorageCorrupt,
     /// INTERNAL: a message id drawn by the node collided (a bug of the node).
     MessageIdExists,
     /// INTERNAL: a waiter id drawn by the node was reused (a bug of the node).
@@ -139,6 +144,8 @@ impl Reason {
             Reason::ReplicasUnavailable => "ReplicasUnavailable",
             Reason::NotServedByCluster => "NotServedByCluster",
             Reason::StorageFailed => "StorageFailed",
+            Reason::DiskFull => "DiskFull",
+            Reason::StorageCorrupt => "StorageCorrupt",
             Reason::MessageIdExists => "MessageIdExists",
             Reason::WaiterExists => "WaiterExists",
         }
@@ -174,6 +181,8 @@ impl Reason {
             | Reason::WaiterLimit
             | Reason::RedriveTaskLimit => Code::ResourceExhausted,
             Reason::ShuttingDown | Reason::ReplicasUnavailable => Code::Unavailable,
+            Reason::DiskFull => Code::ResourceExhausted,
+            Reason::StorageCorrupt => Code::DataLoss,
             Reason::NotServedByCluster => Code::Unimplemented,
             // Ids are drawn at random by the edge: a collision or a reused waiter id is a bug
             // here, not the caller's fault.
@@ -296,10 +305,14 @@ pub fn engine_status(error: &EngineError) -> Status {
             None,
             "the node is shutting down".to_owned(),
         ),
-        EngineError::Storage { reason } => refusal(
-            Reason::StorageFailed,
+        EngineError::Storage(fault) => refusal(
+            match fault.kind {
+                FaultKind::DiskFull => Reason::DiskFull,
+                FaultKind::Corrupt => Reason::StorageCorrupt,
+                FaultKind::Io | FaultKind::Closed => Reason::StorageFailed,
+            },
             None,
-            format!("storage failed, the change is not durable: {reason}"),
+            format!("storage failed, the change is not durable: {fault}"),
         ),
         EngineError::Unavailable { .. } => {
             refusal(Reason::ReplicasUnavailable, None, error.to_string())
@@ -384,10 +397,11 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::fault::StoreFault;
     use trireme_core::{MessageId, QueueName, WaiterId};
 
     /// Every reason, for the checks that each is produced, named once and documented.
-    const ALL: [Reason; 32] = [
+    const ALL: [Reason; 34] = [
         Reason::QueueNotFound,
         Reason::QueueNameExists,
         Reason::QueueDeletedRecently,
@@ -418,6 +432,8 @@ mod tests {
         Reason::ReplicasUnavailable,
         Reason::NotServedByCluster,
         Reason::StorageFailed,
+        Reason::DiskFull,
+        Reason::StorageCorrupt,
         Reason::MessageIdExists,
         Reason::WaiterExists,
     ];
@@ -564,9 +580,17 @@ mod tests {
         statuses.push(engine_status(&EngineError::Unsupported {
             action: "Redrive",
         }));
-        statuses.push(engine_status(&EngineError::Storage {
-            reason: "disk full".to_owned(),
-        }));
+        for kind in [
+            FaultKind::DiskFull,
+            FaultKind::Io,
+            FaultKind::Corrupt,
+            FaultKind::Closed,
+        ] {
+            statuses.push(engine_status(&EngineError::Storage(StoreFault {
+                kind,
+                detail: "the test's words".to_owned(),
+            })));
+        }
         statuses.push(field_status(&FieldError::new(
             "max_messages",
             "must be 1–10",
@@ -640,11 +664,26 @@ mod tests {
         let down = engine_status(&EngineError::ShuttingDown);
         assert_eq!(down.code(), Code::Unavailable);
         assert_eq!(reason_of(&down), "ShuttingDown");
-        let storage = engine_status(&EngineError::Storage {
-            reason: "disk full".to_owned(),
-        });
-        assert_eq!(storage.code(), Code::Internal);
-        assert_eq!(reason_of(&storage), "StorageFailed");
+        let storage = |kind| {
+            engine_status(&EngineError::Storage(StoreFault {
+                kind,
+                detail: "redb's words".to_owned(),
+            }))
+        };
+        let failed = storage(FaultKind::Io);
+        assert_eq!(failed.code(), Code::Internal);
+        assert_eq!(reason_of(&failed), "StorageFailed");
+        let full = storage(FaultKind::DiskFull);
+        assert_eq!(full.code(), Code::ResourceExhausted);
+        assert_eq!(reason_of(&full), "DiskFull");
+        assert!(
+            full.message().contains("the disk is full"),
+            "{}",
+            full.message()
+        );
+        let corrupt = storage(FaultKind::Corrupt);
+        assert_eq!(corrupt.code(), Code::DataLoss);
+        assert_eq!(reason_of(&corrupt), "StorageCorrupt");
     }
 
     #[test]
@@ -766,6 +805,7 @@ mod tests {
             Code::Unavailable => "UNAVAILABLE",
             Code::Unimplemented => "UNIMPLEMENTED",
             Code::Internal => "INTERNAL",
+            Code::DataLoss => "DATA_LOSS",
             other => panic!("no reason has code {other:?}"),
         };
         assert!(header.contains(REASON_KEY) && header.contains(FIELD_KEY));

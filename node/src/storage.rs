@@ -25,6 +25,7 @@ use thiserror::Error;
 use trireme_core::{Change, Record};
 
 use crate::codec::{self, CodecError};
+use crate::fault::{self, FaultKind, StoreFault};
 
 /// Record key (bincode of `RecordKey`) → framed `StoredEntry`.
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
@@ -65,10 +66,10 @@ pub enum StorageError {
     Layout { found: u8 },
     /// A read failed.
     #[error("reading the database failed: {reason}")]
-    Read { reason: String },
+    Read { kind: FaultKind, reason: String },
     /// A write transaction failed; its changes are not durable.
     #[error("writing the database failed: {reason}")]
-    Write { reason: String },
+    Write { kind: FaultKind, reason: String },
     /// A stored record fails its checksum or does not decode.
     #[error("stored record {key_hex} is corrupt: {source}")]
     Corrupt {
@@ -78,14 +79,35 @@ pub enum StorageError {
     },
 }
 
-fn read_error(error: impl std::fmt::Display) -> StorageError {
+impl StorageError {
+    /// The failure as a typed fault: what callers are told and act on.
+    #[must_use]
+    pub fn fault(&self) -> StoreFault {
+        let kind = match self {
+            // The database could not be opened as this build's: no record was read or written.
+            StorageError::Open { .. } | StorageError::Layout { .. } => FaultKind::Io,
+            StorageError::Corrupt { .. } => FaultKind::Corrupt,
+            StorageError::Read { kind, .. } | StorageError::Write { kind, .. } => *kind,
+        };
+        StoreFault {
+            kind,
+            detail: self.to_string(),
+        }
+    }
+}
+
+fn read_error(error: impl Into<redb::Error>) -> StorageError {
+    let error = error.into();
     StorageError::Read {
+        kind: fault::kind(&error),
         reason: error.to_string(),
     }
 }
 
-fn write_error(error: impl std::fmt::Display) -> StorageError {
+fn write_error(error: impl Into<redb::Error>) -> StorageError {
+    let error = error.into();
     StorageError::Write {
+        kind: fault::kind(&error),
         reason: error.to_string(),
     }
 }

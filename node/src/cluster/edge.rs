@@ -39,6 +39,7 @@ use super::{Cluster, DeadLetter, Delivered};
 use crate::clock::Clock;
 use crate::codec;
 use crate::engine::EngineError;
+use crate::fault::{FaultKind, StoreFault};
 use crate::handle::HandleCodec;
 
 mod move_tasks;
@@ -244,7 +245,10 @@ impl ClusterEdge {
         };
         let attributes = attributes_from_registers(&state.attributes).map_err(|reason| {
             error!(queue = %name, %reason, "a queue's attribute registers do not decode");
-            EngineError::Storage { reason }
+            EngineError::Storage(StoreFault {
+                kind: FaultKind::Corrupt,
+                detail: format!("queue {name}: an attribute register does not decode: {reason}"),
+            })
         })?;
         Ok(Some(Known {
             incarnation: state.incarnation,

@@ -157,58 +157,8 @@ pub enum StoreError {
     Failed(StoreFault),
 }
 
-/// What kind of failure a replica's store had (spec/replication.md#durability).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultKind {
-    /// No space left on the device (or the quota is exhausted).
-    DiskFull,
-    /// Another I/O failure: a write, a resize or an fsync failed.
-    Io,
-    /// A stored record does not decode, or redb found its file corrupt.
-    Corrupt,
-    /// The store is closed.
-    Closed,
-}
-
-/// Why a replica's store refused a request: the kind, and the operating system's or redb's
-/// words. A replica answers a batch its store failed with this instead of replies.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreFault {
-    /// The kind.
-    pub kind: FaultKind,
-    /// What failed, in the words of the layer that failed.
-    pub detail: String,
-}
-
-impl std::fmt::Display for StoreFault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let what = match self.kind {
-            FaultKind::DiskFull => "the disk is full",
-            FaultKind::Io => "a write or fsync of the disk failed",
-            FaultKind::Corrupt => "a stored record is corrupt",
-            FaultKind::Closed => "the replica store is closed",
-        };
-        write!(f, "{what} ({})", self.detail)
-    }
-}
-
-/// Whether an I/O error says the device (or the quota) is full.
-fn disk_full(error: &std::io::Error) -> bool {
-    const ENOSPC: i32 = 28;
-    const EDQUOT: i32 = 122;
-    error.kind() == std::io::ErrorKind::StorageFull
-        || error.kind() == std::io::ErrorKind::QuotaExceeded
-        || matches!(error.raw_os_error(), Some(ENOSPC | EDQUOT))
-}
-
-fn storage_fault(error: &redb::StorageError) -> FaultKind {
-    match error {
-        redb::StorageError::Io(io) if disk_full(io) => FaultKind::DiskFull,
-        redb::StorageError::Corrupted(_) => FaultKind::Corrupt,
-        redb::StorageError::DatabaseClosed => FaultKind::Closed,
-        _ => FaultKind::Io,
-    }
-}
+pub use crate::fault::{FaultKind, StoreFault};
+use crate::fault::{disk_full, storage_kind as storage_fault};
 
 impl StoreError {
     /// The fault this error is, as a replica reports it (spec/replication.md#durability).
