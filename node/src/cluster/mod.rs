@@ -140,6 +140,30 @@ pub struct Delivered {
     pub handle: Handle,
 }
 
+/// What a replica's answer to one request of an operation was, as its driver hears it: a
+/// reply, or its store's fault (spec/replication.md#durability: a failed store acks nothing
+/// until its node restarts). Any other failure is silence.
+enum Heard {
+    Reply(Reply),
+    Fault(RecordKey),
+}
+
+/// The replicas whose stores reported a fault to one operation, by record. Two of a record's
+/// three can never make its quorum again before their nodes restart: the operation answers as
+/// at its deadline at once, rather than wait for it (the page's time-out, which may come at
+/// any moment, only sooner).
+#[derive(Default)]
+struct Faults(BTreeMap<RecordKey, BTreeSet<NodeId>>);
+
+impl Faults {
+    /// Notes `from`'s fault on `key`; whether `key` can no longer reach a quorum.
+    fn no_quorum(&mut self, key: &RecordKey, from: NodeId) -> bool {
+        let faulted = self.0.entry(key.clone()).or_default();
+        faulted.insert(from);
+        REPLICAS - faulted.len() < REPLICAS.div_ceil(2)
+    }
+}
+
 /// Where a queue's dead letters go.
 #[derive(Clone, Debug)]
 pub struct DeadLetter {
@@ -887,6 +911,7 @@ impl Cluster {
         let mut split_deadline: Option<tokio::time::Instant> = None;
         let mut input = std::pin::pin!(input);
         let mut on_input = Some(on_input);
+        let mut faults = Faults::default();
         loop {
             if let Some(answer) = effects.answer.take() {
                 // Requests the answering step still sent (read repairs) go out unawaited.
@@ -906,9 +931,13 @@ impl Cluster {
                 // draw from tokio's random source, which a simulation cannot seed.
                 biased;
                 reply = incoming.recv() => {
-                    let (from, round, reply): (NodeId, u32, Reply) =
+                    let (from, round, heard): (NodeId, u32, Heard) =
                         reply.expect("the operation holds a sender of its own replies");
-                    op.on_reply(from, round, &reply)
+                    match heard {
+                        Heard::Reply(reply) => op.on_reply(from, round, &reply),
+                        Heard::Fault(key) if faults.no_quorum(&key, from) => op.on_timeout(),
+                        Heard::Fault(_) => Effects { sends: Vec::new(), answer: None },
+                    }
                 }
                 () = tokio::time::sleep_until(split_at), if split_deadline.is_some() => {
                     let effects = op.on_split_wait();
@@ -942,6 +971,7 @@ impl Cluster {
         // enough that a down home leaves most of the operation's time.
         let home_wait = self.inner.operation_timeout / HOME_WAIT_DIVISOR;
         let mut home_deadline = None;
+        let mut faults = Faults::default();
         loop {
             let answer = effects.answer.take();
             let (mut to_records, mut to_dedups) = (Vec::new(), Vec::new());
@@ -966,9 +996,13 @@ impl Cluster {
                 // As in `run`: a reply that arrives with the deadline counts.
                 biased;
                 reply = records.recv() => {
-                    let (from, round, reply): (NodeId, u32, Reply) =
+                    let (from, round, heard): (NodeId, u32, Heard) =
                         reply.expect("the operation holds a sender of its own replies");
-                    op.on_record_reply(from, round, &reply)
+                    match heard {
+                        Heard::Reply(reply) => op.on_record_reply(from, round, &reply),
+                        Heard::Fault(key) if faults.no_quorum(&key, from) => op.on_timeout(),
+                        Heard::Fault(_) => Effects { sends: Vec::new(), answer: None },
+                    }
                 }
                 reply = dedups.recv() => {
                     let (from, round, reply): (NodeId, u32, DedupReply) =
@@ -1030,7 +1064,7 @@ impl Cluster {
     fn dispatch(
         &self,
         sends: Vec<Outgoing>,
-        replies: Option<&mpsc::UnboundedSender<(NodeId, u32, Reply)>>,
+        replies: Option<&mpsc::UnboundedSender<(NodeId, u32, Heard)>>,
     ) {
         for out in sends {
             let awaited = matches!(
@@ -1045,26 +1079,35 @@ impl Cluster {
                     continue;
                 }
                 let store = self.inner.store.clone();
+                let key = out.key.clone();
                 let entry = Entry {
                     key: out.key,
                     request: out.request,
                 };
                 let cluster = self.clone();
                 tokio::spawn(async move {
-                    if let Some(mut answers) = cluster.heard_locally(store.apply(vec![entry]).await)
-                        && let (Some(replies), Some(reply)) = (replies, answers.pop())
-                    {
-                        let _ = replies.send((from, round, reply));
+                    let heard = match cluster.heard_locally(store.apply(vec![entry]).await) {
+                        Some(mut answers) => answers.pop().map(Heard::Reply),
+                        None => Some(Heard::Fault(key)),
+                    };
+                    if let (Some(replies), Some(heard)) = (replies, heard) {
+                        let _ = replies.send((from, round, heard));
                     }
                 });
             } else {
+                let key = out.key.clone();
                 let answered = self.inner.peers.send(out.to, out.key, out.request);
                 let cluster = self.clone();
                 tokio::spawn(async move {
-                    if let Some(reply) = cluster.heard(from, answered.await)
-                        && let Some(replies) = replies
-                    {
-                        let _ = replies.send((from, round, reply));
+                    let answered = answered.await;
+                    let faulted = matches!(answered, Ok(Err(PeerError::Store { .. })));
+                    let heard = match cluster.heard(from, answered) {
+                        Some(reply) => Some(Heard::Reply(reply)),
+                        None if faulted => Some(Heard::Fault(key)),
+                        None => None,
+                    };
+                    if let (Some(replies), Some(heard)) = (replies, heard) {
+                        let _ = replies.send((from, round, heard));
                     }
                 });
             }

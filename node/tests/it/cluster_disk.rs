@@ -76,6 +76,8 @@ struct DiskMember {
     address: SocketAddr,
 }
 
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
+
 fn settings(node: u16, addresses: &BTreeMap<u16, SocketAddr>) -> ClusterSettings {
     ClusterSettings {
         node: NodeId(node),
@@ -84,7 +86,9 @@ fn settings(node: u16, addresses: &BTreeMap<u16, SocketAddr>) -> ClusterSettings
             .filter(|(id, _)| **id != node)
             .map(|(id, address)| (NodeId(*id), address.to_string()))
             .collect(),
-        operation_timeout: Duration::from_secs(2),
+        // Far beyond what any answer here waits: an operation that meets two failed stores
+        // answers when their faults are in, not at this deadline.
+        operation_timeout: OPERATION_TIMEOUT,
         link: LinkSettings {
             connect_timeout: Duration::from_millis(500),
             call_timeout: Duration::from_secs(2),
@@ -249,11 +253,13 @@ async fn a_full_disk_acks_nothing_and_two_full_disks_refuse_the_send_naming_them
 
     // Two full disks: no quorum, and the answer says why.
     members[1].full.store(true, Ordering::SeqCst);
-    let refused = members[2]
-        .edge
-        .execute(send(&members[2], "two disks full"))
-        .await
-        .expect_err("one healthy replica cannot ack a send");
+    let refused = tokio::time::timeout(
+        OPERATION_TIMEOUT / 2,
+        members[2].edge.execute(send(&members[2], "two disks full")),
+    )
+    .await
+    .expect("answered once two replicas reported their faults, not at the deadline")
+    .expect_err("one healthy replica cannot ack a send");
     let EngineError::Unavailable { reason } = &refused else {
         panic!("{refused:?}");
     };
