@@ -1189,6 +1189,8 @@ pub struct RedriveOp {
     /// to the queue it came from, which only the read tells).
     target: Option<Target>,
     now: Millis,
+    /// The dead-letter queue's purge watermark (§2); a copy it hides is not movable.
+    purged_through: Option<Millis>,
     generation: Generation,
     expect: Option<Claim>,
     round: u32,
@@ -1198,12 +1200,15 @@ pub struct RedriveOp {
 impl RedriveOp {
     /// Starts the redrive of the dead-letter copy under `source_key` at `now`: to `target` (the
     /// same message id in the queue it goes to), or with `None` only as far as the read, which
-    /// answers [`RedriveAnswer::Movable`] for a movable copy.
+    /// answers [`RedriveAnswer::Movable`] for a movable copy. `purged_through` is the
+    /// dead-letter queue's purge watermark as read by quorum (spec/replication.md §2): a copy
+    /// it hides is gone, never sent back.
     #[must_use]
     pub fn start(
         (source_key, source_replicas): (RecordKey, [NodeId; REPLICAS]),
         target: Option<(RecordKey, [NodeId; REPLICAS])>,
         now: Millis,
+        purged_through: Option<Millis>,
     ) -> (RedriveOp, Effects<RedriveAnswer>) {
         let target = target.map(|(key, replicas)| {
             assert_eq!(
@@ -1221,6 +1226,7 @@ impl RedriveOp {
             source,
             target,
             now,
+            purged_through,
             generation: Generation(0),
             expect: None,
             round: FIRST_ROUND,
@@ -1305,6 +1311,8 @@ impl RedriveOp {
                 replicas: target_replicas,
             }),
             now,
+            // The read that found `record` movable already applied it.
+            purged_through: None,
             generation: record.generation,
             expect: record.claim(),
             round: FIRST_ROUND,
@@ -1334,7 +1342,7 @@ impl RedriveOp {
         let mut sends = read.repairs(&self.source.key, merged.as_ref());
         let movable = merged.as_ref().filter(|record| {
             record.live().is_some_and(|live| {
-                !record.hidden(None)
+                !record.hidden(self.purged_through)
                     && live.birth.visible_from <= self.now
                     && live.held.is_none_or(|held| held.deadline <= self.now)
             })
@@ -2062,8 +2070,12 @@ mod tests {
     #[test]
     fn a_redrive_copies_first_and_conditions_the_tombstone_on_the_claim_read() {
         let held = received_copy(3_000);
-        let (mut op, effects) =
-            RedriveOp::start((dead_letter_key(), R), Some((key(), R)), Millis(5_000));
+        let (mut op, effects) = RedriveOp::start(
+            (dead_letter_key(), R),
+            Some((key(), R)),
+            Millis(5_000),
+            None,
+        );
         assert!(effects.sends.iter().all(|out| out.request == Request::Read));
         assert_eq!(
             op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())))
@@ -2114,9 +2126,35 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_the_dead_letter_queues_watermark_hides_is_not_sent_back() {
+        let held = received_copy(3_000);
+        let entered = held.live().unwrap().entered_at;
+        let (mut op, _) = RedriveOp::start(
+            (dead_letter_key(), R),
+            Some((key(), R)),
+            Millis(5_000),
+            Some(entered),
+        );
+        op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
+        let effects = op.on_reply(R[1], 1, &Reply::Record(Some(held.clone())));
+        assert_eq!(effects.answer, Some(RedriveAnswer::NotMovable));
+        assert!(effects.sends.is_empty(), "nothing copied");
+        // Entered after the watermark: movable.
+        let (mut op, _) = RedriveOp::start(
+            (dead_letter_key(), R),
+            None,
+            Millis(5_000),
+            Some(Millis(entered.0 - 1)),
+        );
+        op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
+        let read = op.on_reply(R[1], 1, &Reply::Record(Some(held)));
+        assert!(matches!(read.answer, Some(RedriveAnswer::Movable(_))));
+    }
+
+    #[test]
     fn a_redrive_without_a_target_answers_the_read_and_goes_on_from_it() {
         let held = received_copy(3_000);
-        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), None, Millis(5_000));
+        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), None, Millis(5_000), None);
         op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
         let read = op.on_reply(R[1], 1, &Reply::Record(Some(held.clone())));
         assert!(
@@ -2159,14 +2197,24 @@ mod tests {
 
     #[test]
     fn a_redrive_leaves_a_copy_whose_claim_is_current_and_reports_a_lost_tombstone() {
-        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), Some((key(), R)), Millis(5_000));
+        let (mut op, _) = RedriveOp::start(
+            (dead_letter_key(), R),
+            Some((key(), R)),
+            Millis(5_000),
+            None,
+        );
         let held = received_copy(9_000);
         op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
         let effects = op.on_reply(R[1], 1, &Reply::Record(Some(held)));
         assert_eq!(effects.answer, Some(RedriveAnswer::NotMovable));
         assert!(effects.sends.is_empty(), "nothing written");
         // A copy claimed again between the read and the tombstone: in both queues.
-        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), Some((key(), R)), Millis(5_000));
+        let (mut op, _) = RedriveOp::start(
+            (dead_letter_key(), R),
+            Some((key(), R)),
+            Millis(5_000),
+            None,
+        );
         let held = received_copy(3_000);
         op.on_reply(R[0], 1, &Reply::Record(Some(held.clone())));
         op.on_reply(R[1], 1, &Reply::Record(Some(held)));
@@ -2178,7 +2226,12 @@ mod tests {
             Some(RedriveAnswer::CopiedOnly)
         );
         // No read quorum: nothing written, unavailable.
-        let (mut op, _) = RedriveOp::start((dead_letter_key(), R), Some((key(), R)), Millis(5_000));
+        let (mut op, _) = RedriveOp::start(
+            (dead_letter_key(), R),
+            Some((key(), R)),
+            Millis(5_000),
+            None,
+        );
         assert_eq!(op.on_timeout().answer, Some(RedriveAnswer::Unavailable));
     }
 

@@ -20,6 +20,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use trireme_core::MessageId;
 use trireme_replication::RecordKey;
 use trireme_replication::coordinator::{Effects, RedriveAnswer, RedriveOp};
+use trireme_replication::name::WatermarkAnswer;
 use trireme_replication::task::{
     Acquire, CancelRefused, FailureReason, Runner, Starter, TASK_BATCH_MAX, TASK_LEASE_MS,
     TaskHandle, TaskKey, TaskOperation, TaskOutgoing, TaskParams, TaskReadAnswer, TaskReadOp,
@@ -478,6 +479,13 @@ impl Cluster {
             incarnation: key.incarnation,
             message: id,
         };
+        // The dead-letter queue's watermark by quorum (spec/replication.md §2): a purged copy
+        // is gone, and is not sent back.
+        let purged_through = match self.queue_watermark(&key.queue, key.incarnation).await {
+            WatermarkAnswer::Read(watermark) => watermark,
+            // Deleted: the task fails at its next look at its queues.
+            WatermarkAnswer::Gone | WatermarkAnswer::Unavailable => return Redriven::Unavailable,
+        };
         let now = self.inner.me.clock.now();
         let (target, answer) = match &params.destination {
             Some(destination) => {
@@ -490,12 +498,17 @@ impl Cluster {
                     (source.clone(), self.replicas(&source)),
                     Some((target.clone(), self.replicas(&target))),
                     now,
+                    purged_through,
                 );
                 (target, self.run(op, effects).await)
             }
             None => {
-                let (op, effects) =
-                    RedriveOp::start((source.clone(), self.replicas(&source)), None, now);
+                let (op, effects) = RedriveOp::start(
+                    (source.clone(), self.replicas(&source)),
+                    None,
+                    now,
+                    purged_through,
+                );
                 let RedriveAnswer::Movable(record) = self.run(op, effects).await else {
                     return Redriven::Passed;
                 };

@@ -151,8 +151,12 @@ impl ClockWatch {
             let standing = self.assess();
             match standing {
                 Standing::Within { .. } => return Ok(()),
-                Standing::Beyond { .. } => return Err(standing),
-                Standing::Unmeasured { .. } => {
+                Standing::Beyond { cluster, bound_ms } if !uncertain(cluster, bound_ms) => {
+                    return Err(standing);
+                }
+                // Unmeasured, or beyond only by the round trips' width: a tighter sample may
+                // settle it (spec/replication.md#clock-monitoring, *Assess*).
+                Standing::Beyond { .. } | Standing::Unmeasured { .. } => {
                     self.probe_now.notify_waiters();
                     match tokio::time::timeout_at(deadline, sampled.changed()).await {
                         Ok(Ok(())) => {}
@@ -161,5 +165,29 @@ impl ClockWatch {
                 }
             }
         }
+    }
+}
+
+/// Whether the cluster's clock may be within `bound_ms` of this node's after all: some offset
+/// in its interval is, so the standing is beyond only by the samples' uncertainty.
+fn uncertain(cluster: trireme_replication::skew::Offset, bound_ms: u64) -> bool {
+    let bound = i64::try_from(bound_ms).unwrap_or(i64::MAX);
+    cluster.low_ms <= bound && cluster.high_ms >= -bound
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trireme_replication::skew::Offset;
+
+    #[test]
+    fn beyond_only_by_the_width_is_uncertain() {
+        let offset = |low_ms, high_ms| Offset { low_ms, high_ms };
+        // 210 ms behind, ± 212 ms: it may be 2 ms ahead.
+        assert!(uncertain(offset(-422, 2), 200));
+        assert!(uncertain(offset(150, 260), 200));
+        // Every offset in the interval is beyond: certainly beyond.
+        assert!(!uncertain(offset(201, 260), 200));
+        assert!(!uncertain(offset(-300, -201), 200));
     }
 }
