@@ -37,6 +37,9 @@ pub enum JoinState {
     Waiting { votes_from: Millis },
     /// A replacement merging from every peer.
     Rebuilding,
+    /// This node's disk was replaced by `by` (a peer refused this one as retired): it never
+    /// serves again (spec/replication.md, *Stragglers and replacement*).
+    Retired { by: u64 },
 }
 
 impl JoinState {
@@ -55,6 +58,9 @@ impl JoinState {
             JoinState::Rebuilding => {
                 Some("this node replaces a lost disk and is rebuilding from its peers".to_owned())
             }
+            JoinState::Retired { by } => Some(format!(
+                "this node's disk was replaced by disk {by}, which its peers now take for this node: a replaced disk never rejoins (stop this process; its data directory must not be used again)"
+            )),
         }
     }
 }
@@ -100,6 +106,19 @@ impl Membership {
     #[must_use]
     pub fn state(&self) -> JoinState {
         *self.state.borrow()
+    }
+
+    /// This node's disk was replaced by `by`: from now on it serves nothing, as a replica or
+    /// as a coordinator.
+    pub fn retire(&self, by: u64) {
+        let already = matches!(self.state(), JoinState::Retired { .. });
+        self.state.send_replace(JoinState::Retired { by });
+        if !already {
+            tracing::error!(
+                replaced_by = by,
+                "a peer refused this node's disk as replaced: it serves nothing from now on; stop this process (its data directory must not be used again)"
+            );
+        }
     }
 
     /// Waits until this node has joined.

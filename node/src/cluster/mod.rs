@@ -281,6 +281,7 @@ impl Cluster {
                     .keys()
                     .filter_map(|peer| Some((*peer, peers.client(*peer)?)))
                     .collect(),
+                &peers,
             );
             (watch, probes)
         });
@@ -343,6 +344,20 @@ impl Cluster {
                 .join(anti_entropy::AntiEntropySettings::default()),
         );
         expiry::spawn(Arc::downgrade(&cluster.inner));
+        // A peer that refuses this node's disk as replaced retires it (spec/replication.md,
+        // *Stragglers and replacement*: a replaced disk never rejoins).
+        let mut retired = cluster.inner.peers.retired();
+        let membership = Arc::downgrade(&cluster.inner.membership);
+        tokio::spawn(async move {
+            while retired.changed().await.is_ok() {
+                let by = *retired.borrow_and_update();
+                match (by, membership.upgrade()) {
+                    (Some(by), Some(membership)) => membership.retire(by),
+                    (_, None) => return,
+                    (None, Some(_)) => {}
+                }
+            }
+        });
         Ok((cluster, service))
     }
 

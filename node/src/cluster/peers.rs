@@ -119,6 +119,8 @@ pub struct Peers {
     /// alone, used only to order receive candidates (spec/replication.md, the paragraph after
     /// receive step 7); no decision depends on it.
     down: Arc<BTreeMap<NodeId, Arc<AtomicBool>>>,
+    /// Set once a peer refuses this node's disk as replaced.
+    retired: Arc<tokio::sync::watch::Sender<Option<u64>>>,
 }
 
 /// This node as a sender.
@@ -169,6 +171,7 @@ impl Peers {
         channel: &dyn Fn(&Endpoint) -> Channel,
     ) -> Result<Peers, tonic::transport::Error> {
         let request_ids = Arc::new(AtomicU64::new(1));
+        let retired = Arc::new(tokio::sync::watch::Sender::new(None));
         let mut links = BTreeMap::new();
         let mut clients = BTreeMap::new();
         let mut down = BTreeMap::new();
@@ -191,6 +194,7 @@ impl Peers {
                     identity: identity.clone(),
                     request_ids: Arc::clone(&request_ids),
                     down: Arc::clone(&peer_down),
+                    retired: Arc::clone(&retired),
                 },
                 waiting,
             ));
@@ -201,7 +205,23 @@ impl Peers {
             links: Arc::new(links),
             clients: Arc::new(clients),
             down: Arc::new(down),
+            retired,
         })
+    }
+
+    /// The disk that replaced this node's, once a peer refused this one as replaced
+    /// (spec/replication.md, *Stragglers and replacement*: a replaced disk never rejoins).
+    #[must_use]
+    pub fn retired(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.retired.subscribe()
+    }
+
+    /// Notes that `status`, a peer's answer to a call of this node's, refused this node's disk
+    /// as replaced (for calls outside the links: probes, anti-entropy).
+    pub(super) fn note_refusal(&self, status: &tonic::Status) {
+        if let Some(current) = retired_by(status) {
+            self.retired.send_replace(Some(current));
+        }
     }
 
     /// Whether this node takes `peer` for down: its last call failed and none has succeeded
@@ -321,12 +341,37 @@ struct Link {
     request_ids: Arc<AtomicU64>,
     /// Set when a call fails, cleared when one succeeds ([`Peers::down`]).
     down: Arc<AtomicBool>,
+    /// Set when a peer refuses this node's disk as replaced ([`Peers::retired`]).
+    retired: Arc<tokio::sync::watch::Sender<Option<u64>>>,
+}
+
+/// The metadata key of a refusal that says the caller's disk was replaced, and its value.
+pub const REFUSAL_KEY: &str = "trireme-refusal";
+/// [`REFUSAL_KEY`]'s value for a replaced disk.
+pub const REFUSAL_RETIRED: &str = "retired";
+/// The metadata key naming the disk that replaced the caller's.
+pub const CURRENT_DISK_KEY: &str = "trireme-current-disk";
+
+/// The disk that replaced this node's, if `status` is a peer's refusal of this node's disk as
+/// a replaced one.
+pub(super) fn retired_by(status: &tonic::Status) -> Option<u64> {
+    let metadata = status.metadata();
+    (status.code() == tonic::Code::PermissionDenied
+        && metadata.get(REFUSAL_KEY).and_then(|v| v.to_str().ok()) == Some(REFUSAL_RETIRED))
+    .then(|| {
+        metadata
+            .get(CURRENT_DISK_KEY)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    })
+    .flatten()
 }
 
 async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
     let Link {
         peer,
         client,
+        retired,
         identity,
         request_ids,
         down,
@@ -370,10 +415,16 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
             dedups,
         };
         let down = Arc::clone(&down);
+        let retired = Arc::clone(&retired);
         tokio::spawn(async move {
             let outcome = client.exchange(request).await;
             drop(permit);
             down.store(outcome.is_err(), Ordering::Relaxed);
+            if let Err(status) = &outcome
+                && let Some(current) = retired_by(status)
+            {
+                retired.send_replace(Some(current));
+            }
             let replies = match outcome {
                 Ok(response) if response.get_ref().fault.is_some() => {
                     let fault = wire::fault(response.get_ref().fault.as_ref().expect("matched"));

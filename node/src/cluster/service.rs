@@ -29,11 +29,12 @@ use trireme_replication::task::{TaskKey, TaskReply, TaskRequest};
 
 use super::join::{Membership, Refusal};
 use super::long_poll::LongPolls;
-use super::peers::Identity;
+use super::peers::{CURRENT_DISK_KEY, Identity, REFUSAL_KEY, REFUSAL_RETIRED};
 use super::store::{
     BatchAnswers, DedupEntry, Entry, NameEntry, ReplicaStore, StoreError, StoreFault, TaskEntry,
 };
 use super::wire;
+use tonic::metadata::MetadataValue;
 
 /// The replica side of this node.
 #[derive(Clone)]
@@ -553,10 +554,17 @@ impl ReplicaService {
             Err(Refusal::Joining(reason)) => Err(Status::unavailable(reason)),
             Err(Refusal::Retired { current }) => {
                 warn!(peer = ?remote, node = sender.node.0, disk = sender.disk_id, current, "refused a replica request from a replaced disk");
-                Err(Status::permission_denied(format!(
+                let mut status = Status::permission_denied(format!(
                     "disk {} of node {} was replaced by disk {current}: a replaced disk never rejoins",
                     sender.disk_id, sender.node.0
-                )))
+                ));
+                // Machine-readable, so the refused node knows it is retired.
+                let metadata = status.metadata_mut();
+                metadata.insert(REFUSAL_KEY, MetadataValue::from_static(REFUSAL_RETIRED));
+                if let Ok(value) = MetadataValue::try_from(current.to_string()) {
+                    metadata.insert(CURRENT_DISK_KEY, value);
+                }
+                Err(status)
             }
             Err(Refusal::Store(error)) => {
                 Err(Status::unavailable(format!("replica store: {error}")))

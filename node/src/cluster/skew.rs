@@ -66,16 +66,23 @@ impl ClockWatch {
     pub(super) fn spawn(
         self: &Arc<ClockWatch>,
         clients: BTreeMap<NodeId, ReplicaClient<Channel>>,
+        peers: &super::peers::Peers,
     ) -> Probes {
         let mut loops = JoinSet::new();
         for (peer, client) in clients {
             let watch = Arc::clone(self);
-            loops.spawn(async move { watch.probe_loop(peer, client).await });
+            let peers = peers.clone();
+            loops.spawn(async move { watch.probe_loop(peer, client, peers).await });
         }
         Probes { _loops: loops }
     }
 
-    async fn probe_loop(&self, peer: NodeId, mut client: ReplicaClient<Channel>) {
+    async fn probe_loop(
+        &self,
+        peer: NodeId,
+        mut client: ReplicaClient<Channel>,
+        peers: super::peers::Peers,
+    ) {
         loop {
             let wake = self.probe_now.notified();
             let sender = self.me.now();
@@ -83,7 +90,12 @@ impl ClockWatch {
                 sender: Some(sender.into()),
             };
             // A failed probe is no sample: the peer's old samples age out.
-            if let Ok(reply) = client.clock(request).await
+            let answered = client.clock(request).await;
+            if let Err(status) = &answered {
+                // A peer that refuses this node's disk as replaced: it is retired.
+                peers.note_refusal(status);
+            }
+            if let Ok(reply) = answered
                 && let Ok(replier) = wire::sender(reply.get_ref().sender.as_ref())
                 && replier.node == peer
             {

@@ -915,6 +915,73 @@ fn a_replaced_disk_waits_out_the_horizon_rebuilds_from_both_peers_and_then_votes
     assert_eq!(three.members[2].records().len(), 9);
 }
 
+#[test]
+fn an_old_disk_that_comes_back_after_its_replacement_joined_is_retired_and_serves_nothing() {
+    let clock = ManualClock::new(SystemClock.now());
+    let mut three = Members::start(3, Arc::new(clock.clone()), HORIZON_MS, None);
+    let rt = runtime();
+    rt.block_on(async {
+        assert_eq!(send(&three.members[0], "jobs", 1).await, SendAnswer::Sent);
+    });
+    three.members[2].kill();
+    // The old disk is kept aside, as an operator who moved it away would.
+    let old = TempDir::new().expect("a temp dir");
+    copy_files(&three.members[2].dir, old.path());
+    three.replace(2);
+    clock.advance_ms(HORIZON_MS + 1_000);
+    rt.block_on(async {
+        tokio::time::timeout(WAIT_MAX, three.members[2].running().cluster.joined())
+            .await
+            .expect("the replacement joins");
+    });
+    // The old disk comes back as node 3.
+    three.members[2].kill();
+    for entry in std::fs::read_dir(&three.members[2].dir).expect("the directory reads") {
+        std::fs::remove_file(entry.expect("an entry").path()).expect("the file goes");
+    }
+    copy_files(old.path(), &three.members[2].dir);
+    three.members[2].disk -= 1;
+    let setup = three.setup.clone();
+    three.members[2].restart(&setup);
+    rt.block_on(async {
+        let m = &three.members;
+        let old_disk = m[2].running().cluster.clone();
+        assert_eq!(
+            old_disk.join_state(),
+            JoinState::Joined,
+            "it thinks it is a member"
+        );
+        // Its first request to a peer is refused as from a replaced disk: then it knows.
+        let refused = send(&m[2], "jobs", 2).await;
+        assert_eq!(
+            refused,
+            SendAnswer::Unavailable,
+            "no peer acks a retired disk"
+        );
+        let retired = tokio::time::timeout(WAIT_MAX, async {
+            loop {
+                if let state @ JoinState::Retired { .. } = old_disk.join_state() {
+                    return state;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the old disk learns it was replaced");
+        let reason = retired.refusal().expect("a retired disk refuses");
+        assert!(reason.contains("never rejoins"), "{reason}");
+        // The two members and the replacement serve on.
+        assert_eq!(send(&m[0], "jobs", 3).await, SendAnswer::Sent);
+    });
+}
+
+fn copy_files(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).expect("the directory reads") {
+        let entry = entry.expect("an entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("the file copies");
+    }
+}
+
 /// The live deduplication records `member` stores, by key, as `(message, expires_at)`.
 fn dedups(member: &Member) -> BTreeMap<String, (u128, u64)> {
     let now = SystemClock.now();
