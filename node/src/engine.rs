@@ -1014,13 +1014,22 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_full_disk_is_refused_as_one_not_as_corruption() {
-        let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    /// The switches of a [`BreakableDisk`].
+    struct Switches {
+        broken: Arc<std::sync::atomic::AtomicBool>,
+        full: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    /// An engine on a healthy [`BreakableDisk`] with the test queue, and the disk's switches.
+    async fn on_breakable_disk() -> (Engine, Switches) {
+        let switches = Switches {
+            broken: Arc::default(),
+            full: Arc::default(),
+        };
         let disk = BreakableDisk {
             inner: redb::backends::InMemoryBackend::new(),
-            broken: Arc::default(),
-            full: full.clone(),
+            broken: switches.broken.clone(),
+            full: switches.full.clone(),
         };
         let storage = Storage::open_backend(disk, 1 << 20).unwrap();
         let handles = HandleCodec::new(b"engine-test-key-0123456789").unwrap();
@@ -1033,6 +1042,13 @@ mod tests {
         )
         .unwrap();
         create_queue(&engine).await;
+        (engine, switches)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_disk_is_refused_as_one_not_as_corruption() {
+        let (engine, disk) = on_breakable_disk().await;
+        let full = disk.full;
         full.store(true, Ordering::SeqCst);
         let refused = engine.execute(send(&engine, "no room")).await;
         let Err(EngineError::Storage(fault)) = refused else {
@@ -1046,23 +1062,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn failed_sync_refuses_the_batch_and_stops_the_engine() {
-        let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let disk = BreakableDisk {
-            inner: redb::backends::InMemoryBackend::new(),
-            broken: broken.clone(),
-            full: Arc::default(),
-        };
-        let storage = Storage::open_backend(disk, 1 << 20).unwrap();
-        let handles = HandleCodec::new(b"engine-test-key-0123456789").unwrap();
-        let engine = Engine::start(
-            storage,
-            Arc::new(SystemClock),
-            handles,
-            EngineSettings::default(),
-            Some(3),
-        )
-        .unwrap();
-        create_queue(&engine).await;
+        let (engine, disk) = on_breakable_disk().await;
+        let broken = disk.broken;
         broken.store(true, Ordering::SeqCst);
         let refused = engine.execute(send(&engine, "lost")).await;
         assert!(

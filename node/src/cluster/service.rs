@@ -157,15 +157,12 @@ impl pb::replica_server::Replica for ReplicaService {
         let remote = request.remote_addr();
         let request = request.into_inner();
         self.member(remote, request.sender.as_ref())?;
-        let queue = QueueName::try_from(request.queue)
-            .map_err(|_| Status::invalid_argument("queue is not a valid queue name"))?;
-        let node = u16::try_from(request.incarnation_node)
-            .map_err(|_| Status::invalid_argument("incarnation_node is out of range"))?;
-        let incarnation = Incarnation {
-            hlc_ms: request.incarnation_hlc_ms,
-            node,
-            nonce: request.incarnation_nonce,
-        };
+        let (queue, incarnation) = queue_incarnation(
+            request.queue,
+            request.incarnation_hlc_ms,
+            request.incarnation_node,
+            request.incarnation_nonce,
+        )?;
         if request.messages.len() > CANDIDATES_PER_REPLY_MAX {
             return Err(Status::invalid_argument(format!(
                 "a wake-up names at most {CANDIDATES_PER_REPLY_MAX} messages"
@@ -186,15 +183,12 @@ impl pb::replica_server::Replica for ReplicaService {
         let remote = request.remote_addr();
         let request = request.into_inner();
         self.member(remote, request.sender.as_ref())?;
-        let queue = QueueName::try_from(request.queue)
-            .map_err(|_| Status::invalid_argument("queue is not a valid queue name"))?;
-        let node = u16::try_from(request.incarnation_node)
-            .map_err(|_| Status::invalid_argument("incarnation_node is out of range"))?;
-        let incarnation = Incarnation {
-            hlc_ms: request.incarnation_hlc_ms,
-            node,
-            nonce: request.incarnation_nonce,
-        };
+        let (queue, incarnation) = queue_incarnation(
+            request.queue,
+            request.incarnation_hlc_ms,
+            request.incarnation_node,
+            request.incarnation_nonce,
+        )?;
         let limit = usize::try_from(request.limit)
             .unwrap_or(usize::MAX)
             .clamp(1, CANDIDATES_PER_REPLY_MAX);
@@ -452,6 +446,27 @@ fn exchanged(ring: &Ring, me: NodeId, caller: NodeId, name: &QueueName, catalog:
 /// Name records one anti-entropy page holds at most: a name record with its attributes and tags
 /// is a few KiB at most, so a page stays well under tonic's 4 MiB message limit.
 pub const NAMES_PER_PAGE_MAX: usize = 256;
+
+/// A request's queue and incarnation, from its fields.
+fn queue_incarnation(
+    queue: String,
+    hlc_ms: u64,
+    node: u32,
+    nonce: u64,
+) -> Result<(QueueName, Incarnation), Status> {
+    let queue = QueueName::try_from(queue)
+        .map_err(|_| Status::invalid_argument("queue is not a valid queue name"))?;
+    let node = u16::try_from(node)
+        .map_err(|_| Status::invalid_argument("incarnation_node is out of range"))?;
+    Ok((
+        queue,
+        Incarnation {
+            hlc_ms,
+            node,
+            nonce,
+        },
+    ))
+}
 
 /// Message ids one candidates reply holds at most (16 bytes each).
 pub const CANDIDATES_PER_REPLY_MAX: usize = 1_024;
