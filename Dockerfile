@@ -32,11 +32,14 @@ USER 10001:10001
 ENV TRIREME_DATA_DIR=/var/lib/trireme \
     TRIREME_LISTEN=0.0.0.0:7100 \
     TRIREME_SQS_LISTEN=0.0.0.0:9324 \
-    TRIREME_PEER_LISTEN=0.0.0.0:7200
+    TRIREME_PEER_LISTEN=0.0.0.0:7200 \
+    TRIREME_METRICS_LISTEN=0.0.0.0:9100
 VOLUME ["/var/lib/trireme"]
-# gRPC, SQS-compatible HTTP, and the members' internal replica service.
-EXPOSE 7100 9324 7200
-# Healthy when the node answers a gRPC call on its own port (the CLI is in the image).
+# gRPC, SQS-compatible HTTP, the members' internal replica service, and /metrics, /health and
+# /ready.
+EXPOSE 7100 9324 7200 9100
+# Healthy when the node is ready: storage open and, in a cluster, joined with a quorum of
+# members reachable (`trireme-node probe` needs no shell, which the scratch image lacks).
 HEALTHCHECK --interval=5s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["/usr/local/bin/trireme", "--endpoint", "http://127.0.0.1:7100", "queue", "list", "--max-results", "1"]
+    CMD ["/usr/local/bin/trireme-node", "probe", "http://127.0.0.1:9100/ready"]
 ENTRYPOINT ["/usr/local/bin/trireme-node"]

@@ -12,8 +12,8 @@
 # and its volumes are removed whatever the outcome; every wait is bounded, the run after the
 # build by COMPOSE_FAULTS_MAX_S (600 s).
 #
-# Settings (environment): TRIREME_GRPC_PORT_1..3 and TRIREME_SQS_PORT_1..3 (host ports, default
-# 7101-7103 and 9325-9327), COMPOSE_FAULTS_MESSAGES (at most, default 6000),
+# Settings (environment): TRIREME_GRPC_PORT_1..3, TRIREME_SQS_PORT_1..3 and
+# TRIREME_METRICS_PORT_1..3 (host ports, default 7101-7103, 9325-9327 and 9101-9103), COMPOSE_FAULTS_MESSAGES (at most, default 6000),
 # COMPOSE_FAULTS_RATE (sends per second, default 25), COMPOSE_FAULTS_NO_BUILD=1 (reuse the
 # image and target/release as they are).
 set -euo pipefail
@@ -37,6 +37,7 @@ compose=("${compose_tool[@]}" -p "$project" -f docker-compose.yml)
 export TRIREME_IMAGE="${TRIREME_IMAGE:-trireme:local}"
 export TRIREME_GRPC_PORT_1="${TRIREME_GRPC_PORT_1:-7101}" TRIREME_GRPC_PORT_2="${TRIREME_GRPC_PORT_2:-7102}" TRIREME_GRPC_PORT_3="${TRIREME_GRPC_PORT_3:-7103}"
 export TRIREME_SQS_PORT_1="${TRIREME_SQS_PORT_1:-9325}" TRIREME_SQS_PORT_2="${TRIREME_SQS_PORT_2:-9326}" TRIREME_SQS_PORT_3="${TRIREME_SQS_PORT_3:-9327}"
+export TRIREME_METRICS_PORT_1="${TRIREME_METRICS_PORT_1:-9101}" TRIREME_METRICS_PORT_2="${TRIREME_METRICS_PORT_2:-9102}" TRIREME_METRICS_PORT_3="${TRIREME_METRICS_PORT_3:-9103}"
 # A fresh secret per run: nothing outside this run can make a valid receipt handle.
 TRIREME_CLUSTER_SECRET="faults-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 export TRIREME_CLUSTER_SECRET
@@ -72,9 +73,10 @@ trap 'exit 130' INT TERM
 trap '' PIPE
 
 for port in "$TRIREME_GRPC_PORT_1" "$TRIREME_GRPC_PORT_2" "$TRIREME_GRPC_PORT_3" \
-            "$TRIREME_SQS_PORT_1" "$TRIREME_SQS_PORT_2" "$TRIREME_SQS_PORT_3"; do
+            "$TRIREME_SQS_PORT_1" "$TRIREME_SQS_PORT_2" "$TRIREME_SQS_PORT_3" \
+            "$TRIREME_METRICS_PORT_1" "$TRIREME_METRICS_PORT_2" "$TRIREME_METRICS_PORT_3"; do
   if (exec 2>/dev/null; : > "/dev/tcp/127.0.0.1/$port"); then
-    fail "host port $port is in use; set TRIREME_GRPC_PORT_n / TRIREME_SQS_PORT_n"
+    fail "host port $port is in use; set TRIREME_GRPC_PORT_n / TRIREME_SQS_PORT_n / TRIREME_METRICS_PORT_n"
   fi
 done
 

@@ -7,11 +7,20 @@ use trireme_core::{Command, Delivery, MessageId, Millis, Outcome, QueueName, Que
 use crate::cluster::edge::ClusterEdge;
 use crate::engine::{Engine, EngineError};
 use crate::handle::HandleCodec;
+use crate::metrics::{CommandKind, MessageCounters};
 use crate::redrive::{RedriveError, RedriveProgress, RedriveTasks};
 
-/// The queue service behind the edges. Cheap to clone.
+/// The queue service behind the edges, and the counters of what its messages went through
+/// (counted here, once for both edges). Cheap to clone.
 #[derive(Clone, Debug)]
-pub enum Backend {
+pub struct Backend {
+    service: Service,
+    counters: MessageCounters,
+}
+
+/// Which queue service serves.
+#[derive(Clone, Debug)]
+enum Service {
     /// A node running alone: its engine, and the move tasks that are its clients.
     Alone {
         /// The node's engine.
@@ -24,19 +33,38 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The backend of a node running alone on `engine`, with no move task yet.
+    /// The backend of a node running alone on `engine`, with no move task yet, counting into
+    /// `counters`.
     #[must_use]
-    pub fn alone(engine: Engine) -> Backend {
-        Backend::Alone {
-            redrives: RedriveTasks::new(engine.clone()),
-            engine,
+    pub fn alone(engine: Engine, counters: MessageCounters) -> Backend {
+        Backend {
+            service: Service::Alone {
+                redrives: RedriveTasks::new(engine.clone()),
+                engine,
+            },
+            counters,
         }
+    }
+
+    /// The backend of a cluster member, coordinating through `edge`, counting into `counters`.
+    #[must_use]
+    pub fn cluster(edge: ClusterEdge, counters: MessageCounters) -> Backend {
+        Backend {
+            service: Service::Cluster(edge),
+            counters,
+        }
+    }
+
+    /// What this backend's messages went through.
+    #[must_use]
+    pub fn counters(&self) -> &MessageCounters {
+        &self.counters
     }
 
     /// Cancels every running move task of a node running alone (the first step of its
     /// shutdown); a cluster's tasks stop with the member's background work and are taken over.
     pub fn cancel_move_tasks(&self) {
-        if let Backend::Alone { redrives, .. } = self {
+        if let Service::Alone { redrives, .. } = &self.service {
             redrives.cancel_all();
         }
     }
@@ -46,19 +74,27 @@ impl Backend {
     /// # Errors
     /// As [`Engine::execute`], and in a cluster `Unavailable` or `Unsupported`.
     pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
-        match self {
-            Backend::Alone { engine, .. } => engine.execute(command).await,
-            Backend::Cluster(edge) => edge.execute(command).await,
-        }
+        let kind = CommandKind::of(&command);
+        let result = match &self.service {
+            Service::Alone { engine, .. } => engine.execute(command).await,
+            Service::Cluster(edge) => edge.execute(command).await,
+        };
+        self.counters.count(&kind, &result);
+        result
     }
 
     /// Applies every command (one group commit alone, concurrently in a cluster), answering in
     /// order.
     pub async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, EngineError>> {
-        match self {
-            Backend::Alone { engine, .. } => engine.execute_all(commands).await,
-            Backend::Cluster(edge) => edge.execute_all(commands).await,
+        let kinds: Vec<CommandKind> = commands.iter().map(CommandKind::of).collect();
+        let results = match &self.service {
+            Service::Alone { engine, .. } => engine.execute_all(commands).await,
+            Service::Cluster(edge) => edge.execute_all(commands).await,
+        };
+        for (kind, result) in kinds.iter().zip(&results) {
+            self.counters.count(kind, result);
         }
+        results
     }
 
     /// Receives up to `max` messages, waiting up to `wait_s` for the first.
@@ -72,10 +108,14 @@ impl Backend {
         visibility_s: Option<u32>,
         wait_s: Option<u32>,
     ) -> Result<Vec<Delivery>, EngineError> {
-        match self {
-            Backend::Alone { engine, .. } => engine.receive(queue, max, visibility_s, wait_s).await,
-            Backend::Cluster(edge) => edge.receive(queue, max, visibility_s, wait_s).await,
+        let received = match &self.service {
+            Service::Alone { engine, .. } => engine.receive(queue, max, visibility_s, wait_s).await,
+            Service::Cluster(edge) => edge.receive(queue, max, visibility_s, wait_s).await,
+        };
+        if let Ok(deliveries) = &received {
+            self.counters.count_received(deliveries);
         }
+        received
     }
 
     /// The queue `name` as it is now, or `None` if it does not exist.
@@ -83,9 +123,9 @@ impl Backend {
     /// # Errors
     /// `ShuttingDown` alone; `Unavailable` in a cluster.
     pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
-        match self {
-            Backend::Alone { engine, .. } => engine.queue(name).await,
-            Backend::Cluster(edge) => edge.queue(name).await,
+        match &self.service {
+            Service::Alone { engine, .. } => engine.queue(name).await,
+            Service::Cluster(edge) => edge.queue(name).await,
         }
     }
 
@@ -99,9 +139,9 @@ impl Backend {
         after: Option<QueueName>,
         limit: usize,
     ) -> Result<Vec<QueueName>, EngineError> {
-        match self {
-            Backend::Alone { engine, .. } => engine.list_queues(prefix, after, limit).await,
-            Backend::Cluster(edge) => edge.list_queues(prefix, after, limit).await,
+        match &self.service {
+            Service::Alone { engine, .. } => engine.list_queues(prefix, after, limit).await,
+            Service::Cluster(edge) => edge.list_queues(prefix, after, limit).await,
         }
     }
 
@@ -113,36 +153,36 @@ impl Backend {
         &self,
         dlq: &QueueName,
     ) -> Result<Vec<QueueName>, EngineError> {
-        match self {
-            Backend::Alone { engine, .. } => engine.dead_letter_sources(dlq).await,
-            Backend::Cluster(edge) => edge.dead_letter_sources(dlq).await,
+        match &self.service {
+            Service::Alone { engine, .. } => engine.dead_letter_sources(dlq).await,
+            Service::Cluster(edge) => edge.dead_letter_sources(dlq).await,
         }
     }
 
     /// A fresh message id.
     #[must_use]
     pub fn new_message_id(&self) -> MessageId {
-        match self {
-            Backend::Alone { engine, .. } => engine.new_message_id(),
-            Backend::Cluster(edge) => edge.new_message_id(),
+        match &self.service {
+            Service::Alone { engine, .. } => engine.new_message_id(),
+            Service::Cluster(edge) => edge.new_message_id(),
         }
     }
 
     /// The node's clock.
     #[must_use]
     pub fn now(&self) -> Millis {
-        match self {
-            Backend::Alone { engine, .. } => engine.now(),
-            Backend::Cluster(edge) => edge.now(),
+        match &self.service {
+            Service::Alone { engine, .. } => engine.now(),
+            Service::Cluster(edge) => edge.now(),
         }
     }
 
     /// The codec of the receipt handles (the cluster's shared key in a cluster).
     #[must_use]
     pub fn handles(&self) -> &HandleCodec {
-        match self {
-            Backend::Alone { engine, .. } => engine.handles(),
-            Backend::Cluster(edge) => edge.handles(),
+        match &self.service {
+            Service::Alone { engine, .. } => engine.handles(),
+            Service::Cluster(edge) => edge.handles(),
         }
     }
 
@@ -157,9 +197,9 @@ impl Backend {
         to: Option<QueueName>,
         rate_per_s: Option<u32>,
     ) -> Result<String, RedriveError> {
-        match self {
-            Backend::Alone { redrives, .. } => redrives.start(from, to, rate_per_s).await,
-            Backend::Cluster(edge) => edge.start_move_task(from, to, rate_per_s).await,
+        match &self.service {
+            Service::Alone { redrives, .. } => redrives.start(from, to, rate_per_s).await,
+            Service::Cluster(edge) => edge.start_move_task(from, to, rate_per_s).await,
         }
     }
 
@@ -172,9 +212,9 @@ impl Backend {
         from: &QueueName,
         limit: usize,
     ) -> Result<Vec<RedriveProgress>, EngineError> {
-        match self {
-            Backend::Alone { redrives, .. } => Ok(redrives.list(from, limit)),
-            Backend::Cluster(edge) => edge.list_move_tasks(from, limit).await,
+        match &self.service {
+            Service::Alone { redrives, .. } => Ok(redrives.list(from, limit)),
+            Service::Cluster(edge) => edge.list_move_tasks(from, limit).await,
         }
     }
 
@@ -183,9 +223,9 @@ impl Backend {
     /// # Errors
     /// None alone; `Unavailable` in a cluster.
     pub async fn move_task(&self, handle: &str) -> Result<Option<RedriveProgress>, EngineError> {
-        match self {
-            Backend::Alone { redrives, .. } => Ok(redrives.get(handle)),
-            Backend::Cluster(edge) => edge.move_task(handle).await,
+        match &self.service {
+            Service::Alone { redrives, .. } => Ok(redrives.get(handle)),
+            Service::Cluster(edge) => edge.move_task(handle).await,
         }
     }
 
@@ -194,9 +234,9 @@ impl Backend {
     /// # Errors
     /// `TaskNotFound`, `NotRunning`; in a cluster also `Engine` (`Unavailable`).
     pub async fn cancel_move_task(&self, handle: &str) -> Result<u64, RedriveError> {
-        match self {
-            Backend::Alone { redrives, .. } => redrives.cancel(handle),
-            Backend::Cluster(edge) => edge.cancel_move_task(handle).await,
+        match &self.service {
+            Service::Alone { redrives, .. } => redrives.cancel(handle),
+            Service::Cluster(edge) => edge.cancel_move_task(handle).await,
         }
     }
 }

@@ -34,6 +34,9 @@ pub const SQS_REGION_DEFAULT: &str = "us-east-1";
 pub const SQS_ACCOUNT_ID_DEFAULT: &str = "000000000000";
 /// Default data directory, relative to the working directory.
 pub const DATA_DIR_DEFAULT: &str = "./trireme-data";
+/// Default listen address of `/metrics`, `/health` and `/ready`: loopback, since the figures
+/// name every queue (containers set `0.0.0.0:9100`).
+pub const METRICS_LISTEN_DEFAULT: &str = "127.0.0.1:9100";
 /// Default listen address of the internal replica service (the other members' port).
 pub const PEER_LISTEN_DEFAULT: &str = "0.0.0.0:7200";
 /// The label the receipt-handle key is derived under from the cluster secret. Changing it
@@ -82,6 +85,15 @@ pub struct Args {
     /// Do not serve the SQS-compatible endpoint.
     #[arg(long, env = "TRIREME_NO_SQS")]
     pub no_sqs: bool,
+
+    /// Address `/metrics` (Prometheus), `/health` and `/ready` listen on. [default:
+    /// 127.0.0.1:9100]
+    #[arg(long, env = "TRIREME_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Do not serve `/metrics`, `/health` and `/ready`.
+    #[arg(long, env = "TRIREME_NO_METRICS")]
+    pub no_metrics: bool,
 
     /// Host name put in SQS queue URLs (what clients use to reach this node).
     /// [default: localhost]
@@ -229,6 +241,8 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     sqs_listen: Option<SocketAddr>,
     no_sqs: Option<bool>,
+    metrics_listen: Option<SocketAddr>,
+    no_metrics: Option<bool>,
     sqs_advertised_host: Option<String>,
     sqs_advertised_port: Option<u16>,
     sqs_region: Option<String>,
@@ -327,6 +341,21 @@ pub enum Command {
     /// Runs a three-node cluster on loopback for development: three `trireme-node` processes
     /// with their own data directories, one shared cluster secret, stopped together by Ctrl-C.
     DevCluster(DevClusterArgs),
+    /// GETs an http:// URL (such as `http://127.0.0.1:9100/ready`) and exits 0 when it answers
+    /// 200, 1 otherwise, printing the answer: a container's health check without a shell.
+    Probe(ProbeArgs),
+}
+
+/// `trireme-node probe`'s settings.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The URL, `http://HOST:PORT/PATH`.
+    #[arg(value_name = "URL")]
+    pub url: String,
+
+    /// Milliseconds to connect, and for each read and write.
+    #[arg(long, value_name = "MS", default_value_t = 2_000)]
+    pub timeout_ms: u64,
 }
 
 /// `trireme-node dev-cluster`'s settings. Node N (1 to 3) listens on the base ports + N − 1.
@@ -348,6 +377,11 @@ pub struct DevClusterArgs {
     #[arg(long, value_name = "PORT", default_value_t = 7200)]
     pub peer_port: u16,
 
+    /// Metrics port of node 1 (`/metrics`, `/health`, `/ready`; nodes 2 and 3 take the next
+    /// two).
+    #[arg(long, value_name = "PORT", default_value_t = 9100)]
+    pub metrics_port: u16,
+
     /// Log filter of the three nodes, in `tracing` syntax.
     #[arg(long, value_name = "FILTER", default_value = "info")]
     pub log: String,
@@ -362,6 +396,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The SQS endpoint's listen address and settings; `None` when it is turned off.
     pub sqs: Option<SqsConfig>,
+    /// Where `/metrics`, `/health` and `/ready` listen (the caller binds it); `None` when they
+    /// are turned off.
+    pub metrics_listen: Option<SocketAddr>,
     /// The receipt-handle key given by the operator or derived from the cluster secret; `None`
     /// (only for a node alone) means the database's own key.
     pub handle_key: Option<Vec<u8>>,
@@ -545,8 +582,19 @@ impl Config {
                 access_keys,
             })
         };
+        let no_metrics = args.no_metrics || file.no_metrics.unwrap_or(false);
+        let metrics_listen = (!no_metrics).then(|| {
+            args.metrics_listen
+                .or(file.metrics_listen)
+                .unwrap_or_else(|| {
+                    METRICS_LISTEN_DEFAULT
+                        .parse()
+                        .expect("a valid literal address")
+                })
+        });
         let config = Config {
             sqs,
+            metrics_listen,
             data_dir: args
                 .data_dir
                 .or(file.data_dir)
@@ -868,6 +916,30 @@ mod tests {
         let sqs = config.sqs.unwrap();
         assert_eq!(sqs.listen.port(), 9324);
         assert!(sqs.access_keys.is_empty());
+    }
+
+    #[test]
+    fn metrics_listen_on_loopback_9100_by_default_from_flag_file_or_off() {
+        let config = Config::resolve(Args::default(), FileConfig::default()).unwrap();
+        assert_eq!(
+            config.metrics_listen,
+            Some("127.0.0.1:9100".parse().unwrap())
+        );
+        let flagged = Config::load(parse(&["--metrics-listen", "0.0.0.0:9200"])).unwrap();
+        assert_eq!(
+            flagged.metrics_listen,
+            Some("0.0.0.0:9200".parse().unwrap())
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, "metrics_listen = \"127.0.0.1:9300\"\n").unwrap();
+        let filed = Config::load(parse(&["--config", path.to_str().unwrap()])).unwrap();
+        assert_eq!(
+            filed.metrics_listen,
+            Some("127.0.0.1:9300".parse().unwrap())
+        );
+        let off = Config::load(parse(&["--no-metrics"])).unwrap();
+        assert_eq!(off.metrics_listen, None);
     }
 
     #[test]

@@ -49,6 +49,7 @@ struct Reported {
     grpc: Option<String>,
     sqs: Option<String>,
     peers: Option<String>,
+    metrics: Option<String>,
     /// The last line a node prints: it is serving.
     data: Option<String>,
 }
@@ -102,6 +103,8 @@ impl Launch {
             .arg(format!("127.0.0.1:{}", self.ports.sqs(node)))
             .arg("--peer-listen")
             .arg(format!("127.0.0.1:{}", self.ports.peer(node)))
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{}", self.ports.metrics(node)))
             .arg("--peers")
             .arg(&self.peers)
             .arg("--log")
@@ -211,11 +214,12 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
                 let report = reported.entry(node).or_default();
                 if record(report, &line) && up.insert(node) {
                     say(&format!(
-                        "node {node} up (pid {}): gRPC {}, SQS {}, peers {}, data in {}",
+                        "node {node} up (pid {}): gRPC {}, SQS {}, peers {}, metrics {}, data in {}",
                         pids[&node],
                         shown(report.grpc.as_deref()),
                         shown(report.sqs.as_deref()),
                         shown(report.peers.as_deref()),
+                        shown(report.metrics.as_deref()),
                         shown(report.data.as_deref()),
                     ));
                     if up.len() == usize::from(NODES) && !started {
@@ -282,6 +286,7 @@ struct Ports {
     grpc: u16,
     sqs: u16,
     peer: u16,
+    metrics: u16,
 }
 
 impl Ports {
@@ -291,19 +296,23 @@ impl Ports {
             ("--grpc-port", args.grpc_port),
             ("--sqs-port", args.sqs_port),
             ("--peer-port", args.peer_port),
+            ("--metrics-port", args.metrics_port),
         ] {
             if base == 0 || base.checked_add(NODES - 1).is_none() {
                 bail!("{what} {base}: the {NODES} ports from it must be in 1..=65535");
             }
             all.extend(base..base + NODES);
         }
-        if all.len() != 3 * usize::from(NODES) {
-            bail!("the gRPC, SQS and peer ports overlap: each base needs {NODES} ports of its own");
+        if all.len() != 4 * usize::from(NODES) {
+            bail!(
+                "the gRPC, SQS, peer and metrics ports overlap: each base needs {NODES} ports of its own"
+            );
         }
         Ok(Ports {
             grpc: args.grpc_port,
             sqs: args.sqs_port,
             peer: args.peer_port,
+            metrics: args.metrics_port,
         })
     }
 
@@ -317,6 +326,10 @@ impl Ports {
 
     fn peer(&self, node: u16) -> u16 {
         self.peer + node - 1
+    }
+
+    fn metrics(&self, node: u16) -> u16 {
+        self.metrics + node - 1
     }
 }
 
@@ -381,6 +394,8 @@ fn record(report: &mut Reported, line: &str) -> bool {
         report.sqs = Some(sqs);
     } else if let Some(peers) = value("trireme-node: peers listening on ") {
         report.peers = Some(peers);
+    } else if let Some(metrics) = value("trireme-node: metrics listening on ") {
+        report.metrics = Some(metrics);
     } else if let Some(data) = value("trireme-node: data in ") {
         report.data = Some(data);
     }

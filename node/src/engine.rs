@@ -25,14 +25,15 @@ use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 use trireme_core::{
-    Command, Delivery, MessageId, MessageView, Millis, Outcome, QueueName, QueueView, Queues,
-    Reject, WaiterId, Wakeup,
+    Command, Delivery, MessageId, MessageView, Millis, Outcome, QueueName, QueueStats, QueueView,
+    Queues, Reject, WaiterId, Wakeup,
 };
 
 use crate::clock::Clock;
 use crate::fault::StoreFault;
 use crate::handle::HandleCodec;
 use crate::limits;
+use crate::metrics::StoreMetrics;
 use crate::storage::{Storage, StorageError};
 
 /// Why the engine did not apply a command.
@@ -109,6 +110,9 @@ enum Query {
         queue: QueueName,
         reply: oneshot::Sender<Vec<WaiterId>>,
     },
+    Stats {
+        reply: oneshot::Sender<Vec<QueueStats>>,
+    },
 }
 
 enum Request {
@@ -137,6 +141,8 @@ pub(crate) struct EngineLink {
     clock: Arc<dyn Clock>,
     rng: Mutex<ChaCha20Rng>,
     next_waiter: AtomicU64,
+    /// The queue database's group commits, counted by the task.
+    storage_metrics: StoreMetrics,
 }
 
 impl std::fmt::Debug for EngineLink {
@@ -280,15 +286,19 @@ impl Engine {
             Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ storage.revision().rotate_left(32)),
             None => ChaCha20Rng::from_os_rng(),
         };
+        let storage_metrics = StoreMetrics::default();
+        storage_metrics.set_records(storage.records());
         let link = Arc::new(EngineLink {
             requests,
             cancels,
             clock: clock.clone(),
             rng: Mutex::new(rng),
             next_waiter: AtomicU64::new(1),
+            storage_metrics: storage_metrics.clone(),
         });
         let (failure_tx, failure) = watch::channel(None);
         let task = Task {
+            metrics: storage_metrics.clone(),
             failure: failure_tx,
             queues,
             storage: Some(storage),
@@ -318,6 +328,27 @@ impl Engine {
             // The task ended without a failure (closed): nothing will ever fail.
             Err(_) => std::future::pending().await,
         }
+    }
+
+    /// The reason storage failed, if it did (the engine then takes no more commands).
+    #[must_use]
+    pub fn failure(&self) -> Option<String> {
+        self.failure.borrow().clone()
+    }
+
+    /// The queue database's group commits and records.
+    #[must_use]
+    pub fn storage_metrics(&self) -> &StoreMetrics {
+        &self.link.storage_metrics
+    }
+
+    /// Every queue's counts, oldest message and dead-letter moves now, in name order (for the
+    /// node's metrics).
+    ///
+    /// # Errors
+    /// `ShuttingDown` once the engine stopped.
+    pub async fn stats(&self) -> Result<Vec<QueueStats>, EngineError> {
+        self.link.query(|reply| Query::Stats { reply }).await
     }
 
     /// Applies one command durably: the reply comes after its changes are fsynced. A `Receive`
@@ -519,6 +550,7 @@ enum Answer {
     Names(oneshot::Sender<Vec<QueueName>>, Vec<QueueName>),
     Message(oneshot::Sender<Option<MessageView>>, Option<MessageView>),
     Waiters(oneshot::Sender<Vec<WaiterId>>, Vec<WaiterId>),
+    Stats(oneshot::Sender<Vec<QueueStats>>, Vec<QueueStats>),
     Done(oneshot::Sender<()>),
 }
 
@@ -542,6 +574,9 @@ impl Answer {
             Answer::Waiters(reply, waiters) => {
                 let _ = reply.send(waiters);
             }
+            Answer::Stats(reply, stats) => {
+                let _ = reply.send(stats);
+            }
             Answer::Done(done) => {
                 let _ = done.send(());
             }
@@ -550,6 +585,8 @@ impl Answer {
 }
 
 struct Task {
+    /// The group commits' count, time and the records held after each.
+    metrics: StoreMetrics,
     /// Where a storage failure is announced to the node.
     failure: watch::Sender<Option<StoreFault>>,
     queues: Queues,
@@ -765,6 +802,7 @@ impl Task {
                 Answer::Message(reply, self.queues.message(&queue, id))
             }
             Query::Waiters { queue, reply } => Answer::Waiters(reply, self.queues.waiters(&queue)),
+            Query::Stats { reply } => Answer::Stats(reply, self.queues.stats()),
         }
     }
 
@@ -778,6 +816,8 @@ impl Task {
             .as_mut()
             .expect("storage is open while the task runs");
         let count = changes.len();
+        // tokio's clock, so that under turmoil the figure is simulated time like every other.
+        let started = tokio::time::Instant::now();
         // redb's commit blocks on fsync. On a multi-thread runtime, `block_in_place` lets the
         // other tasks move to another worker meanwhile; on a current-thread runtime (the
         // simulation) the commit simply runs inline.
@@ -789,6 +829,8 @@ impl Task {
             storage.commit(changes)
         };
         if result.is_ok() {
+            self.metrics
+                .observe_commit(started.elapsed(), storage.records());
             tracing::trace!(
                 records = count,
                 revision = storage.revision(),

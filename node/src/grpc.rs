@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use axum::http;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span, debug, field, info_span};
 use trireme_core::{
@@ -21,6 +22,7 @@ use trireme_proto::v1::queue_service_server::QueueService;
 use crate::backend::Backend;
 use crate::engine::EngineError;
 use crate::limits;
+use crate::metrics::{Api, RequestMetrics};
 use crate::redrive::{RedriveProgress, RedriveStatus};
 use crate::sqs::body_md5;
 use crate::status::{self, FieldError};
@@ -41,6 +43,134 @@ impl GrpcService {
     fn server(self) -> pb::queue_service_server::QueueServiceServer<GrpcService> {
         pb::queue_service_server::QueueServiceServer::new(self)
     }
+}
+
+/// The methods of `trireme.v1.QueueService`, as the request path names them after the service:
+/// the metrics' `operation` label takes only these (and `unknown`), never a client's text.
+const METHODS: [&str; 20] = [
+    "CreateQueue",
+    "GetQueue",
+    "ListQueues",
+    "SetQueueAttributes",
+    "DeleteQueue",
+    "PurgeQueue",
+    "ListDeadLetterSourceQueues",
+    "TagQueue",
+    "UntagQueue",
+    "SendMessage",
+    "SendMessageBatch",
+    "ReceiveMessages",
+    "DeleteMessage",
+    "DeleteMessageBatch",
+    "ChangeVisibility",
+    "ChangeVisibilityBatch",
+    "DeadLetterMessage",
+    "StartRedrive",
+    "ListRedrives",
+    "CancelRedrive",
+];
+
+/// The metrics' name for the method a request path (`/trireme.v1.QueueService/SendMessage`)
+/// calls: one of [`METHODS`], or `unknown`.
+fn method_name(path: &str) -> &'static str {
+    let method = path
+        .strip_prefix('/')
+        .and_then(|path| path.split_once('/'))
+        .filter(|(service, _)| {
+            *service == <pb::queue_service_server::QueueServiceServer<GrpcService> as tonic::server::NamedService>::NAME
+        })
+        .map_or("", |(_, method)| method);
+    METHODS
+        .iter()
+        .find(|known| **known == method)
+        .copied()
+        .unwrap_or("unknown")
+}
+
+/// Records every gRPC request's latency (to its response headers, which is where a unary
+/// call's answer is decided) and, for a refusal, its reason: `trireme-reason` when the status
+/// carries one (always one of `status::Reason`'s names), else the gRPC code's name.
+#[derive(Clone, Debug)]
+pub struct MetricsLayer {
+    requests: RequestMetrics,
+}
+
+impl MetricsLayer {
+    /// A layer recording into `requests`.
+    #[must_use]
+    pub fn new(requests: RequestMetrics) -> MetricsLayer {
+        MetricsLayer { requests }
+    }
+}
+
+impl<S> tower::Layer<S> for MetricsLayer {
+    type Service = Metered<S>;
+
+    fn layer(&self, inner: S) -> Metered<S> {
+        Metered {
+            inner,
+            requests: self.requests.clone(),
+        }
+    }
+}
+
+/// A gRPC service whose requests are recorded (see [`MetricsLayer`]).
+#[derive(Clone, Debug)]
+pub struct Metered<S> {
+    inner: S,
+    requests: RequestMetrics,
+}
+
+impl<S, B, RB> tower::Service<http::Request<B>> for Metered<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(context)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let operation = method_name(request.uri().path());
+        let started = tokio::time::Instant::now();
+        let requests = self.requests.clone();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let result = answer.await;
+            let reason = match &result {
+                Ok(response) => refusal_reason(response.headers()),
+                Err(_) => Some("Transport".to_owned()),
+            };
+            requests.observe(Api::Grpc, operation, started.elapsed(), reason.as_deref());
+            result
+        })
+    }
+}
+
+/// The reason of a refused call from its response headers (a refusal is a trailers-only
+/// response: its status is in the headers); `None` for an answer.
+fn refusal_reason(headers: &http::HeaderMap) -> Option<String> {
+    let code = headers
+        .get("grpc-status")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<i32>().ok())
+        .map(tonic::Code::from_i32)
+        .filter(|code| *code != tonic::Code::Ok)?;
+    let reason = headers
+        .get(status::REASON_KEY)
+        .and_then(|value| value.to_str().ok())
+        // Only this node writes it, from `status::Reason`'s names; anything else is not ours.
+        .filter(|reason| reason.len() <= 40 && reason.bytes().all(|b| b.is_ascii_alphanumeric()));
+    Some(reason.map_or_else(|| format!("{code:?}"), str::to_owned))
 }
 
 /// The tonic service with explicit message-size limits.

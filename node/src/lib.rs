@@ -1,6 +1,6 @@
 //! trireme-node: the Trireme server. It wraps the pure queue core (`trireme-core`) with durable
-//! storage (redb, group commit), the gRPC API (`trireme.v1`), configuration, logging and
-//! graceful shutdown.
+//! storage (redb, group commit), the gRPC API (`trireme.v1`), metrics and health (`metrics`),
+//! configuration, logging and graceful shutdown.
 //!
 //! A node takes its listener, storage and clock as arguments ([`Node::start`]), so the same code
 //! runs in production, in tests on loopback, and under turmoil. With a cluster configured it
@@ -19,6 +19,7 @@ pub mod fault;
 pub mod grpc;
 pub mod handle;
 pub mod limits;
+pub mod metrics;
 pub mod redrive;
 pub mod sqs;
 pub mod status;
@@ -102,6 +103,10 @@ pub fn open_storage(config: &Config) -> Result<Storage, NodeError> {
 /// cluster if it is a member.
 pub struct Node {
     engine: Engine,
+    /// What the node counts and shows on its metrics listener.
+    metrics: Arc<metrics::Metrics>,
+    /// The edges' request metrics (the SQS endpoint gets a clone when it is served).
+    requests: metrics::RequestMetrics,
     /// What the edges serve requests with: the engine alone, the cluster for a member.
     backend: Backend,
     /// `None`: the node runs alone.
@@ -296,17 +301,22 @@ impl Node {
         };
         let backend_clock = Arc::clone(&clock);
         let engine = Engine::start(storage, clock, handles.clone(), settings, config.seed)?;
+        let sources = metrics::Sources::default();
         // The edges serve a member's requests through the cluster; the engine then holds only
         // the node's own database (its handle key).
         let backend = match &member {
-            Some(member) => Backend::Cluster(ClusterEdge::new(
-                member.cluster.clone(),
-                handles,
-                backend_clock,
-                config.seed,
-            )),
-            None => Backend::alone(engine.clone()),
+            Some(member) => Backend::cluster(
+                ClusterEdge::new(member.cluster.clone(), handles, backend_clock, config.seed),
+                sources.messages.clone(),
+            ),
+            None => Backend::alone(engine.clone(), sources.messages.clone()),
         };
+        let node_metrics = Arc::new(metrics::Metrics::new(
+            &sources,
+            engine.clone(),
+            member.as_ref().map(|member| member.cluster.clone()),
+            config.data_dir.clone(),
+        ));
         let (stop_accepting, stop) = watch::channel(false);
         // No `tcp_nodelay` here: tonic ignores it for a custom incoming stream. The accepted
         // sockets get it from `tcp_incoming` (production) or need none (turmoil).
@@ -315,6 +325,7 @@ impl Node {
             .http2_keepalive_interval(Some(Duration::from_secs(limits::grpc_keepalive_interval_s)))
             .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
             .max_concurrent_streams(Some(limits::grpc_streams_per_connection_max))
+            .layer(grpc::MetricsLayer::new(sources.requests.clone()))
             .add_service(grpc::service(
                 backend.clone(),
                 config.grpc_request_bytes_max,
@@ -328,6 +339,8 @@ impl Node {
         });
         Ok(Node {
             engine,
+            metrics: node_metrics,
+            requests: sources.requests,
             backend,
             member,
             servers: vec![server],
@@ -339,6 +352,10 @@ impl Node {
     /// Serves the SQS-compatible endpoint on `listener` until the node shuts down. Every
     /// accepted socket has `TCP_NODELAY` set (see [`tcp_incoming`]).
     pub fn serve_sqs(&mut self, listener: tokio::net::TcpListener, settings: sqs::SqsSettings) {
+        let settings = sqs::SqsSettings {
+            requests: self.requests.clone(),
+            ..settings
+        };
         let app = sqs::router(self.backend.clone(), settings);
         let stop = self.stop_accepting.subscribe();
         let listener = sqs_incoming(listener);
@@ -348,6 +365,25 @@ impl Node {
                 .await
                 .map_err(|error| format!("SQS endpoint: {error}"))
         }));
+    }
+
+    /// Serves `/metrics`, `/health` and `/ready` on `listener` until the node shuts down (see
+    /// [`metrics`]).
+    pub fn serve_metrics(&mut self, listener: tokio::net::TcpListener) {
+        let app = metrics::router(Arc::clone(&self.metrics));
+        let stop = self.stop_accepting.subscribe();
+        self.servers.push(tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopped(stop))
+                .await
+                .map_err(|error| format!("metrics endpoint: {error}"))
+        }));
+    }
+
+    /// What the node counts and shows (for embedding and tests).
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<metrics::Metrics> {
+        &self.metrics
     }
 
     /// Serves the internal replica service to the other members on the connections of
@@ -451,8 +487,10 @@ impl Node {
             }
         }
         self.engine.close().await;
-        // The edges' handle on the cluster holds the replica store open: let go of it first.
+        // The edges' and the metrics' handles on the cluster hold the replica store open: let
+        // go of them first (the metrics server, which held a clone, has ended above).
         drop(self.backend);
+        drop(self.metrics);
         if let Some(member) = self.member {
             member
                 .stop(tokio::time::Instant::now() + self.shutdown_grace)
@@ -525,7 +563,7 @@ pub fn sqs_settings(config: &config::SqsConfig, bound_port: u16) -> sqs::SqsSett
                 secret: secret.clone(),
             })
             .collect(),
-        metrics: std::sync::Arc::default(),
+        requests: metrics::RequestMetrics::default(),
     }
 }
 
@@ -538,6 +576,8 @@ pub struct Listeners {
     pub sqs: Option<tokio::net::TcpListener>,
     /// The internal replica service, for a cluster member.
     pub peers: Option<tokio::net::TcpListener>,
+    /// `/metrics`, `/health` and `/ready`, if they are on.
+    pub metrics: Option<tokio::net::TcpListener>,
 }
 
 /// Starts a node on `storage` serving on `listeners`, with `TCP_NODELAY` on every accepted
@@ -571,6 +611,11 @@ pub fn launch(
         }
         _ => None,
     };
+    let metrics_address = listeners.metrics.map(|metrics_listener| {
+        let metrics_address = metrics_listener.local_addr().ok();
+        node.serve_metrics(metrics_listener);
+        metrics_address
+    });
     let peer_address = listeners.peers.map(|peer_listener| {
         let peer_address = peer_listener.local_addr().ok();
         node.serve_peers(tcp_incoming(peer_listener));
@@ -579,6 +624,7 @@ pub fn launch(
     info!(
         grpc = ?address,
         sqs = ?sqs_address,
+        metrics = ?metrics_address.flatten(),
         peers = ?peer_address.flatten(),
         node_id = config.cluster.as_ref().map(|cluster| cluster.node.0),
         data_dir = %config.data_dir.display(),

@@ -26,9 +26,19 @@ fn main() -> anyhow::Result<()> {
             .build()
             .context("cannot start the tokio runtime")
     };
-    if let Some(Command::DevCluster(dev)) = args.command.take() {
+    match args.command.take() {
         // The nodes log for themselves; this process only prints what it does.
-        return runtime()?.block_on(dev_cluster::run(dev));
+        Some(Command::DevCluster(dev)) => return runtime()?.block_on(dev_cluster::run(dev)),
+        Some(Command::Probe(probe)) => {
+            let timeout = std::time::Duration::from_millis(probe.timeout_ms);
+            let (status, body) = trireme_node::metrics::probe(&probe.url, timeout)?;
+            print!("{body}");
+            if status == 200 {
+                return Ok(());
+            }
+            anyhow::bail!("{} answered {status}", probe.url);
+        }
+        None => {}
     }
     let config = Config::load(args)?;
     let filter = EnvFilter::try_new(&config.log)
@@ -71,10 +81,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             Some(cluster) => Some(bind(cluster.peer_listen, "peer service").await?),
             None => None,
         },
+        metrics: match config.metrics_listen {
+            Some(listen) => Some(bind(listen, "metrics").await?),
+            None => None,
+        },
     };
     let address = local_address(&listeners.grpc)?;
     let sqs_address = listeners.sqs.as_ref().map(local_address).transpose()?;
     let peer_address = listeners.peers.as_ref().map(local_address).transpose()?;
+    let metrics_address = listeners.metrics.as_ref().map(local_address).transpose()?;
     let node = trireme_node::launch(&config, storage, listeners, Arc::new(SystemClock))?;
     // Standard output says where the node listens, once it serves: scripts, tests and
     // `dev-cluster` read the addresses here.
@@ -84,6 +99,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         writeln!(
             stdout,
             "trireme-node: SQS listening on http://{sqs_address}"
+        )?;
+    }
+    if let Some(metrics_address) = metrics_address {
+        writeln!(
+            stdout,
+            "trireme-node: metrics listening on http://{metrics_address}/metrics"
         )?;
     }
     if let (Some(peer_address), Some(cluster), Some(member)) =

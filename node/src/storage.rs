@@ -18,7 +18,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageBackend,
+    TableDefinition,
 };
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -122,6 +123,8 @@ pub struct Storage {
     db: Database,
     /// The revision of the latest commit; the next commit writes `revision + 1`.
     revision: u64,
+    /// Records in the records table after the latest commit (an operator's figure).
+    records: u64,
 }
 
 impl Storage {
@@ -201,7 +204,11 @@ impl Storage {
     }
 
     fn from_database(db: Database) -> Result<Storage, StorageError> {
-        let mut storage = Storage { db, revision: 0 };
+        let mut storage = Storage {
+            db,
+            revision: 0,
+            records: 0,
+        };
         let txn = storage.begin_write()?;
         {
             let mut meta = txn.open_table(META).map_err(write_error)?;
@@ -232,7 +239,11 @@ impl Storage {
                     }
                 })?),
             };
-            txn.open_table(RECORDS).map_err(write_error)?;
+            storage.records = txn
+                .open_table(RECORDS)
+                .map_err(write_error)?
+                .len()
+                .map_err(read_error)?;
         }
         txn.commit().map_err(write_error)?;
         Ok(storage)
@@ -250,6 +261,12 @@ impl Storage {
     #[must_use]
     pub fn revision(&self) -> u64 {
         self.revision
+    }
+
+    /// Records in the records table after the latest commit (for the node's metrics).
+    #[must_use]
+    pub fn records(&self) -> u64 {
+        self.records
     }
 
     /// Every stored record, in key order, each checked against its checksum.
@@ -294,6 +311,7 @@ impl Storage {
             return Ok(());
         }
         let revision = self.revision + 1;
+        let records;
         let txn = self.begin_write()?;
         {
             let mut table = txn.open_table(RECORDS).map_err(write_error)?;
@@ -312,12 +330,14 @@ impl Storage {
                     }
                 }
             }
+            records = table.len().map_err(write_error)?;
             let mut meta = txn.open_table(META).map_err(write_error)?;
             meta.insert(META_REVISION, revision.to_le_bytes().as_slice())
                 .map_err(write_error)?;
         }
         txn.commit().map_err(write_error)?;
         self.revision = revision;
+        self.records = records;
         Ok(())
     }
 

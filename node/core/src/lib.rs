@@ -29,7 +29,7 @@ pub use message::{
     AttributeValue, MessageState, MessageView, SystemAttributes, body_char_allowed, check_message,
     check_system_attributes, message_size_bytes,
 };
-pub use queue::{MessageCounts, QueueView, WaiterView};
+pub use queue::{MessageCounts, QueueStats, QueueView, WaiterView};
 pub use queues::{GoneReason, Queues, check_tags, receive_parameters};
 pub use records::{
     Change, DedupRecord, DeletedNameRecord, MessageBodyRecord, MessageRecord, QueueRecord, Record,

@@ -57,6 +57,11 @@ pub(crate) struct Queue {
     /// This queue's entry in `Queues::agenda`: the time of its next event when it was last
     /// scheduled. Always equal to `next_event()` between steps.
     pub(crate) scheduled: Option<Millis>,
+    /// Messages moved out of this queue to its dead-letter queue (by a receive past
+    /// `maxReceiveCount` or by dead-letter now) since the queues were built or restored. An
+    /// operator's figure only: not stored, not part of the state the spec models, and no
+    /// transition reads it.
+    pub(crate) dead_letter_moves: u64,
 }
 
 impl Queue {
@@ -81,6 +86,7 @@ impl Queue {
             waiters: BTreeMap::new(),
             waiter_deadlines: BTreeSet::new(),
             scheduled: None,
+            dead_letter_moves: 0,
         }
     }
 
@@ -197,6 +203,22 @@ impl Queue {
             delayed: self.delayed.len() as u64,
         }
     }
+}
+
+/// What an operator's scrape reads of one queue (the node's `/metrics`): computed from the
+/// indexes when asked, never kept beside them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The queue's name.
+    pub name: QueueName,
+    /// Message counts per state, as `GetQueueAttributes` reports them.
+    pub counts: MessageCounts,
+    /// The original send of the oldest stored message (any state), if the queue holds one:
+    /// SQS's `ApproximateAgeOfOldestMessage` is the time since.
+    pub oldest_sent_at: Option<Millis>,
+    /// Messages moved out of this queue to its dead-letter queue since the queues were built or
+    /// restored (not stored: a restart starts it at 0, as a Prometheus counter may).
+    pub dead_letter_moves: u64,
 }
 
 /// An open long poll, for inspection and the conformance tests.

@@ -17,7 +17,7 @@ use crate::message::{
     AttributeValue, Message, MessageState, MessageView, SystemAttributes, check_message,
     check_system_attributes,
 };
-use crate::queue::{Queue, QueueView, Waiter, WaiterView};
+use crate::queue::{Queue, QueueStats, QueueView, Waiter, WaiterView};
 use crate::records::RecordKey;
 
 /// One node's queues, messages, waiters and deduplication windows.
@@ -123,6 +123,20 @@ impl Queues {
             counts: queue.counts(),
             last_purge_at: queue.last_purge_at,
         })
+    }
+
+    /// Every queue's figures for an operator's scrape, in name order: O(queues).
+    #[must_use]
+    pub fn stats(&self) -> Vec<QueueStats> {
+        self.queues
+            .iter()
+            .map(|(name, queue)| QueueStats {
+                name: name.clone(),
+                counts: queue.counts(),
+                oldest_sent_at: queue.retained.first().map(|(sent_at, _)| *sent_at),
+                dead_letter_moves: queue.dead_letter_moves,
+            })
+            .collect()
     }
 
     /// Up to `limit` queue names starting with `prefix`, in name order, after `after` if given.
@@ -969,6 +983,10 @@ impl Queues {
         );
         message.source = Some(from.clone());
         message.handle = None;
+        self.queues
+            .get_mut(from)
+            .expect("a message moves out of an existing queue")
+            .dead_letter_moves += 1;
         if self.relocate(at, id, to) {
             // The move keeps what the page says it keeps.
             let moved = &self.messages[&id];

@@ -238,6 +238,16 @@ impl SkewMonitor {
             .and_then(Sample::offset)
     }
 
+    /// Each peer's offset from the tightest of its samples fresh at `now_ms` (`None`: no fresh
+    /// sample, so the peer has not answered a probe within the age limit), in id order.
+    #[must_use]
+    pub fn peer_offsets(&self, now_ms: u64) -> Vec<(NodeId, Option<Offset>)> {
+        self.samples
+            .iter()
+            .map(|(peer, samples)| (*peer, self.peer_offset(samples, now_ms)))
+            .collect()
+    }
+
     /// Where the cluster's clock is at `now_ms`, relative to this node's (`None`: fewer than a
     /// majority measured), and how many members were measured.
     fn cluster(&self, now_ms: u64) -> (Option<Offset>, usize) {

@@ -218,12 +218,17 @@ impl Cluster {
                         match cluster.anti_entropy_round(peer, &settings).await {
                             Ok(report) => {
                                 debug!(%peer, ?report, "anti-entropy round");
+                                cluster.metrics().observe_anti_entropy(
+                                    peer.0,
+                                    Some((report.pushed, report.pulled)),
+                                );
                                 if report.complete {
                                     break;
                                 }
                             }
                             Err(error) => {
                                 warn!(%peer, %error, "anti-entropy round failed");
+                                cluster.metrics().observe_anti_entropy(peer.0, None);
                                 break;
                             }
                         }

@@ -298,6 +298,7 @@ impl Cluster {
             }
         }
         report.waiting = collector.waiting.len();
+        self.inner.metrics.set_tombstones_waiting(report.waiting);
         while let Some(joined) = drops.join_next().await {
             if joined.expect("a drop does not panic").is_some() {
                 report.drops_answered += 1;

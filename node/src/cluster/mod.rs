@@ -68,6 +68,7 @@ use self::service::ReplicaService;
 use self::skew::{ClockWatch, Probes};
 use self::store::{DedupEntry, DedupWindow, Entry, ReplicaStore, StoreError, StoreFault};
 use crate::clock::Clock;
+use crate::metrics::{MemberState, PeerState, ReplicationMetrics};
 
 /// How this node takes part in the cluster.
 #[derive(Clone, Debug)]
@@ -120,6 +121,15 @@ pub enum ClusterError {
     /// What the replica store holds about joining could not be read.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+}
+
+/// The metrics' name of an operation type: its type's own name (`SendOp`, `ReceiveOp`, …),
+/// one of the replication crate's fixed set.
+fn operation_name<O>() -> &'static str {
+    let full = std::any::type_name::<O>();
+    // Generic parameters, if a type ever had them, would follow a `<`: keep the path before.
+    let path = full.split('<').next().unwrap_or(full);
+    path.rsplit("::").next().unwrap_or(path)
 }
 
 /// The replica that owns a message for receive candidate order: the first of `replicas` (in
@@ -223,6 +233,8 @@ struct Inner {
     wake_ups: long_poll::WakeUps,
     /// Which peer the next short poll samples, counting up.
     sampled: std::sync::atomic::AtomicUsize,
+    /// Quorum rounds, read repairs, anti-entropy and dead-letter moves, for the node's metrics.
+    metrics: ReplicationMetrics,
 }
 
 impl Cluster {
@@ -336,6 +348,7 @@ impl Cluster {
                 long_polls,
                 wake_ups,
                 sampled: std::sync::atomic::AtomicUsize::new(0),
+                metrics: ReplicationMetrics::default(),
             }),
         };
         tokio::spawn(
@@ -454,6 +467,84 @@ impl Cluster {
                 "a replica whose store had failed answers again"
             );
         }
+    }
+
+    /// This member's replication figures (for the node's metrics).
+    #[must_use]
+    pub fn metrics(&self) -> &ReplicationMetrics {
+        &self.inner.metrics
+    }
+
+    /// Where this member stands now, for the node's metrics and `/ready`: joined or not, each
+    /// peer up or not (a fresh clock sample where the clock is monitored, else the link's last
+    /// call) with its clock offset, the quorum, and the replica store's failure.
+    #[must_use]
+    pub fn member_state(&self) -> MemberState {
+        let peers = match &self.inner.clock_watch {
+            Some((watch, _)) => watch
+                .peer_offsets()
+                .into_iter()
+                .map(|(peer, offset)| PeerState {
+                    peer: peer.0,
+                    up: offset.is_some(),
+                    offset_ms: offset.map(|offset| offset.estimate_ms()),
+                })
+                .collect(),
+            None => self
+                .peer_ids()
+                .into_iter()
+                .map(|peer| PeerState {
+                    peer: peer.0,
+                    up: !self.inner.peers.down(peer),
+                    offset_ms: None,
+                })
+                .collect(),
+        };
+        MemberState {
+            not_joined: self.join_state().refusal(),
+            peers,
+            // Two of a message's three replicas (spec/replication.md: W = R = 2).
+            quorum: REPLICAS / 2 + 1,
+            store_fault: self.inner.store.failure().map(|fault| fault.to_string()),
+        }
+    }
+
+    /// Every live queue's figures by this member's local view, in name order: counts as
+    /// `GetQueueAttributes` answers them here (spec/replication.md §11), the oldest message,
+    /// no quorum read. Dead-letter moves are left at 0 for the caller to fill.
+    #[must_use]
+    pub fn queue_stats(&self) -> Vec<trireme_core::QueueStats> {
+        let now = self.inner.me.clock.now();
+        let live: Vec<(QueueName, Incarnation, Option<trireme_core::Millis>)> =
+            self.inner.store.names(|names| {
+                names
+                    .live_names()
+                    .into_iter()
+                    .filter_map(|name| {
+                        let incarnation = names.get(&name)?.record.live()?.incarnation;
+                        let watermark = names.watermark(&name, incarnation);
+                        Some((name, incarnation, watermark))
+                    })
+                    .collect()
+            });
+        self.inner.store.view(|view| {
+            live.into_iter()
+                .map(|(name, incarnation, watermark)| {
+                    let (ready, in_flight, delayed) =
+                        view.counts(&name, incarnation, watermark, now);
+                    trireme_core::QueueStats {
+                        counts: trireme_core::MessageCounts {
+                            ready,
+                            in_flight,
+                            delayed,
+                        },
+                        oldest_sent_at: view.oldest_sent_at(&name, incarnation, watermark),
+                        dead_letter_moves: 0,
+                        name,
+                    }
+                })
+                .collect()
+        })
     }
 
     /// The replicas of `key`.
@@ -811,6 +902,11 @@ impl Cluster {
             // The copy is ready in the dead-letter queue (§9, *Wake-up*).
             self.wake(&target.queue, target.incarnation, vec![target.message]);
         }
+        // A copy without the source's tombstone is moved again by a later receive: counted
+        // then, once.
+        if answer == MoveAnswer::Moved {
+            self.inner.metrics.count_dead_letter_move(&key.queue);
+        }
         answer
     }
 
@@ -920,7 +1016,8 @@ impl Cluster {
         on_input: impl FnOnce(&mut O, T) -> Effects<O::Answer>,
     ) -> O::Answer {
         let (replies, mut incoming) = mpsc::unbounded_channel();
-        let deadline = tokio::time::Instant::now() + self.inner.operation_timeout;
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.inner.operation_timeout;
         // Set when the operation's write round splits (spec/replication.md, receive step 7):
         // its third replica gets `SPLIT_WAIT` from then, within the operation's deadline.
         let mut split_deadline: Option<tokio::time::Instant> = None;
@@ -930,6 +1027,11 @@ impl Cluster {
         loop {
             if let Some(answer) = effects.answer.take() {
                 // Requests the answering step still sent (read repairs) go out unawaited.
+                self.inner.metrics.observe_operation(
+                    operation_name::<O>(),
+                    started.elapsed(),
+                    effects.sends.len(),
+                );
                 self.dispatch(std::mem::take(&mut effects.sends), None);
                 return answer;
             }

@@ -121,6 +121,16 @@ impl ClockWatch {
         }
     }
 
+    /// Each peer's clock offset now from its freshest tightest sample (`None`: the peer
+    /// answered no probe within the sample age), in id order.
+    pub(super) fn peer_offsets(&self) -> Vec<(NodeId, Option<trireme_replication::skew::Offset>)> {
+        self.monitor
+            .lock()
+            .expect("the monitor lock is never poisoned")
+            .monitor
+            .peer_offsets(self.me.clock.now().0)
+    }
+
     /// The standing now, logging a change of whether the node coordinates.
     fn assess(&self) -> Standing {
         let mut watched = self

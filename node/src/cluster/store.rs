@@ -41,7 +41,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageBackend,
+    TableDefinition,
 };
 use thiserror::Error;
 use tokio::sync::watch;
@@ -63,6 +64,7 @@ use trireme_replication::{NodeId, RecordKey};
 
 use crate::clock::Clock;
 use crate::codec::{self, CodecError};
+use crate::metrics::StoreMetrics;
 
 /// Records by stored key (`RecordKey::encode`), framed and checksummed by the codec.
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("replica_records");
@@ -442,6 +444,24 @@ impl LocalView {
         counts
     }
 
+    /// The original send of the oldest live record of the queue by this replica's records,
+    /// leaving out what the watermark `purged_through` hides (for the node's metrics: the age
+    /// of the oldest message).
+    #[must_use]
+    pub fn oldest_sent_at(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        purged_through: Option<Millis>,
+    ) -> Option<Millis> {
+        let queue = self.queues.get(&(queue.clone(), incarnation))?;
+        queue
+            .by_sent
+            .iter()
+            .find(|(_, id)| Some(queue.seen[id].entered_at) > purged_through)
+            .map(|(sent_at, _)| *sent_at)
+    }
+
     /// Live records of the queue this replica holds (visible or not).
     #[must_use]
     pub fn live(&self, queue: &QueueName, incarnation: Incarnation) -> usize {
@@ -623,6 +643,8 @@ struct Views {
     /// The first failure, once a group failed: from then on the store refuses everything
     /// (spec/replication.md#durability: after a failed fsync nothing it holds counts as durable).
     failed: Arc<OnceLock<StoreFault>>,
+    /// The group commits' count and time (an operator's figures).
+    metrics: StoreMetrics,
 }
 
 /// What a replica needs to refuse a held or void copy after its window's end.
@@ -732,7 +754,11 @@ impl ReplicaStore {
             purges: watch::Sender::new(0),
             dedup_window: Arc::new(OnceLock::new()),
             failed: Arc::new(OnceLock::new()),
+            metrics: StoreMetrics::default(),
         };
+        views
+            .metrics
+            .set_records(db.begin_read()?.open_table(RECORDS)?.len()?);
         let (jobs, queue) = mpsc::channel(BATCHES_QUEUED_MAX);
         Ok((
             ReplicaStore {
@@ -758,6 +784,12 @@ impl ReplicaStore {
             return Err(StoreError::Failed(first.clone()));
         }
         Ok(self.db.begin_read()?)
+    }
+
+    /// The group commits' count and time, and the message records held after the latest.
+    #[must_use]
+    pub fn metrics(&self) -> &StoreMetrics {
+        &self.views.metrics
     }
 
     /// The first failure of this store, if it failed (it then refuses everything until the
@@ -1543,8 +1575,14 @@ fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
         .dedup_window
         .get()
         .map(|window| (window.clock.now(), window.window_ms));
+    let started = std::time::Instant::now();
     match apply_group(db, &group, &views.names, window) {
         Ok(applied) => {
+            if applied.committed {
+                views
+                    .metrics
+                    .observe_commit(started.elapsed(), applied.records_held);
+            }
             {
                 let mut view = views
                     .records
@@ -1604,6 +1642,10 @@ struct Applied {
     /// Deduplication records written (they have no view).
     dedups: usize,
     deletions: u64,
+    /// Whether the group wrote anything (else its transaction was aborted: no fsync).
+    committed: bool,
+    /// Message records the table holds after the group.
+    records_held: u64,
 }
 
 /// Whether `key` names an incarnation known deleted (as of the last commit: the view changes
@@ -1727,6 +1769,7 @@ fn apply_group(
             };
             applied.answers.push(answers);
         }
+        applied.records_held = tables.records.len()?;
     }
     if applied.records.is_empty()
         && applied.names.is_empty()
@@ -1739,6 +1782,7 @@ fn apply_group(
         txn.abort()?;
     } else {
         txn.commit()?;
+        applied.committed = true;
     }
     Ok(applied)
 }

@@ -379,8 +379,8 @@ impl Sqs {
     }
 
     /// The answer to a delete: SQS answers a delete with a superseded receipt handle with
-    /// success and deletes nothing, and so does this endpoint, counting it. The gRPC API keeps
-    /// the core's precise refusal.
+    /// success and deletes nothing, and so does this endpoint (the backend counts it, as it counts
+    /// the gRPC API's, which keeps the core's precise refusal).
     fn delete_answer(
         &self,
         result: Result<Outcome, EngineError>,
@@ -389,7 +389,6 @@ impl Sqs {
         match result {
             Ok(_) => Ok(()),
             Err(EngineError::Rejected(Reject::StaleReceiptHandle { message })) => {
-                self.metrics.count_superseded_delete();
                 tracing::debug!(%message, "delete with a superseded receipt handle answered with success");
                 Ok(())
             }

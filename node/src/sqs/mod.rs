@@ -14,7 +14,6 @@ mod digest;
 mod error;
 mod limits;
 mod messages;
-mod metrics;
 mod move_task;
 mod permissions;
 mod redrive_policy;
@@ -40,9 +39,9 @@ use tracing::{Instrument, debug, debug_span, info, warn};
 use trireme_core::QueueName;
 
 use crate::backend::Backend;
+use crate::metrics::{Api, RequestMetrics};
 use address::{AddressError, Addresses};
 use error::{Invalid, JSON_CONTENT_TYPE, SqsError};
-pub use metrics::SqsMetrics;
 pub use sigv4::AccessKey;
 
 /// The SQS endpoint's settings, from the node configuration.
@@ -59,8 +58,8 @@ pub struct SqsSettings {
     /// Access keys whose SigV4 signatures are accepted. Empty: requests are not authenticated
     /// (signed or not), as local SQS emulators do.
     pub access_keys: Vec<AccessKey>,
-    /// The endpoint's counters; whoever builds the settings keeps a clone to read them.
-    pub metrics: Arc<SqsMetrics>,
+    /// Where the endpoint records each request's latency and refusal (the node's metrics).
+    pub requests: RequestMetrics,
 }
 
 impl Default for SqsSettings {
@@ -71,7 +70,7 @@ impl Default for SqsSettings {
             region: "us-east-1".to_owned(),
             account_id: "000000000000".to_owned(),
             access_keys: Vec::new(),
-            metrics: Arc::default(),
+            requests: RequestMetrics::default(),
         }
     }
 }
@@ -81,7 +80,7 @@ struct Sqs {
     backend: Backend,
     addresses: Addresses,
     access_keys: Vec<AccessKey>,
-    metrics: Arc<SqsMetrics>,
+    requests: RequestMetrics,
 }
 
 /// The SQS endpoint as an axum router. Every path accepts `POST`; the action comes from
@@ -106,7 +105,7 @@ pub fn router(backend: Backend, settings: SqsSettings) -> Router {
             &settings.region,
         ),
         access_keys: settings.access_keys,
-        metrics: settings.metrics,
+        requests: settings.requests,
     });
     Router::new()
         .fallback(serve)
@@ -136,6 +135,8 @@ async fn serve(
         action = %action,
         queue = tracing::field::Empty
     );
+    let started = tokio::time::Instant::now();
+    let operation = operation_name(&action);
     let form_encoded = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -147,6 +148,9 @@ async fn serve(
                 max_bytes: limits::request_bytes_max,
             })),
         };
+        let reason = result.as_ref().err().map(|error| error.wire().query_code);
+        sqs.requests
+            .observe(Api::Sqs, operation, started.elapsed(), reason.as_deref());
         match result {
             Ok(json) => {
                 debug!("answered");
@@ -179,6 +183,44 @@ async fn serve(
         HeaderValue::from_str(&request_id).expect("a uuid-shaped id is a valid header value"),
     );
     response
+}
+
+/// The actions this endpoint serves, as `X-Amz-Target` names them after `AmazonSQS.`: the
+/// metrics' `operation` label takes only these (and `unknown`), never a client's text.
+const ACTIONS: [&str; 23] = [
+    "CreateQueue",
+    "GetQueueUrl",
+    "ListQueues",
+    "DeleteQueue",
+    "GetQueueAttributes",
+    "SetQueueAttributes",
+    "PurgeQueue",
+    "SendMessage",
+    "SendMessageBatch",
+    "ReceiveMessage",
+    "DeleteMessage",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+    "ListDeadLetterSourceQueues",
+    "StartMessageMoveTask",
+    "ListMessageMoveTasks",
+    "CancelMessageMoveTask",
+    "TagQueue",
+    "UntagQueue",
+    "ListQueueTags",
+    "AddPermission",
+    "RemovePermission",
+];
+
+/// The metrics' name for the action `target` asks for: one of [`ACTIONS`], or `unknown`.
+fn operation_name(target: &str) -> &'static str {
+    let action = target.strip_prefix("AmazonSQS.").unwrap_or_default();
+    ACTIONS
+        .iter()
+        .find(|known| **known == action)
+        .copied()
+        .unwrap_or("unknown")
 }
 
 impl Sqs {

@@ -260,6 +260,7 @@ async fn a_data_directory_of_another_node_id_is_refused_at_start() {
         .arg("--data-dir")
         .arg(dir.path())
         .args(["--listen", "127.0.0.1:0", "--no-sqs", "--log", "warn"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .args(member_flags(1, 3, peer_base, &[]))
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -291,10 +292,10 @@ struct DevCluster {
     up: BTreeMap<u16, (u32, SocketAddr)>,
 }
 
-/// Starts `dev-cluster` in `root` on nine free ports and waits until it says all three nodes
+/// Starts `dev-cluster` in `root` on twelve free ports and waits until it says all three nodes
 /// run.
 async fn start_dev_cluster(root: &Path) -> DevCluster {
-    let base = consecutive_free(9);
+    let base = consecutive_free(12);
     let mut child = Command::new(env!("CARGO_BIN_EXE_trireme-node"))
         .arg("dev-cluster")
         .arg("--data-dir")
@@ -302,6 +303,7 @@ async fn start_dev_cluster(root: &Path) -> DevCluster {
         .args(["--grpc-port", &base.to_string()])
         .args(["--sqs-port", &(base + 3).to_string()])
         .args(["--peer-port", &(base + 6).to_string()])
+        .args(["--metrics-port", &(base + 9).to_string()])
         .args(["--log", "warn"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -500,7 +502,7 @@ async fn dev_cluster_stops_the_others_when_a_node_cannot_start() {
     // Node 3's data directory now holds node 2's data: node 3 refuses to start.
     std::fs::remove_dir_all(root.path().join("node-3")).unwrap();
     copy_dir(&root.path().join("node-2"), &root.path().join("node-3"));
-    let base = consecutive_free(9);
+    let base = consecutive_free(12);
     let output = tokio::time::timeout(
         PROCESS_GUARD * 3,
         Command::new(env!("CARGO_BIN_EXE_trireme-node"))
@@ -510,6 +512,7 @@ async fn dev_cluster_stops_the_others_when_a_node_cannot_start() {
             .args(["--grpc-port", &base.to_string()])
             .args(["--sqs-port", &(base + 3).to_string()])
             .args(["--peer-port", &(base + 6).to_string()])
+            .args(["--metrics-port", &(base + 9).to_string()])
             .args(["--log", "warn"])
             .stdin(Stdio::null())
             .kill_on_drop(true)

@@ -57,6 +57,7 @@ pub async fn spawn_node_with(
         .arg("--data-dir")
         .arg(dir)
         .args(["--listen", "127.0.0.1:0", "--no-sqs", "--log", log])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -459,7 +460,8 @@ async fn binary_takes_its_settings_from_a_toml_file() {
     std::fs::write(
         &file,
         format!(
-            "data_dir = {:?}\nlisten = \"127.0.0.1:0\"\nno_sqs = true\nlong_polls_max = 7\n",
+            "data_dir = {:?}\nlisten = \"127.0.0.1:0\"\nno_sqs = true\nlong_polls_max = 7\n\
+             metrics_listen = \"127.0.0.1:0\"\n",
             data.to_str().unwrap()
         ),
     )
@@ -476,8 +478,9 @@ async fn binary_takes_its_settings_from_a_toml_file() {
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut printed = Vec::new();
     tokio::time::timeout(PROCESS_GUARD, async {
-        // Without the SQS endpoint: the gRPC address and the data directory.
-        for _ in 0..2 {
+        // Without the SQS endpoint: the gRPC address, the metrics address and the data
+        // directory.
+        for _ in 0..3 {
             printed.push(stdout.next_line().await.unwrap().expect("the node exited"));
         }
     })
@@ -488,7 +491,13 @@ async fn binary_takes_its_settings_from_a_toml_file() {
         !printed.iter().any(|line| line.contains("SQS")),
         "{printed:?}"
     );
-    assert!(printed[1].contains("from-file"), "{printed:?}");
+    // The file's metrics_listen (port 0), not the default 9100.
+    assert!(
+        printed[1].starts_with("trireme-node: metrics listening on http://127.0.0.1:")
+            && !printed[1].contains(":9100/"),
+        "{printed:?}"
+    );
+    assert!(printed[2].contains("from-file"), "{printed:?}");
     assert!(crate::harness::has_database(&data));
     let pid = child.id().unwrap().to_string();
     assert!(

@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use trireme_core::QueueName;
 use trireme_node::Node;
-use trireme_node::clock::SystemClock;
+use trireme_node::clock::{Clock, SystemClock};
 use trireme_node::config::Config;
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::queue_service_client::QueueServiceClient;
@@ -24,6 +24,8 @@ pub type Client = QueueServiceClient<Channel>;
 pub struct TestNode {
     pub client: Client,
     pub address: SocketAddr,
+    /// Where the node serves `/metrics`, `/health` and `/ready`.
+    pub metrics: SocketAddr,
     node: Option<Node>,
     /// Kept so the data directory outlives restarts and is removed at the end.
     pub dir: Arc<TempDir>,
@@ -37,18 +39,35 @@ impl TestNode {
 
     /// A node on the data directory `dir` (which may hold an earlier node's database).
     pub async fn start_in(dir: Arc<TempDir>) -> TestNode {
+        TestNode::start_with(dir, Arc::new(SystemClock)).await
+    }
+
+    /// A node on the data directory `dir`, reading time from `clock`.
+    pub async fn start_with(dir: Arc<TempDir>, clock: Arc<dyn Clock>) -> TestNode {
         let config = Config::with_data_dir(dir.path());
         let storage = trireme_node::open_storage(&config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let incoming = trireme_node::tcp_incoming(listener);
-        let node = Node::start(&config, storage, incoming, Arc::new(SystemClock)).unwrap();
+        let mut node = Node::start(&config, storage, incoming, clock).unwrap();
+        let metrics_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let metrics = metrics_listener.local_addr().unwrap();
+        node.serve_metrics(metrics_listener);
         TestNode {
             client: connect(address).await,
             address,
+            metrics,
             node: Some(node),
             dir,
         }
+    }
+
+    /// Serves the SQS endpoint (default settings) on `listener`.
+    pub fn serve_sqs(&mut self, listener: TcpListener) {
+        self.node
+            .as_mut()
+            .unwrap()
+            .serve_sqs(listener, trireme_node::sqs::SqsSettings::default());
     }
 
     /// The running node's engine.

@@ -20,6 +20,7 @@ mod harness;
 mod long_poll;
 mod loopback;
 mod messages;
+mod metrics;
 mod queues;
 mod redrive;
 mod restart;

@@ -29,9 +29,14 @@ use tokio::net::{TcpListener, TcpStream};
 use trireme_node::Node;
 use trireme_node::clock::SystemClock;
 use trireme_node::config::Config;
-use trireme_node::sqs::{AccessKey, SqsMetrics, SqsSettings, router};
+use trireme_node::metrics::MessageCounters;
+use trireme_node::sqs::{AccessKey, SqsSettings, router};
 
 const ACCOUNT: &str = "000000000000";
+
+fn queue_name(name: &str) -> trireme_core::QueueName {
+    trireme_core::QueueName::try_from(name).unwrap()
+}
 const KEY_ID: &str = "AKIDTRIREMETEST";
 const SECRET: &str = "trireme-test-secret";
 
@@ -39,8 +44,8 @@ const SECRET: &str = "trireme-test-secret";
 struct Harness {
     client: Client,
     address: SocketAddr,
-    /// The endpoint's counters.
-    metrics: Arc<SqsMetrics>,
+    /// The node's message counters (superseded deletes among them).
+    metrics: MessageCounters,
     _node: Node,
     _dir: TempDir,
 }
@@ -65,7 +70,7 @@ impl Harness {
             access_keys,
             ..SqsSettings::default()
         };
-        let metrics = settings.metrics.clone();
+        let metrics = node.backend().counters().clone();
         let app = router(node.backend().clone(), settings);
         let listener = trireme_node::sqs_incoming(listener);
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -582,7 +587,7 @@ async fn visibility_changes_and_receipt_handles_follow_sqs() {
     // The superseded handle is answered with success and deletes nothing, as SQS does; the
     // newest deletes; a repeat delete succeeds.
     h.delete(&url, &old_handle).await.unwrap();
-    assert_eq!(h.metrics.superseded_deletes(), 1);
+    assert_eq!(h.metrics.superseded_deletes(&queue_name("visibility")), 1);
     h.delete(&url, new_handle).await.unwrap();
     h.delete(&url, new_handle).await.unwrap();
 

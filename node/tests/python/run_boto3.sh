@@ -25,7 +25,8 @@ log="$data_dir/node.log"
 member_pids=()
 
 "$binary" --data-dir "$data_dir/db" --listen "127.0.0.1:$grpc_port" \
-  --sqs-listen "127.0.0.1:$sqs_port" --sqs-advertised-host 127.0.0.1 >"$log" 2>&1 &
+  --sqs-listen "127.0.0.1:$sqs_port" --sqs-advertised-host 127.0.0.1 \
+  --metrics-listen 127.0.0.1:0 >"$log" 2>&1 &
 node_pid=$!
 stop() {
   kill "$node_pid" "${member_pids[@]}" 2>/dev/null || true
@@ -63,7 +64,7 @@ for id in 1 2 3; do
   port=${member_sqs[$((id - 1))]}
   TRIREME_CLUSTER_SECRET="boto3 run's shared cluster secret" "$binary" \
     --data-dir "$data_dir/member-$id" --listen "127.0.0.1:$(free_port)" \
-    --sqs-listen "127.0.0.1:$port" --sqs-advertised-host 127.0.0.1 \
+    --sqs-listen "127.0.0.1:$port" --sqs-advertised-host 127.0.0.1 --metrics-listen 127.0.0.1:0 \
     --sqs-advertised-port "${member_sqs[0]}" \
     --node-id "$id" --peer-listen "127.0.0.1:${peer_ports[$((id - 1))]}" --peers "$peers" \
     >"$data_dir/member-$id.log" 2>&1 &

@@ -12,7 +12,7 @@ use aws_sdk_sqs::types::{
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::{ACCOUNT, Harness, arn, error_parts, send_entry};
+use super::{ACCOUNT, Harness, arn, error_parts, queue_name, send_entry};
 
 /// A message received twice: its first (superseded) handle and its current one.
 async fn received_twice(h: &Harness, url: &str) -> (String, String) {
@@ -45,7 +45,7 @@ async fn a_delete_with_a_superseded_handle_succeeds_deletes_nothing_and_is_count
     let url = h.create("superseded").await;
     let (old, new) = received_twice(&h, &url).await;
     h.delete(&url, &old).await.unwrap();
-    assert_eq!(h.metrics.superseded_deletes(), 1);
+    assert_eq!(h.metrics.superseded_deletes(&queue_name("superseded")), 1);
     // Nothing was deleted: the message is still in flight under the newer handle.
     let counts = h
         .attributes(
@@ -74,10 +74,10 @@ async fn a_delete_with_a_superseded_handle_succeeds_deletes_nothing_and_is_count
         .unwrap();
     assert_eq!(batch.successful()[0].id(), "old");
     assert!(batch.failed().is_empty());
-    assert_eq!(h.metrics.superseded_deletes(), 2);
+    assert_eq!(h.metrics.superseded_deletes(&queue_name("superseded")), 2);
     h.delete(&url, &new).await.unwrap();
     assert!(h.receive(&url).await.messages().is_empty());
-    assert_eq!(h.metrics.superseded_deletes(), 2);
+    assert_eq!(h.metrics.superseded_deletes(&queue_name("superseded")), 2);
 }
 
 #[tokio::test]
