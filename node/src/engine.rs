@@ -330,9 +330,9 @@ impl Engine {
         }
     }
 
-    /// The reason storage failed, if it did (the engine then takes no more commands).
+    /// How storage failed, if it did (the engine then takes no more commands).
     #[must_use]
-    pub fn failure(&self) -> Option<String> {
+    pub fn failure(&self) -> Option<StoreFault> {
         self.failure.borrow().clone()
     }
 
