@@ -26,7 +26,7 @@ FROM debian:${DEBIAN_RELEASE}-slim
 RUN groupadd --system --gid 10001 trireme \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/trireme --no-create-home \
         --shell /usr/sbin/nologin trireme \
- && install -d -o 10001 -g 10001 -m 0750 /var/lib/trireme
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/trireme /etc/trireme/certs
 COPY --from=build /out/trireme-node /out/trireme /usr/local/bin/
 USER 10001:10001
 ENV TRIREME_DATA_DIR=/var/lib/trireme \

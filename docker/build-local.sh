@@ -33,7 +33,7 @@ done
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
 root="$context/rootfs"
-mkdir -p "$root/usr/local/bin" "$root/etc" "$context/data"
+mkdir -p "$root/usr/local/bin" "$root/etc" "$context/data" "$context/certs"
 install -m 0755 "${binaries[@]}" "$root/usr/local/bin/"
 
 # Every library the binaries load, at the path the loader looks for it (the interpreter's path
@@ -72,6 +72,8 @@ COPY rootfs/ /
 # The data directory is created by this COPY (of an empty directory), so that it is owned by
 # the node's user; a named volume mounted on it starts with that owner.
 COPY --chown=10001:10001 data /var/lib/trireme
+# The same for the peers' certificates (docker-compose.yml's `certs` volume).
+COPY --chown=10001:10001 certs /etc/trireme/certs
 USER 10001:10001
 ENV TRIREME_DATA_DIR=/var/lib/trireme \
     TRIREME_LISTEN=0.0.0.0:7100 \
@@ -84,7 +86,7 @@ HEALTHCHECK --interval=5s --timeout=5s --start-period=10s --retries=3 \
     CMD ["/usr/local/bin/trireme-node", "probe", "http://127.0.0.1:9100/ready"]
 ENTRYPOINT ["/usr/local/bin/trireme-node"]
 DOCKERFILE
-chmod 0750 "$context/data"
+chmod 0750 "$context/data" "$context/certs"
 
 docker build --quiet -t "$image" "$context" >/dev/null
 echo "build-local.sh: built $image ($(docker image inspect -f '{{.Size}}' "$image" | awk '{ printf "%.1f MB", $1 / 1e6 }'))"

@@ -154,6 +154,26 @@ pub struct Args {
     )]
     pub peers: Vec<String>,
 
+    /// The cluster CA's certificate (PEM): a peer is accepted only with a certificate it signed,
+    /// in both directions (mutual TLS on the peer port). `trireme-node certs` makes one.
+    #[arg(long, env = "TRIREME_PEER_TLS_CA", value_name = "FILE")]
+    pub peer_tls_ca: Option<PathBuf>,
+
+    /// This member's certificate chain (PEM), signed by the cluster CA for `node-N.trireme`
+    /// (N: `--node-id`), which peers check against the id this node claims.
+    #[arg(long, env = "TRIREME_PEER_TLS_CERT", value_name = "FILE")]
+    pub peer_tls_cert: Option<PathBuf>,
+
+    /// This member's private key (PEM) for `--peer-tls-cert`.
+    #[arg(long, env = "TRIREME_PEER_TLS_KEY", value_name = "FILE")]
+    pub peer_tls_key: Option<PathBuf>,
+
+    /// Speak to the other members in plaintext, unauthenticated: anyone who reaches the peer
+    /// port can act as a member. Only for development on one machine; logged as a warning.
+    /// A cluster needs either this or the three `--peer-tls-*` files.
+    #[arg(long, env = "TRIREME_PEER_PLAINTEXT")]
+    pub peer_plaintext: bool,
+
     /// Secret shared by every member of the cluster (at least 16 bytes); the receipt-handle key
     /// is derived from it unless `--handle-key` is set. Prefer the environment variable: a
     /// command line is visible to every user of the machine.
@@ -252,6 +272,10 @@ struct FileConfig {
     node_id: Option<u64>,
     peer_listen: Option<SocketAddr>,
     peers: Option<Vec<String>>,
+    peer_tls_ca: Option<PathBuf>,
+    peer_tls_cert: Option<PathBuf>,
+    peer_tls_key: Option<PathBuf>,
+    peer_plaintext: Option<bool>,
     cluster_secret: Option<String>,
     operation_timeout_ms: Option<u64>,
     anti_entropy_period_s: Option<u64>,
@@ -326,6 +350,23 @@ pub enum ConfigError {
          handle_key) to the same value on every member"
     )]
     NoHandleKey,
+    /// A cluster with neither peer TLS nor explicit plaintext.
+    #[error(
+        "a cluster refuses to start without peer security: set peer_tls_ca, peer_tls_cert and \
+         peer_tls_key (`trireme-node certs --out DIR` makes a CA and every member's certificate), \
+         or peer_plaintext to let anyone who reaches the peer port act as a member (development \
+         only)"
+    )]
+    NoPeerSecurity,
+    /// Some of the peer TLS files are given, not all three.
+    #[error("peer TLS needs peer_tls_ca, peer_tls_cert and peer_tls_key; {missing} is not set")]
+    PeerTlsIncomplete { missing: &'static str },
+    /// Peer TLS and plaintext both asked for.
+    #[error("peer_plaintext contradicts the peer_tls_* settings: choose one")]
+    PeerTlsAndPlaintext,
+    /// Peer security is set for a node that runs alone.
+    #[error("{setting} is set but peers is not: only a cluster member has peers to secure")]
+    PeerSecurityWithoutPeers { setting: &'static str },
     /// This node's own `peers` entry is not where its peer service listens.
     #[error("peers lists this node ({node}) at {listed}, but peer_listen is {peer_listen}")]
     OwnAddressMismatch {
@@ -344,6 +385,9 @@ pub enum Command {
     /// GETs an http:// URL (such as `http://127.0.0.1:9100/ready`) and exits 0 when it answers
     /// 200, 1 otherwise, printing the answer: a container's health check without a shell.
     Probe(ProbeArgs),
+    /// Makes a cluster CA and a certificate for each member (mutual TLS on the peer port):
+    /// `ca.pem`, `ca-key.pem`, `node-N.pem` and `node-N-key.pem` in the output directory.
+    Certs(CertsArgs),
 }
 
 /// `trireme-node probe`'s settings.
@@ -356,6 +400,35 @@ pub struct ProbeArgs {
     /// Milliseconds to connect, and for each read and write.
     #[arg(long, value_name = "MS", default_value_t = 2_000)]
     pub timeout_ms: u64,
+}
+
+/// `trireme-node certs`'s settings.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CertsArgs {
+    /// Directory the CA and the members' files are written to (created if missing). A
+    /// directory that already holds a CA is refused, unless `--keep-existing`.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Members to make certificates for: node 1 to N.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub nodes: u16,
+
+    /// Another name or IP address member N's certificate is valid for, as `N=NAME` (repeated
+    /// or comma-separated). Every certificate names `node-N.trireme` (the name its peers check
+    /// against the id it claims), `nodeN` (compose service names), `localhost`, `127.0.0.1`
+    /// and `::1`.
+    #[arg(long = "host", value_name = "N=NAME", value_delimiter = ',')]
+    pub hosts: Vec<String>,
+
+    /// Days the CA and the certificates are valid from now.
+    #[arg(long, value_name = "DAYS", default_value_t = 3650)]
+    pub days: u32,
+
+    /// Do nothing (and succeed) when the directory already holds a CA: for a one-shot step
+    /// that runs on every start (docker-compose.yml's `certs` service).
+    #[arg(long)]
+    pub keep_existing: bool,
 }
 
 /// `trireme-node dev-cluster`'s settings. Node N (1 to 3) listens on the base ports + N − 1.
@@ -385,6 +458,11 @@ pub struct DevClusterArgs {
     /// Log filter of the three nodes, in `tracing` syntax.
     #[arg(long, value_name = "FILTER", default_value = "info")]
     pub log: String,
+
+    /// Run the peers in plaintext instead of mutual TLS with the certificates under
+    /// `DIR/certs` (made on the first start).
+    #[arg(long)]
+    pub peer_plaintext: bool,
 }
 
 /// The finished configuration of one node.
@@ -466,6 +544,28 @@ pub struct ClusterConfig {
     /// A move task's lease (`TASK_LEASE`, spec/replication.md §8): the page's 30 s; tests
     /// shorten it so a takeover comes within seconds.
     pub move_task_lease_ms: u64,
+    /// How the peer port is secured.
+    pub peer_security: PeerSecurity,
+}
+
+/// How members speak to each other on the peer port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerSecurity {
+    /// Mutual TLS against the cluster CA (`cluster::tls`).
+    Tls(PeerTlsFiles),
+    /// Plaintext, unauthenticated: asked for explicitly, for development only.
+    Plaintext,
+}
+
+/// The PEM files of a member's peer TLS (read when the node starts, not here).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerTlsFiles {
+    /// The cluster CA's certificate: the only issuer of peers' certificates it accepts.
+    pub ca: PathBuf,
+    /// This member's certificate chain, for `node-N.trireme`.
+    pub cert: PathBuf,
+    /// This member's private key.
+    pub key: PathBuf,
 }
 
 impl ClusterConfig {
@@ -485,6 +585,10 @@ struct ClusterInput {
     anti_entropy_period_s: Option<u64>,
     collection_period_s: Option<u64>,
     collection_rows_per_round_max: Option<usize>,
+    peer_tls_ca: Option<PathBuf>,
+    peer_tls_cert: Option<PathBuf>,
+    peer_tls_key: Option<PathBuf>,
+    peer_plaintext: bool,
 }
 
 impl Config {
@@ -533,6 +637,10 @@ impl Config {
             collection_rows_per_round_max: args
                 .collection_rows_per_round_max
                 .or(file.collection_rows_per_round_max),
+            peer_tls_ca: args.peer_tls_ca.or(file.peer_tls_ca),
+            peer_tls_cert: args.peer_tls_cert.or(file.peer_tls_cert),
+            peer_tls_key: args.peer_tls_key.or(file.peer_tls_key),
+            peer_plaintext: args.peer_plaintext || file.peer_plaintext.unwrap_or(false),
         })?;
         if cluster.is_some() && handle_key.is_none() {
             // Every member must authenticate every member's receipt handles
@@ -747,6 +855,15 @@ pub fn derive_handle_key(secret: &[u8]) -> Vec<u8> {
 /// least three of them, this node among them (listed at its own peer address, or not listed).
 fn resolve_cluster(input: ClusterInput) -> Result<Option<ClusterConfig>, ConfigError> {
     if input.peers.is_empty() {
+        let security = [
+            ("peer_tls_ca", input.peer_tls_ca.is_some()),
+            ("peer_tls_cert", input.peer_tls_cert.is_some()),
+            ("peer_tls_key", input.peer_tls_key.is_some()),
+            ("peer_plaintext", input.peer_plaintext),
+        ];
+        if let Some((setting, _)) = security.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::PeerSecurityWithoutPeers { setting });
+        }
         return match input.node_id {
             Some(_) => Err(ConfigError::NodeIdWithoutPeers),
             None => Ok(None),
@@ -792,6 +909,12 @@ fn resolve_cluster(input: ClusterInput) -> Result<Option<ClusterConfig>, ConfigE
     if members > limits::cluster_members_max {
         return Err(ConfigError::TooManyMembers { members });
     }
+    let peer_security = peer_security(
+        input.peer_tls_ca,
+        input.peer_tls_cert,
+        input.peer_tls_key,
+        input.peer_plaintext,
+    )?;
     let anti_entropy = AntiEntropySettings::default();
     let collection = CollectionSettings::default();
     Ok(Some(ClusterConfig {
@@ -811,7 +934,36 @@ fn resolve_cluster(input: ClusterInput) -> Result<Option<ClusterConfig>, ConfigE
             .collection_rows_per_round_max
             .unwrap_or(collection.rows_per_round_max),
         move_task_lease_ms: MoveTaskSettings::default().lease_ms,
+        peer_security,
     }))
+}
+
+/// The peer port's security from its settings: all three TLS files, or plaintext asked for by
+/// name; a cluster with neither does not start (a member reachable by anyone would take any
+/// caller for a member: membership is by the node id a request claims).
+fn peer_security(
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    plaintext: bool,
+) -> Result<PeerSecurity, ConfigError> {
+    match (ca, cert, key, plaintext) {
+        (None, None, None, false) => Err(ConfigError::NoPeerSecurity),
+        (None, None, None, true) => Ok(PeerSecurity::Plaintext),
+        (_, _, _, true) => Err(ConfigError::PeerTlsAndPlaintext),
+        (Some(ca), Some(cert), Some(key), false) => {
+            Ok(PeerSecurity::Tls(PeerTlsFiles { ca, cert, key }))
+        }
+        (ca, cert, _, false) => Err(ConfigError::PeerTlsIncomplete {
+            missing: if ca.is_none() {
+                "peer_tls_ca"
+            } else if cert.is_none() {
+                "peer_tls_cert"
+            } else {
+                "peer_tls_key"
+            },
+        }),
+    }
 }
 
 /// A node id in `1..=65535` (0 is no member: a missing protobuf field reads as 0).
@@ -1030,6 +1182,7 @@ mod tests {
             "1=127.0.0.1:7200,2=127.0.0.1:7201,3=node3.example:7202",
             "--cluster-secret",
             SECRET,
+            "--peer-plaintext",
         ];
         flags.extend_from_slice(extra);
         parse(&flags)
@@ -1081,6 +1234,7 @@ mod tests {
             "3=node3.example:7202",
             "--cluster-secret",
             SECRET,
+            "--peer-plaintext",
         ]);
         let cluster = Config::load(args).unwrap().cluster.unwrap();
         assert_eq!(cluster.members(), 3);
@@ -1096,7 +1250,13 @@ mod tests {
 
     #[test]
     fn a_cluster_without_a_handle_key_or_secret_is_refused() {
-        let args = parse(&["--node-id", "1", "--peers", "1=a:7200,2=b:7200,3=c:7200"]);
+        let args = parse(&[
+            "--node-id",
+            "1",
+            "--peers",
+            "1=a:7200,2=b:7200,3=c:7200",
+            "--peer-plaintext",
+        ]);
         let error = Config::load(args).unwrap_err();
         assert!(matches!(error, ConfigError::NoHandleKey), "{error}");
         assert!(error.to_string().contains("shared handle key"), "{error}");
@@ -1107,6 +1267,7 @@ mod tests {
             "1=a:7200,2=b:7200,3=c:7200",
             "--handle-key",
             "0123456789abcdef",
+            "--peer-plaintext",
         ]);
         assert!(Config::load(args).unwrap().cluster.is_some());
     }
@@ -1196,6 +1357,7 @@ mod tests {
                 &peers,
                 "--cluster-secret",
                 SECRET,
+                "--peer-plaintext",
             ]);
             Config::load(args)
         };
@@ -1214,6 +1376,99 @@ mod tests {
                 "{peer_listen} {own}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn a_cluster_needs_peer_tls_or_explicit_plaintext() {
+        let member = |extra: &[&str]| {
+            let mut flags = vec![
+                "--node-id",
+                "1",
+                "--peers",
+                "1=a:7200,2=b:7200,3=c:7200",
+                "--cluster-secret",
+                SECRET,
+            ];
+            flags.extend_from_slice(extra);
+            Config::load(parse(&flags))
+        };
+        let error = member(&[]).unwrap_err();
+        assert!(matches!(error, ConfigError::NoPeerSecurity), "{error}");
+        assert!(error.to_string().contains("trireme-node certs"), "{error}");
+        let tls = [
+            "--peer-tls-ca",
+            "/certs/ca.pem",
+            "--peer-tls-cert",
+            "/certs/node-1.pem",
+            "--peer-tls-key",
+            "/certs/node-1-key.pem",
+        ];
+        assert_eq!(
+            member(&tls).unwrap().cluster.unwrap().peer_security,
+            PeerSecurity::Tls(PeerTlsFiles {
+                ca: PathBuf::from("/certs/ca.pem"),
+                cert: PathBuf::from("/certs/node-1.pem"),
+                key: PathBuf::from("/certs/node-1-key.pem"),
+            })
+        );
+        assert_eq!(
+            member(&["--peer-plaintext"])
+                .unwrap()
+                .cluster
+                .unwrap()
+                .peer_security,
+            PeerSecurity::Plaintext
+        );
+        let mut both = tls.to_vec();
+        both.push("--peer-plaintext");
+        assert!(matches!(
+            member(&both).unwrap_err(),
+            ConfigError::PeerTlsAndPlaintext
+        ));
+        for (left_out, missing) in [
+            (0, "peer_tls_ca"),
+            (2, "peer_tls_cert"),
+            (4, "peer_tls_key"),
+        ] {
+            let mut partial = tls.to_vec();
+            partial.drain(left_out..left_out + 2);
+            let error = member(&partial).unwrap_err();
+            assert!(
+                matches!(error, ConfigError::PeerTlsIncomplete { missing: m } if m == missing),
+                "{partial:?}: {error}"
+            );
+        }
+        // A node alone has no peer port to secure.
+        for alone in [&tls[..2], &["--peer-plaintext"][..]] {
+            let error = Config::load(parse(alone)).unwrap_err();
+            assert!(
+                matches!(error, ConfigError::PeerSecurityWithoutPeers { .. }),
+                "{alone:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn peer_tls_files_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(
+            &path,
+            "node_id = 2\npeers = [\"1=n1:7200\", \"2=n2:7200\", \"3=n3:7200\"]\n\
+             cluster_secret = \"a shared secret of the cluster\"\n\
+             peer_tls_ca = \"/c/ca.pem\"\npeer_tls_cert = \"/c/node-2.pem\"\n\
+             peer_tls_key = \"/c/node-2-key.pem\"\n",
+        )
+        .unwrap();
+        let config = Config::load(parse(&["--config", path.to_str().unwrap()])).unwrap();
+        assert_eq!(
+            config.cluster.unwrap().peer_security,
+            PeerSecurity::Tls(PeerTlsFiles {
+                ca: PathBuf::from("/c/ca.pem"),
+                cert: PathBuf::from("/c/node-2.pem"),
+                key: PathBuf::from("/c/node-2-key.pem"),
+            })
+        );
     }
 
     #[test]
@@ -1256,6 +1511,7 @@ mod tests {
             "node_id = 3\npeer_listen = \"0.0.0.0:7300\"\n\
              peers = [\"1=n1:7300\", \"2=n2:7300\", \"3=n3:7300\"]\n\
              cluster_secret = \"a shared secret of the cluster\"\n\
+             peer_plaintext = true\n\
              operation_timeout_ms = 800\nanti_entropy_period_s = 5\n\
              collection_period_s = 7\ncollection_rows_per_round_max = 9\n",
         )

@@ -1,7 +1,9 @@
 //! `trireme-node dev-cluster`: a three-node cluster on loopback for development, in one
 //! command. It runs three processes of this executable, node N (1 to 3) on each base port plus
 //! N − 1 with its data directory `node-N` under the root, all with one cluster secret that is
-//! generated once and kept in the root (mode 0600). It prints each node's addresses as the
+//! generated once and kept in the root (mode 0600), and over mutual TLS with a CA and the
+//! members' certificates made once under `certs/` in the root (`trireme_node::certs`; plaintext
+//! only with `--peer-plaintext`). It prints each node's addresses as the
 //! node reports them, forwards SIGINT and SIGTERM to the three (as SIGTERM: a graceful stop)
 //! and waits for them. A node that exits on its own once it served (a crash, or a `kill -9`
 //! to watch the other two keep serving) is said so and started again on its data after
@@ -24,10 +26,16 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
-use trireme_node::config::DevClusterArgs;
+use trireme_node::certs::{self, Outcome, member_files};
+use trireme_node::config::{CertsArgs, DevClusterArgs};
+use trireme_replication::NodeId;
 
 /// Members of the dev cluster: the fewest that hold three copies.
 const NODES: u16 = 3;
+/// The peers' certificates' directory in the root directory.
+const CERTS_DIR_NAME: &str = "certs";
+/// Days the dev cluster's certificates are valid.
+const CERTS_VALID_DAYS: u32 = 3650;
 /// The shared secret's file in the root directory.
 const SECRET_FILE_NAME: &str = "cluster-secret";
 /// Random bytes of a generated secret (written as hex).
@@ -85,6 +93,8 @@ struct Launch {
     ports: Ports,
     peers: String,
     secret: String,
+    /// The certificate directory; `None`: plaintext peers, as asked.
+    certs: Option<PathBuf>,
     log: String,
     lines: mpsc::Sender<(u16, String)>,
 }
@@ -92,7 +102,23 @@ struct Launch {
 impl Launch {
     /// Starts node `node` on its data directory, forwarding its output; returns its process.
     fn start(&self, node: u16) -> anyhow::Result<Child> {
-        let mut child = Command::new(&self.executable)
+        let mut command = Command::new(&self.executable);
+        match &self.certs {
+            Some(certs) => {
+                let files = member_files(certs, NodeId(node));
+                command
+                    .arg("--peer-tls-ca")
+                    .arg(files.ca)
+                    .arg("--peer-tls-cert")
+                    .arg(files.cert)
+                    .arg("--peer-tls-key")
+                    .arg(files.key);
+            }
+            None => {
+                command.arg("--peer-plaintext");
+            }
+        }
+        let mut child = command
             .arg("--node-id")
             .arg(node.to_string())
             .arg("--data-dir")
@@ -139,6 +165,12 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let secret = secret(&args.data_dir)?;
+    let certs = if args.peer_plaintext {
+        say("peers in PLAINTEXT (--peer-plaintext): anyone who reaches the peer ports is a member");
+        None
+    } else {
+        Some(certificates(&args.data_dir)?)
+    };
     let executable = std::env::current_exe().context("cannot find this executable")?;
     let peers = (1..=NODES)
         .map(|node| format!("{node}=127.0.0.1:{}", ports.peer(node)))
@@ -153,6 +185,7 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
         ports,
         peers,
         secret,
+        certs,
         log: args.log.clone(),
         lines: line_sender,
     };
@@ -331,6 +364,31 @@ impl Ports {
     fn metrics(&self, node: u16) -> u16 {
         self.metrics + node - 1
     }
+}
+
+/// The certificate directory under `root`: the CA and the three members' certificates, made
+/// on the first start and used as they are afterwards.
+fn certificates(root: &Path) -> anyhow::Result<PathBuf> {
+    let out = root.join(CERTS_DIR_NAME);
+    let made = certs::make(&CertsArgs {
+        out: out.clone(),
+        nodes: NODES,
+        hosts: Vec::new(),
+        days: CERTS_VALID_DAYS,
+        keep_existing: true,
+    })
+    .with_context(|| format!("cannot make the peers' certificates in {}", out.display()))?;
+    match made {
+        Outcome::Made(_) => say(&format!(
+            "made a cluster CA and the nodes' certificates in {} (peers speak mutual TLS)",
+            out.display()
+        )),
+        Outcome::Kept => say(&format!(
+            "peers speak mutual TLS with the certificates in {}",
+            out.display()
+        )),
+    }
+    Ok(out)
 }
 
 /// The cluster secret kept in `root`: read if it is there, else generated and written with

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod certs;
 pub mod clock;
 pub mod cluster;
 pub mod codec;
@@ -49,8 +50,9 @@ use crate::cluster::edge::ClusterEdge;
 use crate::cluster::move_task::{MoveTaskDriver, MoveTaskSettings};
 use crate::cluster::peers::LinkSettings;
 use crate::cluster::store::{ReplicaStore, StoreClosed, StoreError};
+use crate::cluster::tls::{PeerTls, PeerTlsError};
 use crate::cluster::{Cluster, ClusterError, ClusterSettings};
-use crate::config::{ClusterConfig, Config};
+use crate::config::{ClusterConfig, Config, PeerSecurity};
 use crate::engine::{Engine, EngineError, EngineSettings};
 use crate::handle::{HandleCodec, HandleKeyError};
 use crate::storage::{Storage, StorageError};
@@ -83,6 +85,9 @@ pub enum NodeError {
     /// The cluster could not be joined.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// The peer TLS files are unusable.
+    #[error(transparent)]
+    PeerTls(#[from] PeerTlsError),
     /// The gRPC server failed.
     #[error("gRPC server failed: {reason}")]
     Serve { reason: String },
@@ -137,6 +142,8 @@ struct Member {
     /// The replica service, configured as the gRPC server is, until [`Node::serve_peers`]
     /// serves it.
     peer_router: Option<tonic::transport::server::Router>,
+    /// Mutual TLS on the peer port; `None`: plaintext, as configured.
+    tls: Option<PeerTls>,
     anti_entropy: AntiEntropySettings,
     collection: CollectionSettings,
     move_tasks: MoveTaskSettings,
@@ -182,7 +189,29 @@ impl Member {
             dedup_window_ms: trireme_core::limits::dedup_window_ms,
             monitor_clock: true,
         };
-        let (cluster, service) = Cluster::start(&settings, store, clock, node.seed)?;
+        let tls = match &config.peer_security {
+            PeerSecurity::Tls(files) => Some(PeerTls::load(files, config.node)?),
+            PeerSecurity::Plaintext => {
+                warn!(
+                    peer_listen = %config.peer_listen,
+                    "PEER TRAFFIC IS PLAINTEXT AND UNAUTHENTICATED (--peer-plaintext): anyone who \
+                     can reach the peer port can act as a member, read and change every \
+                     message. For development on one machine only; give members \
+                     --peer-tls-ca, --peer-tls-cert and --peer-tls-key anywhere else"
+                );
+                None
+            }
+        };
+        let (cluster, service) = match &tls {
+            Some(tls) => {
+                let (cluster, service) =
+                    Cluster::start_with(&settings, store, clock, node.seed, &|peer, endpoint| {
+                        tls.channel(peer, endpoint)
+                    })?;
+                (cluster, service.requiring_certified_peers())
+            }
+            None => Cluster::start(&settings, store, clock, node.seed)?,
+        };
         // No `tcp_nodelay` here either: the accepted sockets get it from `tcp_incoming`.
         let peer_router = tonic::transport::Server::builder()
             .timeout(Duration::from_secs(node.request_timeout_s))
@@ -212,6 +241,7 @@ impl Member {
         Ok(Member {
             cluster,
             peer_router: Some(peer_router),
+            tls,
             anti_entropy,
             collection,
             move_tasks,
@@ -422,6 +452,25 @@ impl Node {
         ));
     }
 
+    /// Serves the internal replica service on `listener` as [`Node::serve_peers`] does, over
+    /// mutual TLS when the cluster is configured with it (each handshake's failure logged with
+    /// the peer's address), else in plaintext; `TCP_NODELAY` on every accepted socket.
+    ///
+    /// # Panics
+    /// As [`Node::serve_peers`].
+    pub fn serve_peer_listener(&mut self, listener: tokio::net::TcpListener) {
+        let tls = self
+            .member
+            .as_ref()
+            .expect("only a cluster member serves peers")
+            .tls
+            .clone();
+        match tls {
+            Some(tls) => self.serve_peers(tls.incoming(listener)),
+            None => self.serve_peers(tcp_incoming(listener)),
+        }
+    }
+
     /// The node's engine (for embedding and tests).
     #[must_use]
     pub fn engine(&self) -> &Engine {
@@ -523,7 +572,7 @@ pub fn sqs_incoming(
 
 /// Sets `TCP_NODELAY` on an accepted socket. A failure is only slower replies on that one
 /// connection, so it is logged and the connection is served anyway.
-fn set_nodelay(socket: &tokio::net::TcpStream) {
+pub(crate) fn set_nodelay(socket: &tokio::net::TcpStream) {
     if let Err(error) = socket.set_nodelay(true) {
         warn!(%error, "TCP_NODELAY could not be set; replies on this connection may be delayed");
     }
@@ -581,8 +630,8 @@ pub struct Listeners {
 }
 
 /// Starts a node on `storage` serving on `listeners`, with `TCP_NODELAY` on every accepted
-/// socket: gRPC, the SQS endpoint if configured, and for a cluster member the replica service,
-/// anti-entropy and collection.
+/// socket: gRPC, the SQS endpoint if configured, and for a cluster member the replica service
+/// (over mutual TLS unless plaintext is configured), anti-entropy and collection.
 ///
 /// # Errors
 /// As for [`Node::start`].
@@ -618,7 +667,7 @@ pub fn launch(
     });
     let peer_address = listeners.peers.map(|peer_listener| {
         let peer_address = peer_listener.local_addr().ok();
-        node.serve_peers(tcp_incoming(peer_listener));
+        node.serve_peer_listener(peer_listener);
         peer_address
     });
     info!(
@@ -627,6 +676,10 @@ pub fn launch(
         metrics = ?metrics_address.flatten(),
         peers = ?peer_address.flatten(),
         node_id = config.cluster.as_ref().map(|cluster| cluster.node.0),
+        peer_security = config.cluster.as_ref().map(|cluster| match cluster.peer_security {
+            PeerSecurity::Tls(_) => "mutual TLS",
+            PeerSecurity::Plaintext => "PLAINTEXT",
+        }),
         data_dir = %config.data_dir.display(),
         "node running"
     );

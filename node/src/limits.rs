@@ -70,6 +70,12 @@ pub const operation_timeout_ms_max: u64 = 600_000;
 /// Connecting to a peer's replica service; a dead peer costs a request at most this (or the
 /// operation's own deadline, whichever is first).
 pub const peer_connect_timeout_ms: u64 = 1_000;
+/// TLS handshakes in progress at once on the peer port; beyond, the node accepts no more
+/// connections until one finishes (the kernel's backlog holds them).
+pub const peer_tls_handshakes_max: usize = 64;
+/// How long a connection to the peer port may take to finish its TLS handshake before it is
+/// closed and logged.
+pub const peer_tls_handshake_timeout_ms: u64 = 5_000;
 /// Largest request the replica service decodes: an `Exchange` batch of records (bodies up to
 /// 1 MiB each) or an anti-entropy page (about 2 MiB). tonic's default is 4 MiB.
 pub const peer_request_bytes_max: usize = 64 * 1024 * 1024;

@@ -1,7 +1,8 @@
 //! The `trireme-node` binary: parses the configuration, sets up logging, opens the data
 //! directory, binds the listeners (gRPC, SQS, and the peer service of a cluster member), starts
 //! the node, prints where it listens, and runs it until SIGTERM or Ctrl-C, then shuts down
-//! gracefully. `trireme-node dev-cluster` instead runs three nodes on loopback (`dev_cluster`).
+//! gracefully. `trireme-node dev-cluster` instead runs three nodes on loopback (`dev_cluster`);
+//! `trireme-node certs` makes a cluster CA and the members' certificates (`trireme_node::certs`).
 
 mod dev_cluster;
 
@@ -14,8 +15,9 @@ use clap::Parser;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 use trireme_node::Listeners;
+use trireme_node::certs::Outcome;
 use trireme_node::clock::SystemClock;
-use trireme_node::config::{Args, Command, Config, LogFormat};
+use trireme_node::config::{Args, CertsArgs, Command, Config, LogFormat};
 
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
@@ -38,6 +40,7 @@ fn main() -> anyhow::Result<()> {
             }
             anyhow::bail!("{} answered {status}", probe.url);
         }
+        Some(Command::Certs(certs)) => return make_certs(&certs),
         None => {}
     }
     let config = Config::load(args)?;
@@ -53,6 +56,30 @@ fn main() -> anyhow::Result<()> {
         LogFormat::Json => subscriber.json().init(),
     }
     runtime()?.block_on(serve(config))
+}
+
+/// `trireme-node certs`: writes the CA and the members' certificates and says which files.
+fn make_certs(args: &CertsArgs) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout();
+    match trireme_node::certs::make(args)? {
+        Outcome::Kept => writeln!(
+            stdout,
+            "trireme-node certs: {} already holds a CA; nothing written",
+            args.out.display()
+        )?,
+        Outcome::Made(files) => {
+            for file in files {
+                writeln!(stdout, "trireme-node certs: wrote {}", file.display())?;
+            }
+            writeln!(
+                stdout,
+                "trireme-node certs: give member N ca.pem, node-N.pem and node-N-key.pem \
+                 (--peer-tls-ca, --peer-tls-cert, --peer-tls-key); keep ca-key.pem off the \
+                 members"
+            )?;
+        }
+    }
+    Ok(())
 }
 
 async fn bind(address: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {

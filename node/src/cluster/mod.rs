@@ -33,6 +33,7 @@ pub mod peers;
 pub mod service;
 pub mod skew;
 pub mod store;
+pub mod tls;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -249,12 +250,14 @@ impl Cluster {
         clock: Arc<dyn Clock>,
         seed: Option<u64>,
     ) -> Result<(Cluster, ReplicaService), ClusterError> {
-        Cluster::start_with(settings, store, clock, seed, &Endpoint::connect_lazy)
+        Cluster::start_with(settings, store, clock, seed, &|_, endpoint| {
+            endpoint.connect_lazy()
+        })
     }
 
     /// Joins the cluster as [`Cluster::start`] does, with peer channels made by `channel` from
-    /// each peer's endpoint (see [`Peers::connect_with`]): another network under the same
-    /// links, e.g. the simulation's.
+    /// each peer's id and endpoint (see [`Peers::connect_with`]): another network under the
+    /// same links, e.g. the simulation's, or TLS (`tls::PeerTls::channel`).
     ///
     /// # Errors
     /// As [`Cluster::start`].
@@ -263,7 +266,7 @@ impl Cluster {
         store: ReplicaStore,
         clock: Arc<dyn Clock>,
         seed: Option<u64>,
-        channel: &dyn Fn(&Endpoint) -> Channel,
+        channel: &dyn Fn(NodeId, &Endpoint) -> Channel,
     ) -> Result<(Cluster, ReplicaService), ClusterError> {
         if settings.peers.contains_key(&settings.node) {
             return Err(ClusterError::SelfAsPeer(settings.node.0));
@@ -325,6 +328,7 @@ impl Cluster {
             horizon_ms: settings.horizon_ms,
             dedup_late_ms,
             ring: ring.clone(),
+            certified_peers: false,
         };
         let cluster = Cluster {
             inner: Arc::new(Inner {

@@ -155,12 +155,15 @@ impl Peers {
         peers: &BTreeMap<NodeId, String>,
         settings: LinkSettings,
     ) -> Result<Peers, tonic::transport::Error> {
-        Peers::connect_with(identity, peers, settings, &Endpoint::connect_lazy)
+        Peers::connect_with(identity, peers, settings, &|_, endpoint| {
+            endpoint.connect_lazy()
+        })
     }
 
     /// Links to `peers` as [`Peers::connect`] makes them, each channel made by `channel` from
-    /// the endpoint with the links' settings (e.g. over a simulated network:
-    /// `Endpoint::connect_with_connector_lazy`). `channel` must not connect eagerly.
+    /// the peer's id and the endpoint with the links' settings (e.g. over a simulated network,
+    /// or over TLS: `Endpoint::connect_with_connector_lazy`). `channel` must not connect
+    /// eagerly.
     ///
     /// # Errors
     /// An address that is not a valid URI authority.
@@ -168,7 +171,7 @@ impl Peers {
         identity: &Identity,
         peers: &BTreeMap<NodeId, String>,
         settings: LinkSettings,
-        channel: &dyn Fn(&Endpoint) -> Channel,
+        channel: &dyn Fn(NodeId, &Endpoint) -> Channel,
     ) -> Result<Peers, tonic::transport::Error> {
         let request_ids = Arc::new(AtomicU64::new(1));
         let retired = Arc::new(tokio::sync::watch::Sender::new(None));
@@ -183,7 +186,7 @@ impl Peers {
                 .http2_keep_alive_interval(settings.keepalive_interval)
                 .keep_alive_timeout(settings.keepalive_timeout)
                 .keep_alive_while_idle(true);
-            let channel = channel(&endpoint);
+            let channel = channel(*peer, &endpoint);
             clients.insert(*peer, ReplicaClient::new(channel.clone()));
             let (queue, waiting) = mpsc::channel(PEER_QUEUE_MAX);
             let peer_down = Arc::new(AtomicBool::new(false));

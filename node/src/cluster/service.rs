@@ -14,6 +14,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use tonic::transport::CertificateDer;
 use tonic::{Request, Response, Status};
 use tracing::warn;
 use trireme_core::{Incarnation, Millis, QueueName};
@@ -33,6 +34,7 @@ use super::peers::{CURRENT_DISK_KEY, Identity, REFUSAL_KEY, REFUSAL_RETIRED};
 use super::store::{
     BatchAnswers, DedupEntry, Entry, NameEntry, ReplicaStore, StoreError, StoreFault, TaskEntry,
 };
+use super::tls::{certificate_names, member_name};
 use super::wire;
 use tonic::metadata::MetadataValue;
 
@@ -52,6 +54,26 @@ pub struct ReplicaService {
     pub(super) membership: Arc<Membership>,
     /// This node's long polls, which a peer's wake-up wakes (spec/replication.md §9).
     pub(super) long_polls: Arc<LongPolls>,
+    /// Whether a request is accepted only over a connection whose TLS certificate names its
+    /// sender ([`ReplicaService::requiring_certified_peers`]); off for plaintext peers.
+    pub(super) certified_peers: bool,
+}
+
+/// Who is at the other end of a request's connection.
+struct Caller {
+    remote: Option<std::net::SocketAddr>,
+    /// The certificate chain the TLS handshake verified against the cluster CA; `None` in
+    /// plaintext.
+    certificates: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+impl Caller {
+    fn of<T>(request: &Request<T>) -> Caller {
+        Caller {
+            remote: request.remote_addr(),
+            certificates: request.peer_certs(),
+        }
+    }
 }
 
 /// Records one anti-entropy page holds at most, whatever the caller asks.
@@ -66,9 +88,9 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::Batch>,
     ) -> Result<Response<pb::BatchReply>, Status> {
-        let remote = request.remote_addr();
+        let caller = Caller::of(&request);
         let batch = request.into_inner();
-        let sender = self.member(remote, batch.sender.as_ref())?;
+        let sender = self.member(&caller, batch.sender.as_ref())?;
         let entries = wire::entries(&batch.entries)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let names = wire::name_entries(&batch.names)
@@ -129,8 +151,8 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::JoinRequest>,
     ) -> Result<Response<pb::JoinReply>, Status> {
-        let remote = request.remote_addr();
-        let sender = self.node_of(remote, request.get_ref().sender.as_ref())?;
+        let caller = Caller::of(&request);
+        let sender = self.node_of(&caller, request.get_ref().sender.as_ref())?;
         let known = self
             .membership
             .join(&sender, self.me.clock.now())
@@ -154,9 +176,9 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::WakeUpRequest>,
     ) -> Result<Response<pb::WakeUpReply>, Status> {
-        let remote = request.remote_addr();
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        self.member(remote, request.sender.as_ref())?;
+        self.member(&caller, request.sender.as_ref())?;
         let (queue, incarnation) = queue_incarnation(
             request.queue,
             request.incarnation_hlc_ms,
@@ -180,9 +202,9 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::CandidatesRequest>,
     ) -> Result<Response<pb::CandidatesReply>, Status> {
-        let remote = request.remote_addr();
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        self.member(remote, request.sender.as_ref())?;
+        self.member(&caller, request.sender.as_ref())?;
         let (queue, incarnation) = queue_incarnation(
             request.queue,
             request.incarnation_hlc_ms,
@@ -214,8 +236,8 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::DedupDigestRequest>,
     ) -> Result<Response<pb::DedupDigestReply>, Status> {
-        let remote = request.remote_addr();
-        let sender = self.member(remote, request.get_ref().sender.as_ref())?;
+        let caller = Caller::of(&request);
+        let sender = self.member(&caller, request.get_ref().sender.as_ref())?;
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
         let now = self.me.clock.now();
         let digest = tokio::task::spawn_blocking(move || {
@@ -233,9 +255,9 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::DedupRecordsRequest>,
     ) -> Result<Response<pb::DedupRecordsReply>, Status> {
-        let remote = request.remote_addr();
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let sender = self.member(remote, request.sender.as_ref())?;
+        let sender = self.member(&caller, request.sender.as_ref())?;
         let limit = usize::try_from(request.limit)
             .unwrap_or(usize::MAX)
             .clamp(1, DEDUPS_PER_PAGE_MAX);
@@ -265,9 +287,9 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::TaskRecordsRequest>,
     ) -> Result<Response<pb::TaskRecordsReply>, Status> {
-        let remote = request.remote_addr();
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let sender = self.member(remote, request.sender.as_ref())?;
+        let sender = self.member(&caller, request.sender.as_ref())?;
         let after = (!request.after_key.is_empty()).then_some(request.after_key);
         let limit = usize::try_from(request.limit)
             .unwrap_or(usize::MAX)
@@ -295,8 +317,8 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::NameDigestRequest>,
     ) -> Result<Response<pb::NameDigestReply>, Status> {
-        let remote = request.remote_addr();
-        let sender = self.member(remote, request.get_ref().sender.as_ref())?;
+        let caller = Caller::of(&request);
+        let sender = self.member(&caller, request.get_ref().sender.as_ref())?;
         let catalog = request.get_ref().catalog;
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
         let digest = tokio::task::spawn_blocking(move || {
@@ -312,9 +334,9 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::NameRecordsRequest>,
     ) -> Result<Response<pb::NameRecordsReply>, Status> {
-        let remote = request.remote_addr();
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let sender = self.member(remote, request.sender.as_ref())?;
+        let sender = self.member(&caller, request.sender.as_ref())?;
         let after =
             if request.after_name.is_empty() {
                 None
@@ -350,8 +372,8 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::ClockRequest>,
     ) -> Result<Response<pb::ClockReply>, Status> {
-        let remote = request.remote_addr();
-        self.member(remote, request.get_ref().sender.as_ref())?;
+        let caller = Caller::of(&request);
+        self.member(&caller, request.get_ref().sender.as_ref())?;
         Ok(Response::new(pb::ClockReply {
             sender: Some(self.me.now().into()),
         }))
@@ -361,9 +383,9 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::DigestsRequest>,
     ) -> Result<Response<pb::DigestsReply>, Status> {
-        let remote = request.remote_addr();
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let sender = self.member(remote, request.sender.as_ref())?;
+        let sender = self.member(&caller, request.sender.as_ref())?;
         let partition = |value: u32| {
             u16::try_from(value)
                 .map_err(|_| Status::invalid_argument(format!("partition {value} is out of range")))
@@ -397,9 +419,9 @@ impl pb::replica_server::Replica for ReplicaService {
         &self,
         request: Request<pb::RecordsRequest>,
     ) -> Result<Response<pb::RecordsReply>, Status> {
-        let remote = request.remote_addr();
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let sender = self.member(remote, request.sender.as_ref())?;
+        let sender = self.member(&caller, request.sender.as_ref())?;
         let partition = u16::try_from(request.partition).map_err(|_| {
             Status::invalid_argument(format!("partition {} is out of range", request.partition))
         })?;
@@ -558,12 +580,9 @@ impl ReplicaService {
     /// The sender of a peer's call, if it is another member; refused (and logged) otherwise.
     /// The sender of a replica request, if it is a member on the disk this node takes for its
     /// own, and this node has joined (spec/replication.md, *Stragglers and replacement*).
-    fn member(
-        &self,
-        remote: Option<std::net::SocketAddr>,
-        sender: Option<&pb::Sender>,
-    ) -> Result<wire::Sender, Status> {
-        let sender = self.node_of(remote, sender)?;
+    fn member(&self, caller: &Caller, sender: Option<&pb::Sender>) -> Result<wire::Sender, Status> {
+        let remote = caller.remote;
+        let sender = self.node_of(caller, sender)?;
         match self.membership.accept(&sender, self.me.clock.now()) {
             Ok(()) => Ok(sender),
             Err(Refusal::Joining(reason)) => Err(Status::unavailable(reason)),
@@ -587,12 +606,14 @@ impl ReplicaService {
         }
     }
 
-    /// The sender, if it is a member of this cluster (and not this node).
+    /// The sender, if it is a member of this cluster (and not this node) and, under peer TLS,
+    /// the one its connection's certificate names.
     fn node_of(
         &self,
-        remote: Option<std::net::SocketAddr>,
+        caller: &Caller,
         sender: Option<&pb::Sender>,
     ) -> Result<wire::Sender, Status> {
+        let remote = caller.remote;
         let sender =
             wire::sender(sender).map_err(|error| Status::invalid_argument(error.to_string()))?;
         if sender.node == self.me.node || !self.members.contains(&sender.node) {
@@ -602,6 +623,28 @@ impl ReplicaService {
                 sender.node.0
             )));
         }
+        if self.certified_peers
+            && !caller
+                .certificates
+                .as_deref()
+                .is_some_and(|certificates| certificate_names(certificates, sender.node))
+        {
+            let name = member_name(sender.node);
+            warn!(peer = ?remote, node = sender.node.0, certificate_needed = %name, "refused a replica request: the connection's TLS certificate is not the node's it claims to be");
+            return Err(Status::permission_denied(format!(
+                "this connection's certificate does not name {name}: a member speaks only for \
+                 itself (node {})",
+                sender.node.0
+            )));
+        }
         Ok(sender)
+    }
+
+    /// This service, accepting a request only if its connection's certificate (peer TLS) names
+    /// the member the request claims to come from (spec/replication.md, *Membership*).
+    #[must_use]
+    pub fn requiring_certified_peers(mut self) -> ReplicaService {
+        self.certified_peers = true;
+        self
     }
 }

@@ -487,7 +487,7 @@ fn a_message_received_too_often_moves_to_the_dead_letter_queue_with_its_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_nodes_replicate_and_close_their_replica_stores_on_shutdown() {
     use trireme_node::Node;
-    use trireme_node::config::{ClusterConfig, Config, derive_handle_key};
+    use trireme_node::config::{ClusterConfig, Config, PeerSecurity, derive_handle_key};
 
     let mut reserved = super::loopback::reserve(1..=3);
     let addresses = super::loopback::addresses(&reserved);
@@ -505,6 +505,7 @@ async fn configured_nodes_replicate_and_close_their_replica_stores_on_shutdown()
             collection_period_s: 3_600,
             collection_rows_per_round_max: 1_000,
             move_task_lease_ms: 30_000,
+            peer_security: PeerSecurity::Plaintext,
         });
         let storage = trireme_node::open_storage(&config).unwrap();
         let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

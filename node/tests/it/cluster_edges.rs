@@ -15,7 +15,7 @@ use tempfile::TempDir;
 use tonic::Code;
 use trireme_node::Node;
 use trireme_node::clock::{Clock, ManualClock, SystemClock};
-use trireme_node::config::{ClusterConfig, Config};
+use trireme_node::config::{ClusterConfig, Config, PeerSecurity};
 use trireme_proto::v1 as pb;
 use trireme_replication::NodeId;
 
@@ -127,6 +127,7 @@ impl EdgeCluster {
                 collection_period_s: 3_600,
                 collection_rows_per_round_max: 1_024,
                 move_task_lease_ms: MOVE_TASK_LEASE_MS,
+                peer_security: PeerSecurity::Plaintext,
             });
             let clock = Arc::clone(&clocks[usize::from(id - 1)]);
             members.push(Member::start(config, peers.remove(&id), clock).await);

@@ -50,6 +50,9 @@ pub(super) fn member_flags(node: u16, members: u16, peer_base: u16, extra: &[&st
         peers.join(","),
         "--cluster-secret".to_owned(),
         SECRET.to_owned(),
+        // These tests speak the internal service themselves, as a member would (cluster_tls
+        // runs members over mutual TLS).
+        "--peer-plaintext".to_owned(),
     ]
     .into();
     flags.extend(extra.iter().map(|flag| (*flag).to_owned()));

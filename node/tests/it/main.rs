@@ -15,6 +15,7 @@ mod cluster_names;
 mod cluster_process;
 mod cluster_purge;
 mod cluster_retention;
+mod cluster_tls;
 mod crash;
 mod harness;
 mod long_poll;

@@ -333,7 +333,7 @@ async fn the_probe_subcommand_exits_by_the_status() {
 async fn a_member_is_ready_only_once_it_has_joined_and_reaches_a_quorum() {
     use trireme_node::Node;
     use trireme_node::clock::SystemClock;
-    use trireme_node::config::{ClusterConfig, Config, derive_handle_key};
+    use trireme_node::config::{ClusterConfig, Config, PeerSecurity, derive_handle_key};
     use trireme_replication::NodeId;
 
     let mut reserved = super::loopback::reserve(1..=3);
@@ -359,6 +359,7 @@ async fn a_member_is_ready_only_once_it_has_joined_and_reaches_a_quorum() {
             collection_period_s: 3_600,
             collection_rows_per_round_max: 1_000,
             move_task_lease_ms: 30_000,
+            peer_security: PeerSecurity::Plaintext,
         });
         members.push(config);
     }

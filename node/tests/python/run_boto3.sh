@@ -60,6 +60,9 @@ fi
 peer_ports=() member_sqs=() endpoints=()
 for id in 1 2 3; do peer_ports+=("$(free_port)"); member_sqs+=("$(free_port)"); done
 peers="1=127.0.0.1:${peer_ports[0]},2=127.0.0.1:${peer_ports[1]},3=127.0.0.1:${peer_ports[2]}"
+# The members speak mutual TLS, with a CA and certificates made for this run.
+certs="$data_dir/certs"
+"$binary" certs --out "$certs" --nodes 3 >/dev/null
 for id in 1 2 3; do
   port=${member_sqs[$((id - 1))]}
   TRIREME_CLUSTER_SECRET="boto3 run's shared cluster secret" "$binary" \
@@ -67,6 +70,8 @@ for id in 1 2 3; do
     --sqs-listen "127.0.0.1:$port" --sqs-advertised-host 127.0.0.1 --metrics-listen 127.0.0.1:0 \
     --sqs-advertised-port "${member_sqs[0]}" \
     --node-id "$id" --peer-listen "127.0.0.1:${peer_ports[$((id - 1))]}" --peers "$peers" \
+    --peer-tls-ca "$certs/ca.pem" --peer-tls-cert "$certs/node-$id.pem" \
+    --peer-tls-key "$certs/node-$id-key.pem" \
     >"$data_dir/member-$id.log" 2>&1 &
   member_pids+=($!)
   endpoints+=("http://127.0.0.1:$port")

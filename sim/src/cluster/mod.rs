@@ -210,7 +210,7 @@ fn add_member(
                 store,
                 Arc::new(SimClock),
                 Some(member_seed),
-                &net::lazy_channel,
+                &|_, endpoint| net::lazy_channel(endpoint),
             )?;
             tokio::spawn(
                 tonic::transport::Server::builder()
