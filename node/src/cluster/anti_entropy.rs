@@ -839,9 +839,7 @@ impl Cluster {
         scan: impl FnOnce(&Cluster) -> T + Send + 'static,
     ) -> T {
         let cluster = self.clone();
-        tokio::task::spawn_blocking(move || scan(&cluster))
-            .await
-            .expect("a store scan does not panic")
+        self.inner.store.scan_off(move || scan(&cluster)).await
     }
 }
 

@@ -211,21 +211,23 @@ impl Cluster {
         let rows_max = settings.rows_per_round_max;
         let cluster = self.clone();
         let window_ms = self.inner.dedup_window_ms;
-        let (selected, last, rows) = tokio::task::spawn_blocking(move || {
-            let mut rows = 0;
-            let scanned = cluster
-                .inner
-                .store
-                .scan(after.as_deref(), rows_max, |key, record| {
-                    rows += 1;
-                    (record.collectable() && cluster.replicas(key)[0] == me)
-                        || copy_window_ended(record, now, window_ms)
-                });
-            scanned.map(|walk| (walk.selected, walk.last, rows))
-        })
-        .await
-        .expect("a store walk does not panic")
-        .map_err(Arc::new)?;
+        let store = self.inner.store.clone();
+        let (selected, last, rows) = store
+            .scan_off(move || {
+                let mut rows = 0;
+                let scanned =
+                    cluster
+                        .inner
+                        .store
+                        .scan(after.as_deref(), rows_max, |key, record| {
+                            rows += 1;
+                            (record.collectable() && cluster.replicas(key)[0] == me)
+                                || copy_window_ended(record, now, window_ms)
+                        });
+                scanned.map(|walk| (walk.selected, walk.last, rows))
+            })
+            .await
+            .map_err(Arc::new)?;
         report.rows = rows;
         report.wrapped = last.is_none();
         collector.cursor = last;
@@ -237,15 +239,17 @@ impl Cluster {
             .partition(|(_, record)| copy_window_ended(record, now, window_ms));
         let late_ms = self.inner.dedup_late_ms;
         let cluster = self.clone();
-        let (dedups, _) = tokio::task::spawn_blocking(move || {
-            cluster
-                .inner
-                .store
-                .dedup_records(None, rows_max, |_, record| droppable(record, now, late_ms))
-        })
-        .await
-        .expect("a store walk does not panic")
-        .map_err(Arc::new)?;
+        let (dedups, _) = self
+            .inner
+            .store
+            .scan_off(move || {
+                cluster
+                    .inner
+                    .store
+                    .dedup_records(None, rows_max, |_, record| droppable(record, now, late_ms))
+            })
+            .await
+            .map_err(Arc::new)?;
         if !ended.is_empty() || !dedups.is_empty() {
             let copies = ended.into_iter().map(|(key, _)| key).collect();
             let dedups = dedups.into_iter().map(|(key, _)| key).collect();
@@ -313,17 +317,21 @@ impl Cluster {
         let (me, now) = (self.inner.me.node, self.inner.me.clock.now());
         let reuse_ms = trireme_core::limits::queue_name_reuse_ms;
         let cluster = self.clone();
-        let due = tokio::task::spawn_blocking(move || {
-            cluster.inner.store.name_records(None, usize::MAX, |name| {
-                cluster.name_replicas(name)[0] == me
+        let due = self
+            .inner
+            .store
+            .scan_off(move || {
+                cluster.inner.store.name_records(None, usize::MAX, |name| {
+                    cluster.name_replicas(name)[0] == me
+                })
             })
-        })
-        .await
-        .expect("a name scan does not panic")
-        .map_err(Arc::new)?
-        .0
-        .into_iter()
-        .filter_map(|(name, record)| collected(&record, now, reuse_ms).map(|next| (name, next)));
+            .await
+            .map_err(Arc::new)?
+            .0
+            .into_iter()
+            .filter_map(|(name, record)| {
+                collected(&record, now, reuse_ms).map(|next| (name, next))
+            });
         let mut writes = JoinSet::new();
         for (name, next) in due {
             report.names_collected += 1;

@@ -239,15 +239,17 @@ impl Cluster {
     async fn due_tasks(&self, settings: MoveTaskSettings) -> BTreeSet<TaskKey> {
         let mut due = self.inner.move_tasks.take_kicked();
         let store = self.inner.store.clone();
-        let scanned = tokio::task::spawn_blocking(move || {
-            store.task_records(None, usize::MAX, |_, record| {
-                record
-                    .current()
-                    .is_some_and(|(_, task)| task.status.active())
+        let scanned = self
+            .inner
+            .store
+            .scan_off(move || {
+                store.task_records(None, usize::MAX, |_, record| {
+                    record
+                        .current()
+                        .is_some_and(|(_, task)| task.status.active())
+                })
             })
-        })
-        .await
-        .expect("a task scan does not panic");
+            .await;
         let records = match scanned {
             Ok((records, _)) => records,
             Err(error) => {

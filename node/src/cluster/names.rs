@@ -164,18 +164,18 @@ async fn sweep(store: &ReplicaStore) -> Swept {
     let mut swept = Swept::default();
     loop {
         let (walker, from) = (store.clone(), after.take());
-        let walk = tokio::task::spawn_blocking(move || {
-            walker.scan(from.as_deref(), SWEEP_ROWS_PER_STEP, |key, record| {
-                walker.names(|view| {
-                    view.is_deleted(key)
-                        || record
-                            .swept(view.watermark(&key.queue, key.incarnation))
-                            .is_some()
+        let walk = store
+            .scan_off(move || {
+                walker.scan(from.as_deref(), SWEEP_ROWS_PER_STEP, |key, record| {
+                    walker.names(|view| {
+                        view.is_deleted(key)
+                            || record
+                                .swept(view.watermark(&key.queue, key.incarnation))
+                                .is_some()
+                    })
                 })
             })
-        })
-        .await
-        .expect("a store walk does not panic");
+            .await;
         let walk = match walk {
             Ok(walk) => walk,
             Err(error) => {

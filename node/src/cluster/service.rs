@@ -240,14 +240,15 @@ impl pb::replica_server::Replica for ReplicaService {
         let sender = self.member(&caller, request.get_ref().sender.as_ref())?;
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
         let now = self.me.clock.now();
-        let digest = tokio::task::spawn_blocking(move || {
-            store.dedup_digest(|key, record| {
-                record.live_at(now) && shares_dedup(&ring, me, sender.node, key)
+        let digest = self
+            .store
+            .scan_off(move || {
+                store.dedup_digest(|key, record| {
+                    record.live_at(now) && shares_dedup(&ring, me, sender.node, key)
+                })
             })
-        })
-        .await
-        .expect("a deduplication digest scan does not panic")
-        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+            .await
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
         Ok(Response::new(wire::dedup_digest(self.me.now(), digest)))
     }
 
@@ -264,15 +265,16 @@ impl pb::replica_server::Replica for ReplicaService {
         let after = (!request.after_key.is_empty()).then_some(request.after_key);
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
         let now = self.me.clock.now();
-        let (page, more) = tokio::task::spawn_blocking(move || {
-            // Only live records: anti-entropy never sends an expired one (spec §4, WindowEnd).
-            store.dedup_records(after.as_deref(), limit, |key, record| {
-                record.live_at(now) && shares_dedup(&ring, me, sender.node, key)
+        let (page, more) = self
+            .store
+            .scan_off(move || {
+                // Only live records: anti-entropy never sends an expired one (spec §4, WindowEnd).
+                store.dedup_records(after.as_deref(), limit, |key, record| {
+                    record.live_at(now) && shares_dedup(&ring, me, sender.node, key)
+                })
             })
-        })
-        .await
-        .expect("a deduplication page scan does not panic")
-        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+            .await
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
         Ok(Response::new(pb::DedupRecordsReply {
             sender: Some(self.me.now().into()),
             records: page
@@ -295,14 +297,15 @@ impl pb::replica_server::Replica for ReplicaService {
             .unwrap_or(usize::MAX)
             .clamp(1, TASKS_PER_PAGE_MAX);
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
-        let (page, more) = tokio::task::spawn_blocking(move || {
-            store.task_records(after.as_deref(), limit, |key, _| {
-                shares_name(&ring, me, sender.node, &key.queue)
+        let (page, more) = self
+            .store
+            .scan_off(move || {
+                store.task_records(after.as_deref(), limit, |key, _| {
+                    shares_name(&ring, me, sender.node, &key.queue)
+                })
             })
-        })
-        .await
-        .expect("a task page scan does not panic")
-        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+            .await
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
         Ok(Response::new(pb::TaskRecordsReply {
             sender: Some(self.me.now().into()),
             records: page
@@ -321,12 +324,13 @@ impl pb::replica_server::Replica for ReplicaService {
         let sender = self.member(&caller, request.get_ref().sender.as_ref())?;
         let catalog = request.get_ref().catalog;
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
-        let digest = tokio::task::spawn_blocking(move || {
-            store.name_digest(|name| exchanged(&ring, me, sender.node, name, catalog))
-        })
-        .await
-        .expect("a name digest scan does not panic")
-        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        let digest = self
+            .store
+            .scan_off(move || {
+                store.name_digest(|name| exchanged(&ring, me, sender.node, name, catalog))
+            })
+            .await
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
         Ok(Response::new(wire::name_digest(self.me.now(), digest)))
     }
 
@@ -350,14 +354,15 @@ impl pb::replica_server::Replica for ReplicaService {
             .clamp(1, NAMES_PER_PAGE_MAX);
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
         let catalog = request.catalog;
-        let (page, more) = tokio::task::spawn_blocking(move || {
-            store.name_records(after.as_ref(), limit, |name| {
-                exchanged(&ring, me, sender.node, name, catalog)
+        let (page, more) = self
+            .store
+            .scan_off(move || {
+                store.name_records(after.as_ref(), limit, |name| {
+                    exchanged(&ring, me, sender.node, name, catalog)
+                })
             })
-        })
-        .await
-        .expect("a name page scan does not panic")
-        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+            .await
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
         Ok(Response::new(pb::NameRecordsReply {
             sender: Some(self.me.now().into()),
             records: page
@@ -400,12 +405,11 @@ impl pb::replica_server::Replica for ReplicaService {
             ));
         }
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
-        let digests = tokio::task::spawn_blocking(move || {
-            store.digests(first, last, |key| shared(&ring, me, sender.node, key))
-        })
-        .await
-        .expect("a digest scan does not panic")
-        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        let digests = self
+            .store
+            .scan_off(move || store.digests(first, last, |key| shared(&ring, me, sender.node, key)))
+            .await
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
         Ok(Response::new(pb::DigestsReply {
             sender: Some(self.me.now().into()),
             digests: digests
@@ -430,19 +434,20 @@ impl pb::replica_server::Replica for ReplicaService {
             .clamp(1, RECORDS_PER_PAGE_MAX);
         let after = (!request.after_key.is_empty()).then_some(request.after_key);
         let (store, ring, me) = (self.store.clone(), self.ring.clone(), self.me.node);
-        let (page, more) = tokio::task::spawn_blocking(move || {
-            store.partition_page(
-                partition,
-                after.as_deref(),
-                None,
-                limit,
-                PAGE_BYTES_MAX,
-                |key| shared(&ring, me, sender.node, key),
-            )
-        })
-        .await
-        .expect("a page scan does not panic")
-        .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        let (page, more) = self
+            .store
+            .scan_off(move || {
+                store.partition_page(
+                    partition,
+                    after.as_deref(),
+                    None,
+                    limit,
+                    PAGE_BYTES_MAX,
+                    |key| shared(&ring, me, sender.node, key),
+                )
+            })
+            .await
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
         Ok(Response::new(pb::RecordsReply {
             sender: Some(self.me.now().into()),
             records: page

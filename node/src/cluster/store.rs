@@ -664,6 +664,9 @@ pub struct ReplicaStore {
     disk_id: u64,
     /// Shared with the committer, for read-only scans (redb serialises writers, not readers).
     db: Arc<Database>,
+    /// Whether scans run on the calling task rather than tokio's blocking pool: a store on a
+    /// backend commits on the current runtime, and so does everything else it does.
+    scans_inline: bool,
 }
 
 impl ReplicaStore {
@@ -687,7 +690,7 @@ impl ReplicaStore {
             path: path.clone(),
             source,
         })?;
-        let (store, queue) = ReplicaStore::on_database(db, node, new_disk_id)?;
+        let (store, queue) = ReplicaStore::on_database(db, node, new_disk_id, false)?;
         let views = store.views.clone();
         let db = Arc::clone(&store.db);
         let committer = std::thread::Builder::new()
@@ -710,8 +713,8 @@ impl ReplicaStore {
     /// Opens (or creates) the replica database on `backend` (e.g. a simulated disk) for `node`,
     /// as [`ReplicaStore::open`] does, with a page cache of `cache_bytes`. The committer runs as
     /// a task on the current tokio runtime and commits synchronously on it: every commit, with
-    /// its fsync, holds that runtime's thread. The task ends (and the database closes) when
-    /// every clone of the store is gone.
+    /// its fsync, holds that runtime's thread; so do the scans of [`ReplicaStore::scan_off`].
+    /// The task ends (and the database closes) when every clone of the store is gone.
     ///
     /// # Errors
     /// `Backend` when redb refuses the backend's contents; otherwise as [`ReplicaStore::open`].
@@ -728,7 +731,7 @@ impl ReplicaStore {
             .set_cache_size(cache_bytes)
             .create_with_backend(backend)
             .map_err(StoreError::Backend)?;
-        let (store, mut queue) = ReplicaStore::on_database(db, node, new_disk_id)?;
+        let (store, mut queue) = ReplicaStore::on_database(db, node, new_disk_id, true)?;
         let views = store.views.clone();
         let db = Arc::clone(&store.db);
         let committer = tokio::spawn(async move {
@@ -745,6 +748,7 @@ impl ReplicaStore {
         db: Database,
         node: NodeId,
         new_disk_id: u64,
+        scans_inline: bool,
     ) -> Result<(ReplicaStore, mpsc::Receiver<Job>), StoreError> {
         let disk_id = identify(&db, node, new_disk_id)?;
         let views = Views {
@@ -766,6 +770,7 @@ impl ReplicaStore {
                 views,
                 disk_id,
                 db: Arc::new(db),
+                scans_inline,
             },
             queue,
         ))
@@ -775,6 +780,28 @@ impl ReplicaStore {
     /// a second call keeps the first).
     pub fn set_dedup_window(&self, window: DedupWindow) {
         let _ = self.views.dedup_window.set(window);
+    }
+
+    /// Runs `scan` (reads of this store, which block on the disk) off the async tasks: on
+    /// tokio's blocking pool for a store on a file, whose committer is a thread of its own; on
+    /// the calling task for a store on a backend ([`ReplicaStore::open_backend`]), whose
+    /// committer already commits on the current runtime. Under the simulation a thread the
+    /// runtime does not schedule would let real time decide when a scan's answer comes (the
+    /// same seed gave two traces), and turmoil's filesystem is reachable only from its host's
+    /// thread.
+    ///
+    /// # Panics
+    /// When `scan` panics.
+    pub async fn scan_off<T: Send + 'static>(
+        &self,
+        scan: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        if self.scans_inline {
+            return scan();
+        }
+        tokio::task::spawn_blocking(scan)
+            .await
+            .expect("a store scan does not panic")
     }
 
     /// A read transaction, refused once the store failed: its page cache could still show what
@@ -869,12 +896,28 @@ impl ReplicaStore {
         self.write_meta(&format!("{META_PEER_DISK_PREFIX}{}", node.0), &value)
     }
 
+    /// Commits one metadata entry durably. Its commit is a commit of this store like a
+    /// group's: a failed one latches the store's fault (spec/replication.md#durability), so
+    /// the store refuses everything after it and `failure` names it, and a store that failed
+    /// writes nothing more.
     fn write_meta(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        let mut txn = self.db.begin_write()?;
-        txn.set_durability(Durability::Immediate)?;
-        txn.open_table(META)?.insert(key, value)?;
-        txn.commit()?;
-        Ok(())
+        if let Some(first) = self.views.failed.get() {
+            return Err(StoreError::Failed(first.clone()));
+        }
+        let commit = || -> Result<(), StoreError> {
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            txn.open_table(META)?.insert(key, value)?;
+            txn.commit()?;
+            Ok(())
+        };
+        let committed = commit();
+        if let Err(error) = &committed {
+            let fault = error.fault();
+            tracing::error!(%fault, key, "replica metadata commit failed; the store refuses everything until the node restarts");
+            let _ = self.views.failed.set(fault);
+        }
+        committed
     }
 
     /// Applies `entries` in order and answers each, after the fsync that makes them durable.
@@ -2188,6 +2231,42 @@ mod tests {
         drop(store);
         committer.await.expect("the committer ends");
         reported
+    }
+
+    /// Found by the cluster simulation (sync failures during the first start of five
+    /// members): a failed commit of the join's metadata left the store unlatched, so `failure`
+    /// reported nothing and the node retried "cannot record that this node joined" forever on
+    /// a database that refuses every later I/O, never serving and never restarted.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_metadata_commit_latches_the_store_like_a_failed_group() {
+        let state = Arc::new(std::sync::atomic::AtomicU8::new(HEALTHY));
+        let disk = FailingDisk {
+            inner: InMemoryBackend::new(),
+            fault: Arc::clone(&state),
+        };
+        let (store, committer) = ReplicaStore::open_backend(disk, 1024 * 1024, NodeId(1), 42)
+            .expect("the store opens on memory");
+        state.store(SYNC_FAILS, std::sync::atomic::Ordering::SeqCst);
+        let failed = store
+            .set_joined()
+            .expect_err("a failed fsync fails the commit");
+        let reported = failed.fault();
+        state.store(HEALTHY, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(reported.kind, FaultKind::Io, "{reported}");
+        assert_eq!(store.failure().as_ref(), Some(&reported));
+        assert!(matches!(store.set_joined(), Err(StoreError::Failed(first)) if first == reported));
+        assert!(matches!(
+            store.save_peer_disk(NodeId(2), 7, None),
+            Err(StoreError::Failed(_))
+        ));
+        assert!(matches!(store.joined(), Err(StoreError::Failed(_))));
+        let refused = store
+            .apply(vec![merge(1, "after")])
+            .await
+            .expect_err("a failed store answers nothing");
+        assert!(matches!(refused.as_ref(), StoreError::Failed(first) if *first == reported));
+        drop(store);
+        committer.await.expect("the committer ends");
     }
 
     #[tokio::test(flavor = "current_thread")]
