@@ -7,7 +7,7 @@
 //! again when it ends (the page's `again`). The waiter's own future holds its deadline; a
 //! delivery that meets a waiter already gone is released (section 5).
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -135,7 +135,9 @@ pub(super) fn spawn_wake_ups(
     tokio::spawn(async move {
         let mut calls = JoinSet::new();
         while let Some(first) = queued.recv().await {
-            let mut by_queue: HashMap<QueueKey, Vec<MessageId>> = HashMap::new();
+            // In key order: the calls' order must not depend on a random hasher (the
+            // simulation replays a seed bit for bit).
+            let mut by_queue: BTreeMap<QueueKey, Vec<MessageId>> = BTreeMap::new();
             let mut add = |(queue, incarnation, ids): (QueueName, Incarnation, Vec<MessageId>)| {
                 by_queue
                     .entry((queue, incarnation))
@@ -443,6 +445,9 @@ impl Cluster {
         let deadline = tokio::time::Instant::now() + INDEX_READ_TIMEOUT;
         while !self.inner.index_quorum(&answered) {
             let joined = tokio::select! {
+                // An answer that arrives with the deadline counts; an unbiased select would
+                // draw from tokio's random source, which a simulation cannot seed.
+                biased;
                 joined = asked.join_next() => joined,
                 () = tokio::time::sleep_until(deadline) => None,
             };
