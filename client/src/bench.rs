@@ -400,16 +400,18 @@ impl Shared {
     }
 }
 
-/// Runs the bench against `endpoints` and prints the report.
+/// Runs the bench against the endpoints of `config` (each client homed on one of them, all
+/// with its token and settings) and prints the report.
 ///
 /// # Errors
 /// Bad arguments, or the queue could not be created or read.
-pub(crate) async fn run(endpoints: Vec<String>, json: bool, args: BenchArgs) -> Result<()> {
+pub(crate) async fn run(config: ClientConfig, json: bool, args: BenchArgs) -> Result<()> {
     args.check()?;
+    let endpoints = config.endpoints.clone();
     let mut clients = Vec::with_capacity(endpoints.len() * args.connections);
     for _ in 0..args.connections {
         for home in 0..endpoints.len() {
-            let mut config = ClientConfig::new(endpoints.clone());
+            let mut config = config.clone();
             config.home_endpoint = Some(home);
             clients.push(Client::new(config)?);
         }

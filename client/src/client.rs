@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Response, Status};
 use tracing::debug;
@@ -63,6 +64,9 @@ pub struct ClientConfig {
     pub keepalive_timeout: Duration,
     /// Retries of calls that may be repeated.
     pub retry: RetryPolicy,
+    /// The bearer token every call carries (`authorization: Bearer <token>`), for nodes started
+    /// with `--api-token-file`; `None` sends none.
+    pub token: Option<String>,
 }
 
 impl ClientConfig {
@@ -80,6 +84,7 @@ impl ClientConfig {
             keepalive_interval: limits::KEEPALIVE_INTERVAL_DEFAULT,
             keepalive_timeout: limits::KEEPALIVE_TIMEOUT_DEFAULT,
             retry: RetryPolicy::default(),
+            token: None,
         }
     }
 }
@@ -98,6 +103,8 @@ struct Inner {
     endpoints: Endpoints,
     request_timeout: Duration,
     retry: RetryPolicy,
+    /// `Bearer <token>`, put on every call; `None`: no token.
+    authorization: Option<MetadataValue<Ascii>>,
 }
 
 /// A Trireme client. Cheap to clone; clones share connections.
@@ -143,8 +150,8 @@ impl Client {
     /// # Errors
     /// [`Error::InvalidEndpoint`] when the list is empty or longer than
     /// `limits::ENDPOINTS_MAX`, or an address is empty or not a valid URI;
-    /// [`Error::InvalidArgument`] for a retry policy that allows no attempt or a home endpoint
-    /// beyond the list.
+    /// [`Error::InvalidArgument`] for a retry policy that allows no attempt, a home endpoint
+    /// beyond the list, or a token that cannot travel as a header.
     pub fn new(config: ClientConfig) -> Result<Self, Error> {
         if config.endpoints.is_empty() {
             return Err(Error::InvalidEndpoint {
@@ -173,6 +180,21 @@ impl Client {
                 ),
             });
         }
+        let authorization = config
+            .token
+            .as_deref()
+            .map(|token| {
+                let invalid = || Error::InvalidArgument {
+                    field: Some("token".to_owned()),
+                    message: "a token is visible ASCII characters, at least one, without spaces"
+                        .to_owned(),
+                };
+                if token.is_empty() || !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+                    return Err(invalid());
+                }
+                MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| invalid())
+            })
+            .transpose()?;
         if config.retry.attempts_max == 0 {
             return Err(Error::InvalidArgument {
                 field: Some("retry.attempts_max".to_owned()),
@@ -218,6 +240,7 @@ impl Client {
                 endpoints,
                 request_timeout: config.request_timeout,
                 retry: config.retry,
+                authorization,
             }),
         })
     }
@@ -279,6 +302,11 @@ impl Client {
             let mut grpc_request = tonic::Request::new(request.clone());
             // The node learns the deadline too (grpc-timeout), so it stops work nobody awaits.
             grpc_request.set_timeout(attempt_timeout);
+            if let Some(authorization) = &inner.authorization {
+                grpc_request
+                    .metadata_mut()
+                    .insert("authorization", authorization.clone());
+            }
             let outcome =
                 tokio::time::timeout(attempt_timeout, attempt(node.rpc.clone(), grpc_request))
                     .await;

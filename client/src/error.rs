@@ -112,6 +112,15 @@ pub enum Error {
         /// Which limit, as the node says.
         message: String,
     },
+    /// The node requires a bearer token and the call carried none, or one it does not accept
+    /// (`ClientConfig::token`, the CLI's `--token`).
+    #[error("node {address} refused the call: {message}")]
+    Unauthenticated {
+        /// The node's address.
+        address: String,
+        /// The node's explanation.
+        message: String,
+    },
     /// No node could be reached, or the one reached is shutting down.
     #[error("node {address} unavailable: {message}")]
     Unavailable {
@@ -238,6 +247,7 @@ impl Error {
             Error::VisibilityCapExceeded { .. } => "VisibilityCapExceeded",
             Error::PurgeInProgress { .. } => "PurgeInProgress",
             Error::ResourceExhausted { .. } => "ResourceExhausted",
+            Error::Unauthenticated { .. } => "Unauthenticated",
             Error::Unavailable { .. } => "Unavailable",
             Error::Timeout { .. } => "Timeout",
             Error::NoEndpointAvailable { .. } => "NoEndpointAvailable",
@@ -315,6 +325,10 @@ impl Error {
                 code: status.code(),
                 message,
             },
+            "TokenMissing" | "TokenRefused" => Self::Unauthenticated {
+                address: address.to_owned(),
+                message,
+            },
             // MessageIdExists, WaiterExists (the node's faults) and any reason this client does
             // not know.
             _ => Self::from_code(status, address, subject),
@@ -344,6 +358,10 @@ impl Error {
             },
             Code::ResourceExhausted => Self::ResourceExhausted { message },
             Code::Unavailable => Self::Unavailable {
+                address: address.to_owned(),
+                message,
+            },
+            Code::Unauthenticated => Self::Unauthenticated {
                 address: address.to_owned(),
                 message,
             },
@@ -420,6 +438,10 @@ impl Error {
             Code::Cancelled if status.metadata().is_empty() => Self::Timeout {
                 address: address.to_owned(),
                 after: Duration::ZERO,
+            },
+            Code::Unauthenticated => Self::Unauthenticated {
+                address: address.to_owned(),
+                message,
             },
             code => Self::Server {
                 address: address.to_owned(),
@@ -585,7 +607,7 @@ mod tests {
     }
 
     /// Every reason a node sends, the code it comes with, and the variant it becomes.
-    const REASONS: [(&str, Code, &str); 34] = [
+    const REASONS: [(&str, Code, &str); 36] = [
         ("QueueNotFound", Code::NotFound, "QueueNotFound"),
         ("QueueNameExists", Code::AlreadyExists, "QueueExists"),
         (
@@ -692,6 +714,8 @@ mod tests {
         ("StorageCorrupt", Code::DataLoss, "Server"),
         ("MessageIdExists", Code::Internal, "Server"),
         ("WaiterExists", Code::Internal, "Server"),
+        ("TokenMissing", Code::Unauthenticated, "Unauthenticated"),
+        ("TokenRefused", Code::Unauthenticated, "Unauthenticated"),
     ];
 
     #[test]
@@ -723,6 +747,7 @@ mod tests {
             Code::Unimplemented => "UNIMPLEMENTED",
             Code::Internal => "INTERNAL",
             Code::DataLoss => "DATA_LOSS",
+            Code::Unauthenticated => "UNAUTHENTICATED",
             other => panic!("no reason has code {other:?}"),
         };
         // The proto's table: lines whose second word is a gRPC code name.

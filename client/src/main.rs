@@ -34,6 +34,12 @@ struct Cli {
     #[arg(long = "endpoint", env = "TRIREME_ENDPOINT", value_delimiter = ',', default_value = DEFAULT_ENDPOINT, global = true)]
     endpoints: Vec<String>,
 
+    /// Bearer token for nodes started with `--api-token-file` (sent as `authorization: Bearer
+    /// <token>` on every call). Prefer the environment variable: a command line is visible to
+    /// every user of the machine.
+    #[arg(long, env = "TRIREME_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -344,7 +350,9 @@ fn describe_task(t: &RedriveTask) -> String {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let client = Client::new(ClientConfig::new(cli.endpoints.clone()))?;
+    let mut config = ClientConfig::new(cli.endpoints.clone());
+    config.token = cli.token.clone();
+    let client = Client::new(config.clone())?;
     let json = cli.json;
     match cli.command {
         Command::Queue(command) => queue(&client, json, command).await,
@@ -415,7 +423,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Redrive(command) => redrive(&client, json, command).await,
         Command::Worker(args) => worker::run(client, json, args).await,
-        Command::Bench(args) => bench::run(cli.endpoints, json, args).await,
+        Command::Bench(args) => bench::run(config, json, args).await,
     }
 }
 

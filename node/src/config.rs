@@ -123,6 +123,12 @@ pub struct Args {
     )]
     pub sqs_access_keys: Vec<String>,
 
+    /// File of bearer tokens the gRPC API requires (one a line, 16 to 512 visible ASCII
+    /// characters; `#` starts a comment line): a call passes only with `authorization: Bearer
+    /// <token>` naming one. Unset: the gRPC API serves anyone who reaches it.
+    #[arg(long, env = "TRIREME_API_TOKEN_FILE", value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
+
     /// Key authenticating receipt handles (at least 16 bytes), the same on every member of a
     /// cluster. Unset: in a cluster it is derived from `--cluster-secret`; a node alone
     /// generates a random key once and keeps it in the database.
@@ -268,6 +274,7 @@ struct FileConfig {
     sqs_region: Option<String>,
     sqs_account_id: Option<String>,
     sqs_access_keys: Option<Vec<String>>,
+    api_token_file: Option<PathBuf>,
     handle_key: Option<String>,
     node_id: Option<u64>,
     peer_listen: Option<SocketAddr>,
@@ -477,6 +484,8 @@ pub struct Config {
     /// Where `/metrics`, `/health` and `/ready` listen (the caller binds it); `None` when they
     /// are turned off.
     pub metrics_listen: Option<SocketAddr>,
+    /// The bearer tokens the gRPC API requires (read when the node starts); `None`: none.
+    pub api_token_file: Option<PathBuf>,
     /// The receipt-handle key given by the operator or derived from the cluster secret; `None`
     /// (only for a node alone) means the database's own key.
     pub handle_key: Option<Vec<u8>>,
@@ -711,6 +720,7 @@ impl Config {
                 .listen
                 .or(file.listen)
                 .unwrap_or_else(|| LISTEN_DEFAULT.parse().expect("a valid literal address")),
+            api_token_file: args.api_token_file.or(file.api_token_file),
             handle_key,
             cluster,
             seed: args.seed.or(file.seed),

@@ -9,6 +9,7 @@
 //! semantics outside the core, and never acknowledge a change before it is fsynced.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod backend;
 pub mod certs;
 pub mod clock;
@@ -42,6 +43,7 @@ use tonic::transport::server::Connected;
 use tracing::{info, warn};
 use trireme_proto::replica::v1::replica_server::ReplicaServer;
 
+use crate::auth::{ApiAuth, ApiTokens, TokenFileError};
 use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::cluster::anti_entropy::{AntiEntropySettings, AntiEntropyTask};
@@ -88,6 +90,9 @@ pub enum NodeError {
     /// The peer TLS files are unusable.
     #[error(transparent)]
     PeerTls(#[from] PeerTlsError),
+    /// The API token file is unusable.
+    #[error(transparent)]
+    ApiTokens(#[from] TokenFileError),
     /// The gRPC server failed.
     #[error("gRPC server failed: {reason}")]
     Serve { reason: String },
@@ -286,9 +291,10 @@ impl Node {
     ///
     /// # Errors
     /// `Storage` when the handle key or records cannot be read, `HandleKey` for a short
-    /// configured key, `Engine` when the engine cannot start; for a member, `WrongNode` when
-    /// the data directory belongs to another node id, `Replica` when the replica store cannot
-    /// be opened, `Cluster` when the membership is refused.
+    /// configured key, `ApiTokens` for an unusable token file, `Engine` when the engine cannot
+    /// start; for a member, `WrongNode` when the data directory belongs to another node id,
+    /// `Replica` when the replica store cannot be opened, `PeerTls` for unusable TLS files,
+    /// `Cluster` when the membership is refused.
     pub fn start<I, IO, IE>(
         config: &Config,
         mut storage: Storage,
@@ -315,6 +321,17 @@ impl Node {
             }
         };
         let handles = HandleCodec::new(&key)?;
+        let tokens = match &config.api_token_file {
+            Some(path) => {
+                let tokens = ApiTokens::load(path)?;
+                info!(tokens = tokens.len(), file = %path.display(), "the gRPC API requires a bearer token");
+                Some(tokens)
+            }
+            None => {
+                warn!("the gRPC API serves anyone who reaches it: no --api-token-file");
+                None
+            }
+        };
         let member = match &config.cluster {
             Some(cluster) => Some(Member::start(
                 cluster,
@@ -356,10 +373,13 @@ impl Node {
             .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
             .max_concurrent_streams(Some(limits::grpc_streams_per_connection_max))
             .layer(grpc::MetricsLayer::new(sources.requests.clone()))
-            .add_service(grpc::service(
-                backend.clone(),
-                config.grpc_request_bytes_max,
-                config.grpc_response_bytes_max,
+            .add_service(tonic::service::interceptor::InterceptedService::new(
+                grpc::service(
+                    backend.clone(),
+                    config.grpc_request_bytes_max,
+                    config.grpc_response_bytes_max,
+                ),
+                ApiAuth::new(tokens),
             ));
         let server = tokio::spawn(async move {
             router

@@ -107,6 +107,11 @@ pub enum Reason {
     MessageIdExists,
     /// INTERNAL: a waiter id drawn by the node was reused (a bug of the node).
     WaiterExists,
+    /// UNAUTHENTICATED: the node requires a bearer token and the call carries none (or its
+    /// `authorization` is not `Bearer <token>`).
+    TokenMissing,
+    /// UNAUTHENTICATED: the call's bearer token is not one the node accepts.
+    TokenRefused,
 }
 
 impl Reason {
@@ -148,6 +153,8 @@ impl Reason {
             Reason::StorageCorrupt => "StorageCorrupt",
             Reason::MessageIdExists => "MessageIdExists",
             Reason::WaiterExists => "WaiterExists",
+            Reason::TokenMissing => "TokenMissing",
+            Reason::TokenRefused => "TokenRefused",
         }
     }
 
@@ -189,6 +196,7 @@ impl Reason {
             Reason::StorageFailed | Reason::MessageIdExists | Reason::WaiterExists => {
                 Code::Internal
             }
+            Reason::TokenMissing | Reason::TokenRefused => Code::Unauthenticated,
         }
     }
 }
@@ -226,6 +234,18 @@ impl FieldError {
             reason: reason.into(),
         }
     }
+}
+
+/// The status for a call without the bearer token the node requires (`auth::ApiAuth`).
+#[must_use]
+pub fn token_missing(message: &str) -> Status {
+    refusal(Reason::TokenMissing, None, message.to_owned())
+}
+
+/// The status for a call whose bearer token the node does not accept (`auth::ApiAuth`).
+#[must_use]
+pub fn token_refused(message: &str) -> Status {
+    refusal(Reason::TokenRefused, None, message.to_owned())
 }
 
 /// The status for an edge refusal: always INVALID_ARGUMENT, reason `InvalidField`.
@@ -401,7 +421,7 @@ mod tests {
     use trireme_core::{MessageId, QueueName, WaiterId};
 
     /// Every reason, for the checks that each is produced, named once and documented.
-    const ALL: [Reason; 34] = [
+    const ALL: [Reason; 36] = [
         Reason::QueueNotFound,
         Reason::QueueNameExists,
         Reason::QueueDeletedRecently,
@@ -436,6 +456,8 @@ mod tests {
         Reason::StorageCorrupt,
         Reason::MessageIdExists,
         Reason::WaiterExists,
+        Reason::TokenMissing,
+        Reason::TokenRefused,
     ];
 
     fn name(text: &str) -> QueueName {
@@ -620,6 +642,8 @@ mod tests {
             .iter()
             .map(redrive_status),
         );
+        statuses.push(token_missing("no token"));
+        statuses.push(token_refused("not this token"));
         statuses
     }
 
@@ -806,6 +830,7 @@ mod tests {
             Code::Unimplemented => "UNIMPLEMENTED",
             Code::Internal => "INTERNAL",
             Code::DataLoss => "DATA_LOSS",
+            Code::Unauthenticated => "UNAUTHENTICATED",
             other => panic!("no reason has code {other:?}"),
         };
         assert!(header.contains(REASON_KEY) && header.contains(FIELD_KEY));

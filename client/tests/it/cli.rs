@@ -18,6 +18,7 @@ fn trireme(node: &TestNode) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
     command
         .env_remove("TRIREME_ENDPOINT")
+        .env_remove("TRIREME_TOKEN")
         .arg("--endpoint")
         .arg(&node.address);
     command.kill_on_drop(true);

@@ -23,8 +23,19 @@ pub struct TestNode {
 impl TestNode {
     /// Starts a node with the default configuration on a free loopback port.
     pub async fn start() -> TestNode {
+        TestNode::start_with_tokens(None).await
+    }
+
+    /// Starts a node as [`TestNode::start`] does whose gRPC API requires a bearer token, one of
+    /// the lines of `tokens` (written to its token file) when given.
+    pub async fn start_with_tokens(tokens: Option<&str>) -> TestNode {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config::with_data_dir(dir.path());
+        let mut config = Config::with_data_dir(dir.path());
+        if let Some(tokens) = tokens {
+            let file = dir.path().join("api-tokens");
+            std::fs::write(&file, tokens).unwrap();
+            config.api_token_file = Some(file);
+        }
         let storage = trireme_node::open_storage(&config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = format!("http://{}", listener.local_addr().unwrap());
