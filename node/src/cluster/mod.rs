@@ -98,6 +98,9 @@ pub struct ClusterSettings {
 /// `SKEW_MAX` (spec/replication.md, *Constants*): the bound on two members' clocks' difference,
 /// which clock monitoring keeps (spec/replication.md#clock-monitoring).
 pub use trireme_replication::skew::SKEW_MAX_MS;
+/// `SAMPLE_WAIT` (spec/replication.md, *Candidates beyond the node's own index*): how long a
+/// receive waits for the one peer's index it samples; a slow or dead peer delays no receive.
+pub const SAMPLE_WAIT: Duration = Duration::from_millis(100);
 /// A deduplication put waits `operation_timeout / HOME_WAIT_DIVISOR` for the record's home
 /// replica before it goes to the other two (spec/replication.md §4, *Send* step 3).
 const HOME_WAIT_DIVISOR: u32 = 4;
@@ -701,9 +704,11 @@ impl Cluster {
         let mut candidates = self.own_candidates(queue, incarnation, max);
         if candidates.len() < max
             && let Some(peer) = self.next_sampled_peer()
-            && let Some((theirs, _)) = self
-                .peer_candidates(peer, queue, incarnation, max.saturating_mul(REPLICAS))
-                .await
+            && let Ok(Some((theirs, _))) = tokio::time::timeout(
+                SAMPLE_WAIT,
+                self.peer_candidates(peer, queue, incarnation, max.saturating_mul(REPLICAS)),
+            )
+            .await
         {
             for id in theirs {
                 if !candidates.contains(&id) {

@@ -103,7 +103,9 @@ fn short_polls_through_one_of_five_members_reach_every_message() {
             .count();
         assert!(missing > 0, "node 5 replicates only some of the 30");
         let mut delivered = BTreeSet::new();
-        for _ in 0..60 {
+        // Bounded: a sample that a loaded machine answers past SAMPLE_WAIT is skipped, and the
+        // next receive asks the next member.
+        for _ in 0..300 {
             if delivered.len() == 30 {
                 break;
             }
