@@ -1,7 +1,8 @@
 //! The gRPC edge: `trireme.v1.QueueService` over the engine. Wire types stop here: every request
 //! is validated and converted into core types (the field and its limit named in each refusal),
-//! and every answer is built from core types. One span per request carries the queue and, where
-//! there is one, the message id.
+//! and every answer is built from core types. One span per request carries the queue, where
+//! there is one the message id, and the request's trace id (`crate::trace`), which the answer's
+//! `trireme-trace-id` header gives back.
 //!
 //! This module must never hold queue state or decide queue semantics; it only translates and
 //! calls the engine.
@@ -26,6 +27,7 @@ use crate::metrics::{Api, RequestMetrics};
 use crate::redrive::{RedriveProgress, RedriveStatus};
 use crate::sqs::body_md5;
 use crate::status::{self, FieldError};
+use crate::trace::{self, TraceId};
 
 /// The gRPC service of one node.
 #[derive(Clone, Debug)]
@@ -143,14 +145,22 @@ where
         let operation = method_name(request.uri().path());
         let started = tokio::time::Instant::now();
         let requests = self.requests.clone();
-        let answer = self.inner.call(request);
+        // The handler runs inside this future, so its span and every replica call it causes
+        // see the request's trace id (`trace`).
+        let trace = TraceId::of_request(request.headers());
+        let answer = trace::scope(trace, self.inner.call(request));
         Box::pin(async move {
-            let result = answer.await;
+            let mut result = answer.await;
             let reason = match &result {
                 Ok(response) => refusal_reason(response.headers()),
                 Err(_) => Some("Transport".to_owned()),
             };
             requests.observe(Api::Grpc, operation, started.elapsed(), reason.as_deref());
+            if let Ok(response) = &mut result {
+                response
+                    .headers_mut()
+                    .insert(trace::TRACE_ID_HEADER, trace.header_value());
+            }
             result
         })
     }
@@ -667,8 +677,10 @@ impl GrpcService {
     }
 }
 
+/// The request's span: its RPC, queue, message id (once known) and trace id (`trace`).
 fn request_span(rpc: &'static str, queue: &str) -> Span {
-    info_span!("request", rpc, queue, message_id = field::Empty)
+    let trace_id = trace::current().map(field::display);
+    info_span!("request", rpc, queue, message_id = field::Empty, trace_id)
 }
 
 fn redrive_task(progress: RedriveProgress) -> pb::RedriveTask {

@@ -26,6 +26,7 @@ pub mod redrive;
 pub mod sqs;
 pub mod status;
 pub mod storage;
+pub mod trace;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -36,6 +36,10 @@ pub const engine_queue_commands_max_default: usize = 4_096;
 /// Open long polls per node. Beyond it a receive with a wait is refused `RESOURCE_EXHAUSTED`.
 pub const long_polls_max_default: usize = 10_000;
 
+/// Trace ids one replica call's metadata lists (a batch of the peer links serves up to 512
+/// requests); the rest are counted, not listed, so the header stays about 1 KiB.
+pub const trace_ids_per_call_max: usize = 64;
+
 /// redb page cache, in MiB.
 pub const db_cache_mib_default: usize = 64;
 

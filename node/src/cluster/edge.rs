@@ -352,7 +352,10 @@ impl ClusterEdge {
         let mut running = tokio::task::JoinSet::new();
         for (index, command) in commands.into_iter().enumerate() {
             let edge = self.clone();
-            running.spawn(async move { (index, edge.execute(command).await) });
+            // Each command's replica calls carry the request's trace id (`crate::trace`).
+            running.spawn(crate::trace::inherit(async move {
+                (index, edge.execute(command).await)
+            }));
         }
         let mut results: Vec<Option<Result<Outcome, EngineError>>> = Vec::new();
         results.resize_with(running.len(), || None);

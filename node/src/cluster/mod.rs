@@ -754,6 +754,8 @@ impl Cluster {
             incarnation_nonce: incarnation.nonce,
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
         };
+        let mut request = tonic::Request::new(request);
+        crate::trace::attach(&mut request);
         let reply = match client.candidates(request).await {
             Ok(reply) => reply.into_inner(),
             Err(status) => {
@@ -796,11 +798,12 @@ impl Cluster {
         let (watermark_read, watermark) = tokio::sync::watch::channel(None);
         let reader = self.clone();
         let name = queue.clone();
-        let watermark_task = tokio::spawn(async move {
+        // The receive's tasks carry its trace id to the replicas they ask (`crate::trace`).
+        let watermark_task = tokio::spawn(crate::trace::inherit(async move {
             let answer = reader.queue_watermark(&name, incarnation).await;
             // Every claim may have ended already (each has its own deadline): nobody listens.
             let _ = watermark_read.send(Some(answer));
-        });
+        }));
         let mut claims = JoinSet::new();
         for id in candidates {
             let key = RecordKey {
@@ -821,7 +824,7 @@ impl Cluster {
             let cluster = self.clone();
             let dead_letter = dead_letter.cloned();
             let mut watermark = watermark.clone();
-            claims.spawn(async move {
+            claims.spawn(crate::trace::inherit(async move {
                 let (op, effects) = ReceiveOp::start_reading_watermark(
                     key.clone(),
                     cluster.replicas(&key),
@@ -870,7 +873,7 @@ impl Cluster {
                     | ReceiveAnswer::Unavailable
                     | ReceiveAnswer::Diverged(_) => None,
                 }
-            });
+            }));
         }
         let mut delivered = Vec::new();
         while let Some(joined) = claims.join_next().await {

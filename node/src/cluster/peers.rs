@@ -6,9 +6,10 @@
 //! can go is sent as one `Exchange`, and several calls may be in flight at once, so a slow call
 //! does not hold the next batch. A dead peer costs its requests a failed answer at the call's
 //! timeout (or at once when the connection is refused), never a wait of the operation beyond
-//! its own deadline: coordinators decide on the first two replicas that answer.
+//! its own deadline: coordinators decide on the first two replicas that answer. Each call's
+//! metadata lists the trace ids of the requests its batch serves (`crate::trace`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -28,6 +29,7 @@ use trireme_replication::{NodeId, RecordKey};
 use super::store::StoreFault;
 use super::wire::{self, Sender};
 use crate::clock::Clock;
+use crate::trace::{self, TraceId};
 
 /// Requests waiting for one peer; a full queue fails the request at once (the operation then
 /// counts that replica as silent), it never blocks the coordinator.
@@ -63,6 +65,13 @@ pub enum PeerError {
     /// (spec/replication.md#durability).
     #[error("{peer}'s replica store failed: {fault}")]
     Store { peer: NodeId, fault: StoreFault },
+}
+
+/// One request waiting for a call, with the trace id of the request that caused it
+/// (`crate::trace`), which the call's metadata carries.
+struct Traced {
+    pending: Pending,
+    trace: Option<TraceId>,
 }
 
 enum Pending {
@@ -111,7 +120,7 @@ impl Pending {
 /// The links to every peer.
 #[derive(Clone)]
 pub struct Peers {
-    links: Arc<BTreeMap<NodeId, mpsc::Sender<Pending>>>,
+    links: Arc<BTreeMap<NodeId, mpsc::Sender<Traced>>>,
     /// Clients for the calls that are not batched (anti-entropy's digests and pages); they
     /// share the links' connections.
     clients: Arc<BTreeMap<NodeId, ReplicaClient<Channel>>>,
@@ -330,8 +339,12 @@ impl Peers {
             });
             return;
         };
-        if let Err(error) = link.try_send(pending) {
-            error.into_inner().fail(PeerError::Busy(peer));
+        let traced = Traced {
+            pending,
+            trace: trace::current(),
+        };
+        if let Err(error) = link.try_send(traced) {
+            error.into_inner().pending.fail(PeerError::Busy(peer));
         }
     }
 }
@@ -370,7 +383,7 @@ pub(super) fn retired_by(status: &tonic::Status) -> Option<u64> {
     .flatten()
 }
 
-async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
+async fn run_link(link: Link, mut waiting: mpsc::Receiver<Traced>) {
     let Link {
         peer,
         client,
@@ -381,13 +394,19 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
     } = link;
     let calls = Arc::new(Semaphore::new(CALLS_IN_FLIGHT_MAX));
     while let Some(first) = waiting.recv().await {
-        let mut batch = vec![first];
+        let mut traces = BTreeSet::new();
+        traces.extend(first.trace);
+        let mut batch = vec![first.pending];
         while batch.len() < BATCH_REQUESTS_MAX {
             match waiting.try_recv() {
-                Ok(pending) => batch.push(pending),
+                Ok(traced) => {
+                    traces.extend(traced.trace);
+                    batch.push(traced.pending);
+                }
                 Err(_) => break,
             }
         }
+        let traces: Vec<TraceId> = traces.into_iter().collect();
         let permit = Arc::clone(&calls)
             .acquire_owned()
             .await
@@ -409,14 +428,17 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Pending>) {
         }
         let (sent, names_sent, tasks_sent) = (entries.len(), names.len(), tasks.len());
         let dedups_sent = dedups.len();
-        let request = pb::Batch {
+        let mut request = tonic::Request::new(pb::Batch {
             request_id: request_ids.fetch_add(1, Ordering::Relaxed),
             sender: Some(identity.now().into()),
             entries,
             names,
             tasks,
             dedups,
-        };
+        });
+        if let Some(value) = trace::ids_value(&traces) {
+            request.metadata_mut().insert(trace::TRACE_IDS_KEY, value);
+        }
         let down = Arc::clone(&down);
         let retired = Arc::clone(&retired);
         tokio::spawn(async move {

@@ -9,14 +9,16 @@
 //! answered only by the name's replicas (others refuse it), and one about a deduplication record
 //! only by that record's replicas (spec/replication.md §4); a push of a settled name record goes
 //! to the name view of any member. `Clock` answers a member's probe with this node's clock
-//! (spec/replication.md#clock-monitoring), touching no store.
+//! (spec/replication.md#clock-monitoring), touching no store. `Exchange`, `WakeUp` and
+//! `Candidates` each run in a span with the trace ids their caller's metadata carries
+//! (`crate::trace`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use tonic::transport::CertificateDer;
 use tonic::{Request, Response, Status};
-use tracing::warn;
+use tracing::{Instrument, Span, debug, debug_span, warn};
 use trireme_core::{Incarnation, Millis, QueueName};
 use trireme_proto::replica::v1 as pb;
 use trireme_replication::NodeId;
@@ -36,6 +38,7 @@ use super::store::{
 };
 use super::tls::{certificate_names, member_name};
 use super::wire;
+use crate::trace;
 use tonic::metadata::MetadataValue;
 
 /// The replica side of this node.
@@ -82,9 +85,16 @@ pub const RECORDS_PER_PAGE_MAX: usize = 1_024;
 /// most about a 1 MiB body): well under tonic's 4 MiB message limit.
 pub const PAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
 
-#[tonic::async_trait]
-impl pb::replica_server::Replica for ReplicaService {
-    async fn exchange(
+/// The replica RPCs that serve a client's request, each in a span naming this node and the
+/// trace ids of the requests the call serves (`crate::trace`), so that one request is followed
+/// from its edge into every replica's log.
+impl ReplicaService {
+    fn span(&self, rpc: &'static str, metadata: &tonic::metadata::MetadataMap) -> Span {
+        let trace_ids = trace::ids_received(metadata);
+        debug_span!("replica", node = self.me.node.0, rpc, trace_ids = %trace_ids)
+    }
+
+    async fn serve_exchange(
         &self,
         request: Request<pb::Batch>,
     ) -> Result<Response<pb::BatchReply>, Status> {
@@ -99,6 +109,14 @@ impl pb::replica_server::Replica for ReplicaService {
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let dedups = wire::dedup_entries(&batch.dedups)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        debug!(
+            from = sender.node.0,
+            entries = entries.len(),
+            names = names.len(),
+            tasks = tasks.len(),
+            dedups = dedups.len(),
+            "replica batch"
+        );
         let now = self.me.clock.now();
         let mut fault = None;
         let (replies, name_replies, task_replies, dedup_replies) =
@@ -147,32 +165,7 @@ impl pb::replica_server::Replica for ReplicaService {
         }))
     }
 
-    async fn join(
-        &self,
-        request: Request<pb::JoinRequest>,
-    ) -> Result<Response<pb::JoinReply>, Status> {
-        let caller = Caller::of(&request);
-        let sender = self.node_of(&caller, request.get_ref().sender.as_ref())?;
-        let known = self
-            .membership
-            .join(&sender, self.me.clock.now())
-            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
-        match known {
-            Some(known) if known.disk_id != sender.disk_id => warn!(
-                node = sender.node.0,
-                old_disk = known.disk_id,
-                new_disk = sender.disk_id,
-                "a peer joins with a new disk: the old one is retired"
-            ),
-            _ => {}
-        }
-        Ok(Response::new(pb::JoinReply {
-            sender: Some(self.me.now().into()),
-            known,
-        }))
-    }
-
-    async fn wake_up(
+    async fn serve_wake_up(
         &self,
         request: Request<pb::WakeUpRequest>,
     ) -> Result<Response<pb::WakeUpReply>, Status> {
@@ -192,13 +185,14 @@ impl pb::replica_server::Replica for ReplicaService {
         }
         let messages = wire::candidates(&request.messages)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        debug!(queue = %queue, messages = messages.len(), "woken");
         self.long_polls.woken(&queue, incarnation, &messages);
         Ok(Response::new(pb::WakeUpReply {
             sender: Some(self.me.now().into()),
         }))
     }
 
-    async fn candidates(
+    async fn serve_candidates(
         &self,
         request: Request<pb::CandidatesRequest>,
     ) -> Result<Response<pb::CandidatesReply>, Status> {
@@ -230,6 +224,58 @@ impl pb::replica_server::Replica for ReplicaService {
             messages: messages.into_iter().map(wire::candidate).collect(),
             ready,
         }))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::replica_server::Replica for ReplicaService {
+    async fn exchange(
+        &self,
+        request: Request<pb::Batch>,
+    ) -> Result<Response<pb::BatchReply>, Status> {
+        let span = self.span("Exchange", request.metadata());
+        self.serve_exchange(request).instrument(span).await
+    }
+
+    async fn join(
+        &self,
+        request: Request<pb::JoinRequest>,
+    ) -> Result<Response<pb::JoinReply>, Status> {
+        let caller = Caller::of(&request);
+        let sender = self.node_of(&caller, request.get_ref().sender.as_ref())?;
+        let known = self
+            .membership
+            .join(&sender, self.me.clock.now())
+            .map_err(|error| Status::unavailable(format!("replica store: {error}")))?;
+        match known {
+            Some(known) if known.disk_id != sender.disk_id => warn!(
+                node = sender.node.0,
+                old_disk = known.disk_id,
+                new_disk = sender.disk_id,
+                "a peer joins with a new disk: the old one is retired"
+            ),
+            _ => {}
+        }
+        Ok(Response::new(pb::JoinReply {
+            sender: Some(self.me.now().into()),
+            known,
+        }))
+    }
+
+    async fn wake_up(
+        &self,
+        request: Request<pb::WakeUpRequest>,
+    ) -> Result<Response<pb::WakeUpReply>, Status> {
+        let span = self.span("WakeUp", request.metadata());
+        self.serve_wake_up(request).instrument(span).await
+    }
+
+    async fn candidates(
+        &self,
+        request: Request<pb::CandidatesRequest>,
+    ) -> Result<Response<pb::CandidatesReply>, Status> {
+        let span = self.span("Candidates", request.metadata());
+        self.serve_candidates(request).instrument(span).await
     }
 
     async fn dedup_digest(

@@ -82,6 +82,7 @@ impl Sqs {
             .await
             .map_err(|error| send_refusal(error, &prepared.body, false))?;
         let id = sent_id(outcome);
+        tracing::Span::current().record("message_id", id.as_str());
         Ok(SendMessageResponse {
             digests: prepared.digests,
             message_id: id,
@@ -478,6 +479,10 @@ impl Sqs {
         self.backend
             .handles()
             .decode(text)
+            .inspect(|handle| {
+                tracing::Span::current()
+                    .record("message_id", tracing::field::display(handle.message));
+            })
             .map_err(|_| SqsError::ReceiptHandleIsInvalid {
                 handle: text.to_owned(),
             })

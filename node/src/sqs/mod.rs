@@ -40,6 +40,7 @@ use trireme_core::QueueName;
 
 use crate::backend::Backend;
 use crate::metrics::{Api, RequestMetrics};
+use crate::trace::{self, TraceId};
 use address::{AddressError, Addresses};
 use error::{Invalid, JSON_CONTENT_TYPE, SqsError};
 pub use sigv4::AccessKey;
@@ -129,11 +130,14 @@ async fn serve(
         .unwrap_or_default()
         .to_owned();
     // The queue is recorded once the request names one (`queue_from_url`).
+    let trace = TraceId::of_request(&headers);
     let span = debug_span!(
         "sqs",
         request_id = %request_id,
         action = %action,
-        queue = tracing::field::Empty
+        queue = tracing::field::Empty,
+        message_id = tracing::field::Empty,
+        trace_id = %trace,
     );
     let started = tokio::time::Instant::now();
     let operation = operation_name(&action);
@@ -141,7 +145,7 @@ async fn serve(
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
-    let mut response = async {
+    let response = async {
         let result = match axum::body::to_bytes(body, limits::request_bytes_max).await {
             Ok(body) => sqs.answer(&method, &uri, &headers, &body, &action).await,
             Err(_) => Err(SqsError::InvalidParameterValue(Invalid::RequestTooLong {
@@ -176,8 +180,12 @@ async fn serve(
             }
         }
     }
-    .instrument(span)
-    .await;
+    .instrument(span);
+    // Every replica call this request causes carries its trace id (`crate::trace`).
+    let mut response = trace::scope(trace, response).await;
+    response
+        .headers_mut()
+        .insert(trace::TRACE_ID_HEADER, trace.header_value());
     response.headers_mut().insert(
         "x-amzn-requestid",
         HeaderValue::from_str(&request_id).expect("a uuid-shaped id is a valid header value"),

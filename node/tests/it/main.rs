@@ -16,6 +16,7 @@ mod cluster_process;
 mod cluster_purge;
 mod cluster_retention;
 mod cluster_tls;
+mod cluster_trace;
 mod crash;
 mod harness;
 mod long_poll;
