@@ -2,13 +2,55 @@
 //! node's part of a cluster. Both answer the same commands with the same outcomes and refusals,
 //! so the edges never ask which one they have.
 
-use trireme_core::{Command, Delivery, MessageId, Millis, Outcome, QueueName, QueueView};
+use trireme_core::{
+    Command, Delivery, MessageId, MessageState, Millis, Outcome, QueueName, QueueView,
+};
 
 use crate::cluster::edge::ClusterEdge;
 use crate::engine::{Engine, EngineError};
 use crate::handle::HandleCodec;
 use crate::metrics::{CommandKind, MessageCounters};
 use crate::redrive::{RedriveError, RedriveProgress, RedriveTasks};
+
+/// One message as a peek shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peeked {
+    /// The message's id.
+    pub id: MessageId,
+    /// Ready, in flight or delayed.
+    pub state: PeekedState,
+    /// Receives of it in its current queue so far.
+    pub receive_count: u32,
+    /// Its original send.
+    pub sent_at: Millis,
+    /// The queue it was dead-lettered from, for a message of a dead-letter queue.
+    pub source: Option<QueueName>,
+    /// The body, as sent.
+    pub body: String,
+}
+
+/// Where a peeked message stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeekedState {
+    /// A receive could take it now.
+    Ready,
+    /// Received and not yet visible again.
+    InFlight,
+    /// Its delay has not ended.
+    Delayed,
+}
+
+impl PeekedState {
+    /// The state's name as the console shows it.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            PeekedState::Ready => "ready",
+            PeekedState::InFlight => "in flight",
+            PeekedState::Delayed => "delayed",
+        }
+    }
+}
 
 /// The queue service behind the edges, and the counters of what its messages went through
 /// (counted here, once for both edges). Cheap to clone.
@@ -157,6 +199,41 @@ impl Backend {
             Service::Alone { engine, .. } => engine.dead_letter_sources(dlq).await,
             Service::Cluster(edge) => edge.dead_letter_sources(dlq).await,
         }
+    }
+
+    /// Up to `limit` messages of `queue`, the first sent first, without receiving them: no
+    /// receive count changes, nothing becomes invisible. Alone the engine's state; in a cluster
+    /// this member's replica view, which asks no peer (see [`ClusterEdge::peek`]).
+    ///
+    /// # Errors
+    /// `ShuttingDown` alone; `Unavailable` in a cluster when the replica store cannot be read.
+    pub async fn peek(&self, queue: &QueueName, limit: usize) -> Result<Vec<Peeked>, EngineError> {
+        match &self.service {
+            Service::Alone { engine, .. } => Ok(engine
+                .peek(queue, limit)
+                .await?
+                .into_iter()
+                .map(|view| Peeked {
+                    id: view.id,
+                    state: match view.state {
+                        MessageState::Ready { .. } => PeekedState::Ready,
+                        MessageState::InFlight { .. } => PeekedState::InFlight,
+                        MessageState::Delayed { .. } => PeekedState::Delayed,
+                    },
+                    receive_count: view.receive_count,
+                    sent_at: view.sent_at,
+                    source: view.source,
+                    body: view.body,
+                })
+                .collect()),
+            Service::Cluster(edge) => edge.peek(queue, limit).await,
+        }
+    }
+
+    /// Whether this backend is a cluster member's (a peek then shows its local replica view).
+    #[must_use]
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.service, Service::Cluster(_))
     }
 
     /// A fresh message id.

@@ -95,6 +95,10 @@ pub struct Args {
     #[arg(long, env = "TRIREME_NO_METRICS")]
     pub no_metrics: bool,
 
+    /// Do not serve the web console (`/console` on the metrics listener).
+    #[arg(long, env = "TRIREME_NO_CONSOLE")]
+    pub no_console: bool,
+
     /// Host name put in SQS queue URLs (what clients use to reach this node).
     /// [default: localhost]
     #[arg(long, env = "TRIREME_SQS_ADVERTISED_HOST", value_name = "HOST")]
@@ -269,6 +273,7 @@ struct FileConfig {
     no_sqs: Option<bool>,
     metrics_listen: Option<SocketAddr>,
     no_metrics: Option<bool>,
+    no_console: Option<bool>,
     sqs_advertised_host: Option<String>,
     sqs_advertised_port: Option<u16>,
     sqs_region: Option<String>,
@@ -484,6 +489,8 @@ pub struct Config {
     /// Where `/metrics`, `/health` and `/ready` listen (the caller binds it); `None` when they
     /// are turned off.
     pub metrics_listen: Option<SocketAddr>,
+    /// Whether the metrics listener also serves the web console (`/console`).
+    pub console: bool,
     /// The bearer tokens the gRPC API requires (read when the node starts); `None`: none.
     pub api_token_file: Option<PathBuf>,
     /// The receipt-handle key given by the operator or derived from the cluster secret; `None`
@@ -712,6 +719,7 @@ impl Config {
         let config = Config {
             sqs,
             metrics_listen,
+            console: !(args.no_console || file.no_console.unwrap_or(false)),
             data_dir: args
                 .data_dir
                 .or(file.data_dir)

@@ -113,6 +113,11 @@ enum Query {
     Stats {
         reply: oneshot::Sender<Vec<QueueStats>>,
     },
+    Peek {
+        queue: QueueName,
+        limit: usize,
+        reply: oneshot::Sender<Vec<MessageView>>,
+    },
 }
 
 enum Request {
@@ -478,6 +483,26 @@ impl Engine {
             .await
     }
 
+    /// Up to `limit` messages stored in `queue`, the first sent first, as they are: a read
+    /// that receives nothing and changes no receive count (the console's peek).
+    ///
+    /// # Errors
+    /// `ShuttingDown` once the engine stopped.
+    pub async fn peek(
+        &self,
+        queue: &QueueName,
+        limit: usize,
+    ) -> Result<Vec<MessageView>, EngineError> {
+        let queue = queue.clone();
+        self.link
+            .query(|reply| Query::Peek {
+                queue,
+                limit,
+                reply,
+            })
+            .await
+    }
+
     /// The open long polls of `queue`, oldest first (for inspection and tests).
     ///
     /// # Errors
@@ -551,6 +576,7 @@ enum Answer {
     Message(oneshot::Sender<Option<MessageView>>, Option<MessageView>),
     Waiters(oneshot::Sender<Vec<WaiterId>>, Vec<WaiterId>),
     Stats(oneshot::Sender<Vec<QueueStats>>, Vec<QueueStats>),
+    Messages(oneshot::Sender<Vec<MessageView>>, Vec<MessageView>),
     Done(oneshot::Sender<()>),
 }
 
@@ -573,6 +599,9 @@ impl Answer {
             }
             Answer::Waiters(reply, waiters) => {
                 let _ = reply.send(waiters);
+            }
+            Answer::Messages(reply, messages) => {
+                let _ = reply.send(messages);
             }
             Answer::Stats(reply, stats) => {
                 let _ = reply.send(stats);
@@ -803,6 +832,11 @@ impl Task {
             }
             Query::Waiters { queue, reply } => Answer::Waiters(reply, self.queues.waiters(&queue)),
             Query::Stats { reply } => Answer::Stats(reply, self.queues.stats()),
+            Query::Peek {
+                queue,
+                limit,
+                reply,
+            } => Answer::Messages(reply, self.queues.messages(&queue).take(limit).collect()),
         }
     }
 

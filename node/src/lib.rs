@@ -16,6 +16,7 @@ pub mod clock;
 pub mod cluster;
 pub mod codec;
 pub mod config;
+pub mod console;
 pub mod engine;
 pub mod fault;
 pub mod grpc;
@@ -127,6 +128,10 @@ pub struct Node {
     /// Set to `true` to make every server stop accepting.
     stop_accepting: watch::Sender<bool>,
     shutdown_grace: Duration,
+    /// Whether the metrics listener serves the console too.
+    console: bool,
+    /// The SQS endpoint's keys, which the console's login takes (none until it is served).
+    console_keys: Vec<sqs::AccessKey>,
 }
 
 impl std::fmt::Debug for Node {
@@ -278,6 +283,28 @@ impl Member {
     }
 }
 
+/// Samples the queues' depths for the console's charts every
+/// `limits::console_sample_period_ms` until the node stops accepting (then it lets go of the
+/// console, whose handles hold the stores open).
+async fn sample_depths(
+    console: Arc<console::Console>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let period = Duration::from_millis(limits::console_sample_period_ms);
+    let stopping = stopped(stop);
+    tokio::pin!(stopping);
+    loop {
+        if let Err(error) = console.sample().await {
+            // Only a node alone shutting down fails here; the stop follows.
+            tracing::debug!(%error, "no depth sample");
+        }
+        tokio::select! {
+            () = &mut stopping => return Ok(()),
+            () = tokio::time::sleep(period) => {}
+        }
+    }
+}
+
 /// Resolves once `stop` turns `true` (or its sender is gone: the node is gone).
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
@@ -397,6 +424,8 @@ impl Node {
             servers: vec![server],
             stop_accepting,
             shutdown_grace: Duration::from_secs(config.shutdown_grace_s),
+            console: config.console,
+            console_keys: Vec::new(),
         })
     }
 
@@ -407,6 +436,7 @@ impl Node {
             requests: self.requests.clone(),
             ..settings
         };
+        self.console_keys.clone_from(&settings.access_keys);
         let app = sqs::router(self.backend.clone(), settings);
         let stop = self.stop_accepting.subscribe();
         let listener = sqs_incoming(listener);
@@ -419,9 +449,22 @@ impl Node {
     }
 
     /// Serves `/metrics`, `/health` and `/ready` on `listener` until the node shuts down (see
-    /// [`metrics`]).
+    /// [`metrics`]), and the console under `/console` unless it is turned off (see
+    /// [`console`]; its login takes the SQS endpoint's keys, so serve that first).
     pub fn serve_metrics(&mut self, listener: tokio::net::TcpListener) {
-        let app = metrics::router(Arc::clone(&self.metrics));
+        let mut app = metrics::router(Arc::clone(&self.metrics));
+        if self.console {
+            let console = Arc::new(console::Console::new(
+                self.backend.clone(),
+                Arc::clone(&self.metrics),
+                self.cluster().cloned(),
+                self.console_keys.clone(),
+            ));
+            app = app.merge(console::router(Arc::clone(&console)));
+            let stop = self.stop_accepting.subscribe();
+            self.servers
+                .push(tokio::spawn(sample_depths(console, stop)));
+        }
         let stop = self.stop_accepting.subscribe();
         self.servers.push(tokio::spawn(async move {
             axum::serve(listener, app)

@@ -40,6 +40,27 @@ pub const long_polls_max_default: usize = 10_000;
 /// requests); the rest are counted, not listed, so the header stays about 1 KiB.
 pub const trace_ids_per_call_max: usize = 64;
 
+/// Messages a console page shows at most (a peek, a dead-letter queue's messages).
+pub const console_messages_per_page_max: usize = 50;
+/// Characters of a body the console shows; the rest is cut off with `…`.
+pub const console_body_chars_max: usize = 2_048;
+/// Queues the console's queue list shows at most.
+pub const console_queues_per_page_max: usize = 500;
+/// A queue's tags the console shows at most (SQS allows 50).
+pub const console_tags_shown_max: usize = 50;
+/// Move tasks of a dead-letter queue the console shows, newest first.
+pub const console_move_tasks_shown_max: usize = 10;
+/// Time between two samples of the queues' depths for the console's charts.
+pub const console_sample_period_ms: u64 = 5_000;
+/// Samples the console keeps: with the period, the charts' window (10 minutes).
+pub const console_samples_max: usize = 120;
+/// Console sessions held at once; beyond it the one that ends soonest is dropped.
+pub const console_sessions_max: usize = 1_024;
+/// A console session's life, logged in or not.
+pub const console_session_ttl_s: u64 = 8 * 3_600;
+/// Largest form the console reads (a login or an action: a few short fields).
+pub const console_form_bytes_max: usize = 16 * 1024;
+
 /// redb page cache, in MiB.
 pub const db_cache_mib_default: usize = 64;
 
@@ -87,6 +108,8 @@ pub const peer_request_bytes_max: usize = 64 * 1024 * 1024;
 /// request older than this by its sender's clock, and collection waits it out.
 pub const horizon_ms: u64 = 24 * 3_600_000;
 
+const _: () = assert!(console_sessions_max > 0 && console_samples_max > 1);
+const _: () = assert!(console_messages_per_page_max <= 1_000);
 const _: () = assert!(request_timeout_s_default > core::wait_s_max as u64 + 5);
 const _: () = assert!(batch_payload_bytes_max >= core::message_bytes_max as u64);
 const _: () = assert!(grpc_request_bytes_max_default as u64 > batch_payload_bytes_max + 64 * 1024);

@@ -449,6 +449,34 @@ impl ReplicationMetrics {
             .inc();
     }
 
+    /// What anti-entropy did with `peer` since this node started (for the console).
+    #[must_use]
+    pub fn anti_entropy(&self, peer: u16) -> AntiEntropyFigures {
+        let labels = PeerLabels {
+            peer: peer.to_string(),
+        };
+        let records = |direction| {
+            self.anti_entropy_records
+                .get(&ExchangeLabels {
+                    peer: labels.peer.clone(),
+                    direction,
+                })
+                .map_or(0, |counter| counter.get())
+        };
+        AntiEntropyFigures {
+            rounds: self
+                .anti_entropy_rounds
+                .get(&labels)
+                .map_or(0, |counter| counter.get()),
+            failures: self
+                .anti_entropy_failures
+                .get(&labels)
+                .map_or(0, |counter| counter.get()),
+            pushed: records("pushed"),
+            pulled: records("pulled"),
+        }
+    }
+
     fn dead_letter_moves(&self, queue: &QueueName) -> u64 {
         self.dead_letter_moves
             .get(&QueueLabels::of(queue))
@@ -488,6 +516,19 @@ impl ReplicationMetrics {
             self.anti_entropy_records.clone(),
         );
     }
+}
+
+/// Anti-entropy with one peer since this node started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AntiEntropyFigures {
+    /// Rounds completed.
+    pub rounds: u64,
+    /// Rounds that ended early.
+    pub failures: u64,
+    /// Records this node pushed to the peer.
+    pub pushed: u64,
+    /// Records this node pulled from the peer.
+    pub pulled: u64,
 }
 
 /// What a member reports of one peer at scrape time.
@@ -596,8 +637,12 @@ impl Metrics {
         }
     }
 
-    /// The queues' figures now: the engine's for a node alone, the local view's for a member.
-    async fn queue_stats(&self) -> Result<Vec<QueueStats>, EngineError> {
+    /// The queues' figures now, in name order: the engine's for a node alone, the local view's
+    /// for a member.
+    ///
+    /// # Errors
+    /// `ShuttingDown` when a node alone's engine no longer answers.
+    pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, EngineError> {
         match &self.cluster {
             None => self.engine.stats().await,
             Some(cluster) => {

@@ -198,6 +198,49 @@ impl ClusterEdge {
         self.clock.now()
     }
 
+    /// Up to `limit` messages of `queue` as this member's replica holds them, the first entered
+    /// first: a read of the local view that asks no peer, claims nothing and changes no receive
+    /// count (the console's peek; a member holds only what it replicates).
+    ///
+    /// # Errors
+    /// `Unavailable` when the replica store cannot be read.
+    pub async fn peek(
+        &self,
+        queue: &QueueName,
+        limit: usize,
+    ) -> Result<Vec<crate::backend::Peeked>, EngineError> {
+        use super::store::PeekState;
+        use crate::backend::{Peeked, PeekedState};
+        let records = self
+            .cluster
+            .local_records(queue, limit)
+            .await
+            .map_err(|error| EngineError::Unavailable {
+                reason: format!("the replica store cannot be read: {error}"),
+            })?;
+        Ok(records
+            .into_iter()
+            .filter_map(|(id, record, state)| {
+                let live = record.live()?;
+                // A payload that does not decode is shown by its other fields, bodiless.
+                let body = codec::decode_framed::<Payload>(&live.birth.payload)
+                    .map_or_else(|_| String::new(), |payload| payload.body);
+                Some(Peeked {
+                    id,
+                    state: match state {
+                        PeekState::Ready => PeekedState::Ready,
+                        PeekState::InFlight => PeekedState::InFlight,
+                        PeekState::Delayed => PeekedState::Delayed,
+                    },
+                    receive_count: live.receive_count,
+                    sent_at: live.birth.sent_at,
+                    source: live.birth.source_queue.as_ref().map(|s| s.name.clone()),
+                    body,
+                })
+            })
+            .collect())
+    }
+
     /// spec/replication.md#clock-monitoring: a node whose clock is not shown within the bound
     /// coordinates nothing, and the refusal names the measured skew and the bound.
     async fn coordinating(&self) -> Result<(), EngineError> {

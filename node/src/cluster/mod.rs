@@ -554,6 +554,49 @@ impl Cluster {
         })
     }
 
+    /// Up to `limit` live records of `queue`'s live incarnation in this member's replica
+    /// store, the first entered first, with their state now: a read of the local replica view
+    /// that asks no peer and changes nothing (the console's peek). A member holds only the
+    /// records it replicates (all of them in a cluster of three).
+    ///
+    /// # Errors
+    /// The store's, when its records cannot be read.
+    pub async fn local_records(
+        &self,
+        queue: &QueueName,
+        limit: usize,
+    ) -> Result<Vec<(MessageId, Record, store::PeekState)>, StoreError> {
+        let now = self.inner.me.clock.now();
+        let live = self.inner.store.names(|names| {
+            let incarnation = names.get(queue)?.record.live()?.incarnation;
+            Some((incarnation, names.watermark(queue, incarnation)))
+        });
+        let Some((incarnation, watermark)) = live else {
+            return Ok(Vec::new());
+        };
+        let peeked = self
+            .inner
+            .store
+            .view(|view| view.peek(queue, incarnation, watermark, now, limit));
+        let keys: Vec<RecordKey> = peeked
+            .iter()
+            .map(|(message, _)| RecordKey {
+                queue: queue.clone(),
+                incarnation,
+                message: *message,
+            })
+            .collect();
+        let store = self.inner.store.clone();
+        let records = tokio::task::spawn_blocking(move || store.read(&keys))
+            .await
+            .expect("a store read never panics")?;
+        let states: BTreeMap<MessageId, store::PeekState> = peeked.into_iter().collect();
+        Ok(records
+            .into_iter()
+            .filter_map(|(key, record)| Some((key.message, record, *states.get(&key.message)?)))
+            .collect())
+    }
+
     /// The replicas of `key`.
     #[must_use]
     pub fn replicas(&self, key: &RecordKey) -> [NodeId; REPLICAS] {

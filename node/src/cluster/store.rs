@@ -302,6 +302,17 @@ struct Seen {
     received: bool,
 }
 
+/// Where a live record stands by this replica's records, for a peek.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeekState {
+    /// A receive could take it now.
+    Ready,
+    /// Received, invisible until its claim's deadline.
+    InFlight,
+    /// Its delay has not ended.
+    Delayed,
+}
+
 /// The live records this replica holds, by queue (the local view).
 #[derive(Debug, Default)]
 pub struct LocalView {
@@ -460,6 +471,40 @@ impl LocalView {
             .iter()
             .find(|(_, id)| Some(queue.seen[id].entered_at) > purged_through)
             .map(|(sent_at, _)| *sent_at)
+    }
+
+    /// Up to `max` live records of the queue by this replica's records, the first entered
+    /// first, leaving out what the watermark `purged_through` hides, each with its state at
+    /// `now`: `Ready`, `InFlight` or `Delayed` (the console's peek; nothing is decided on it).
+    #[must_use]
+    pub fn peek(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        purged_through: Option<Millis>,
+        now: Millis,
+        max: usize,
+    ) -> Vec<(MessageId, PeekState)> {
+        let Some(queue) = self.queues.get(&(queue.clone(), incarnation)) else {
+            return Vec::new();
+        };
+        queue
+            .order
+            .iter()
+            .filter(|(entered_at, _)| Some(*entered_at) > purged_through)
+            .take(max)
+            .map(|(_, id)| {
+                let seen = &queue.seen[id];
+                let state = if seen.visible_at <= now {
+                    PeekState::Ready
+                } else if seen.received {
+                    PeekState::InFlight
+                } else {
+                    PeekState::Delayed
+                };
+                (*id, state)
+            })
+            .collect()
     }
 
     /// Live records of the queue this replica holds (visible or not).
@@ -1266,6 +1311,28 @@ impl ReplicaStore {
             .names
             .lock()
             .expect("the name view lock is never poisoned: updates do not panic"))
+    }
+
+    /// The records of `keys` this replica holds, in the order of `keys` (one without a record
+    /// here is left out). Blocking: call it off the async runtime.
+    ///
+    /// # Errors
+    /// The redb variants when the read fails; `Corrupt` for a record that does not decode.
+    pub fn read(&self, keys: &[RecordKey]) -> Result<Vec<(RecordKey, Record)>, StoreError> {
+        let txn = self.read_txn()?;
+        let table = txn.open_table(RECORDS)?;
+        let mut records = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some(value) = table.get(key.encode().as_slice())? {
+                let record =
+                    codec::decode_framed(value.value()).map_err(|source| StoreError::Corrupt {
+                        key: format!("{key:?}"),
+                        source,
+                    })?;
+                records.push((key.clone(), record));
+            }
+        }
+        Ok(records)
     }
 
     /// Every record this replica holds, in key order (inspection and convergence checks).

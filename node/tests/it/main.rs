@@ -17,6 +17,7 @@ mod cluster_purge;
 mod cluster_retention;
 mod cluster_tls;
 mod cluster_trace;
+mod console;
 mod crash;
 mod harness;
 mod long_poll;
