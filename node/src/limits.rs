@@ -54,6 +54,9 @@ pub const console_move_tasks_shown_max: usize = 10;
 pub const console_sample_period_ms: u64 = 5_000;
 /// Samples the console keeps: with the period, the charts' window (10 minutes).
 pub const console_samples_max: usize = 120;
+/// The shortest window a console chart shows (a new node's few samples are not squeezed into
+/// its right edge).
+pub const console_chart_window_ms_min: u64 = 30_000;
 /// Console sessions held at once; beyond it the one that ends soonest is dropped.
 pub const console_sessions_max: usize = 1_024;
 /// A console session's life, logged in or not.

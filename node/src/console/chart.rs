@@ -106,11 +106,11 @@ pub fn svg(
     let (w, h) = (f64::from(width), f64::from(height));
     let x = |at: Millis| (at.0.saturating_sub(start)) as f64 / window_ms.max(1) as f64 * w;
     let y = |value: u64| h - 1.0 - value as f64 / top as f64 * (h - 2.0);
+    let span = span(window_ms);
     let mut out = String::new();
     let _ = write!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="depth over the last {minutes} minutes, up to {top}">"#,
-        minutes = window_ms / 60_000,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="depth over the last {span}, up to {top}">"#,
     );
     let _ = write!(
         out,
@@ -136,14 +136,38 @@ pub fn svg(
     if axis {
         let _ = write!(
             out,
-            r#"<text x="4" y="12" class="axis">{top}</text><text x="4" y="{bottom:.0}" class="axis">−{minutes} min</text><text x="{right:.0}" y="{bottom:.0}" class="axis" text-anchor="end">now</text>"#,
+            r#"<text x="4" y="12" class="axis">{top}</text><text x="4" y="{bottom:.0}" class="axis">−{span}</text><text x="{right:.0}" y="{bottom:.0}" class="axis" text-anchor="end">now</text>"#,
             bottom = h - 4.0,
             right = w - 4.0,
-            minutes = window_ms / 60_000,
         );
     }
     out.push_str("</svg>");
     out
+}
+
+/// A window's length as the axis writes it: seconds under two minutes, else minutes.
+fn span(window_ms: u64) -> String {
+    if window_ms < 120_000 {
+        format!("{} s", window_ms / 1_000)
+    } else {
+        format!("{} min", window_ms / 60_000)
+    }
+}
+
+/// The window a chart of `points` (oldest first) shows at `now`: from its oldest point, at
+/// least `shortest_ms` (a new queue's few samples are not squeezed into one edge) and at most
+/// `longest_ms` (what the ring holds).
+#[must_use]
+pub fn window_ms(
+    points: &[(Millis, Depth)],
+    now: Millis,
+    shortest_ms: u64,
+    longest_ms: u64,
+) -> u64 {
+    let oldest = points.first().map_or(now, |(at, _)| *at);
+    now.0
+        .saturating_sub(oldest.0)
+        .clamp(shortest_ms, longest_ms)
 }
 
 #[cfg(test)]
@@ -222,6 +246,19 @@ mod tests {
         // ready 8 at now is the top of the chart; the point at 50 s sits a sixth across.
         assert!(drawn.contains("L200.0,1.0"), "{drawn}");
         assert!(drawn.contains("L33.3,25.0"), "{drawn}");
+        assert!(drawn.contains(">−60 s</text>"), "{drawn}");
+        assert_eq!(
+            window_ms(&points, Millis(100_000), 30_000, 600_000),
+            100_000
+        );
+        assert_eq!(
+            window_ms(&points[2..], Millis(100_000), 30_000, 600_000),
+            30_000
+        );
+        assert_eq!(
+            window_ms(&points, Millis(10_000_000), 30_000, 600_000),
+            600_000
+        );
         let empty = svg(&[], Millis(100_000), 60_000, 200, 50, false);
         assert!(!empty.contains("<path"), "{empty}");
     }

@@ -86,7 +86,7 @@ pub const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:0;color:
 header{background:#123;color:#fff;padding:.6em 1em;display:flex;gap:1.5em;align-items:baseline}\
 header a{color:#cde}header .node{margin-left:auto;color:#9ab}main{padding:1em 1.5em;max-width:72em}\
 table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border-bottom:1px solid #ddd;padding:.3em .8em;text-align:left;vertical-align:top}\
-td.n{text-align:right;font-variant-numeric:tabular-nums}code.body{white-space:pre-wrap;word-break:break-all}\
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}code.body{white-space:pre-wrap;word-break:break-all}\
 .chart .frame{fill:#fff;stroke:#ccd}.chart .ready{fill:#9cc3e6;stroke:#2c6fa8}.chart .in-flight{fill:none;stroke:#c9641e;stroke-dasharray:4 2}\
 .chart .axis{font-size:10px;fill:#667}.up{color:#17702f;font-weight:bold}.down{color:#b3261e;font-weight:bold}\
 .note{color:#555;font-size:90%}.warn{background:#fff4ce;border:1px solid #e5c100;padding:.4em .8em}\

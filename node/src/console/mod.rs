@@ -290,7 +290,7 @@ fn open(out: &mut Html, console: &Console, visit: &Visit, title: &str, refresh_s
     if !console.login_required() {
         out.raw(
             "<p class=\"warn\">No SQS access keys are configured: anyone who reaches this \
-             port can use the console. Configure keys (--sqs-access-keys) to require a login, \
+             port can use the console. Configure keys (--sqs-access-key ID:SECRET) to require a login, \
              or turn it off with --no-console.</p>",
         );
     }
@@ -328,7 +328,13 @@ fn chart_of(console: &Console, queue: &QueueName, live: Depth, width: u32, heigh
         .expect("the history lock is never poisoned")
         .of(queue);
     points.push((now, live));
-    let window_ms = limits::console_sample_period_ms * limits::console_samples_max as u64;
+    let longest_ms = limits::console_sample_period_ms * limits::console_samples_max as u64;
+    let window_ms = chart::window_ms(
+        &points,
+        now,
+        limits::console_chart_window_ms_min,
+        longest_ms,
+    );
     Chart(chart::svg(
         &points,
         now,
@@ -370,10 +376,10 @@ async fn queues_page(State(console): State<Arc<Console>>, headers: HeaderMap) ->
     } else {
         out.raw(
             "<table id=\"queues\"><thead><tr><th>Queue</th><th>Ready</th><th>In flight</th>\
-             <th>Delayed</th><th>Oldest</th><th>Depth, last ",
+             <th>Delayed</th><th>Oldest</th><th>Depth (up to ",
         )
         .show(limits::console_sample_period_ms * limits::console_samples_max as u64 / 60_000)
-        .raw(" min</th></tr></thead><tbody>");
+        .raw(" min)</th></tr></thead><tbody>");
         for stats in queues.iter().take(limits::console_queues_per_page_max) {
             queue_row(&mut out, &console, stats, now);
         }
@@ -621,9 +627,9 @@ fn attributes(out: &mut Html, view: &QueueView) {
     out.raw("</table><h2>Redrive policy</h2>");
     match &attributes.redrive {
         Some(policy) => {
-            out.raw("<p id=\"redrive-policy\">After ")
+            out.raw("<p id=\"redrive-policy\">maxReceiveCount ")
                 .show(policy.max_receive_count)
-                .raw(" receives a message moves to ");
+                .raw(": a message received that many times goes, at its next receive, to ");
             out.link(
                 &format!("/console/queues/{}", policy.dead_letter_queue),
                 policy.dead_letter_queue.as_str(),
