@@ -125,6 +125,11 @@ pub struct History {
     /// the node's step can be read early in the client's: a completion can be stamped up to one
     /// step before the node's time of sending. Real-time order needs a gap wider than this.
     pub clock_skew_ms: u64,
+    /// How far apart the nodes' own clocks are (the cluster's members, each off true time by
+    /// its offset), ms. A visibility deadline written by one node's clock and checked by
+    /// another's may pass this much early by true time (spec/replication.md, *Time*): within
+    /// `SKEW_MAX` by the bound, beyond it a duplicate, never a loss.
+    pub clock_spread_ms: u64,
 }
 
 /// How much a run exercised the system under test: what a harness that never reached it would

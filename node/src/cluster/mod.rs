@@ -89,9 +89,9 @@ pub struct ClusterSettings {
     pub dedup_window_ms: u64,
     /// Whether this node monitors its clock against its peers' and coordinates only while it is
     /// within the bound (spec/replication.md#clock-monitoring). Off only where every member
-    /// reads one clock by construction (the simulation, whose hosts share turmoil's time): the
-    /// monitor could only ever measure no skew there, and its probes would change every seed's
-    /// schedule.
+    /// reads one clock by construction (the simulation's seeds whose members share turmoil's
+    /// time: the monitor could only ever measure no skew there), or to show what the protocol
+    /// alone promises with clocks beyond the bound (some simulated seeds).
     pub monitor_clock: bool,
 }
 

@@ -1,24 +1,70 @@
-//! The faults of one cluster run, drawn from its seed: the mix first (how many crashes, node
-//! isolations, cuts between members, slow links; how the disks behave; how slow the network
-//! is), then each fault's place in the safety phase. Nothing here touches the simulation: the
-//! harness applies the plan.
+//! The faults of one cluster run, drawn from its seed: the mix first (three or five members;
+//! how many crashes, whether every member crashes at once, whether a disk is lost and replaced;
+//! node isolations, one of them past the tombstone horizon, cuts between members, slow links;
+//! how the disks behave and how often their syncs fail; how far the members' clocks are apart;
+//! how slow the network is), then each fault's place in the safety phase. Nothing here touches
+//! the simulation: the harness applies the plan.
 //!
 //! This module must never draw from anything but the seed.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use trireme_replication::skew::SKEW_MAX_MS;
 
-/// Members of every cluster run (node ids 1..=MEMBERS).
-pub const MEMBERS: u16 = 3;
+/// The most members a run has (node ids 1..=members, members 3 or 5).
+pub const MEMBERS_MAX: u16 = 5;
+/// The tombstone horizon of every run (spec/replication.md, *Constants*: at least `SKEW_MAX`,
+/// the longest operation timeout and the longest network delay tolerated; here 500 ms, 2 s and
+/// 1.5 s, and the widest spread of clocks drawn beyond the bound, 4.3 s: 8 s in all). Short, so that collection drops
+/// tombstones, a replacement disk waits out the horizon and a member stays away past it, all
+/// inside one run.
+pub const HORIZON_MS: u64 = 10_000;
+/// The farthest a clock is off in a run beyond the bound, ms.
+const FAR_MS_MAX: i64 = 4_000;
+/// How long a member is kept away when it is kept away past the horizon: longer than it.
+const LONG_ISOLATION_MS: std::ops::RangeInclusive<u64> = 11_000..=14_000;
+
+/// How the members' clocks relate (spec/replication.md, *Time* and *Clock monitoring*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockKind {
+    /// Every member reads turmoil's one clock; nothing to monitor.
+    True,
+    /// Each member's clock is off by a fixed amount, every two within `SKEW_MAX`; one member's
+    /// clock may be stepped once, within the bound.
+    Within,
+    /// Some member's clock is off by more than `SKEW_MAX` (up to 4 s), and may be stepped.
+    /// Only duplicates may result (early redeliveries); nothing may be lost.
+    Beyond,
+}
+
+/// The members' clocks of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Clocks {
+    pub kind: ClockKind,
+    /// Each member's offset from true time at the start, ms, by node id - 1.
+    pub offsets_ms: Vec<i64>,
+    /// Whether the members monitor their clocks (spec/replication.md#clock-monitoring): on in
+    /// every run whose clocks differ, except some runs beyond the bound, which show what the
+    /// protocol alone promises when nothing stops a wrong clock.
+    pub monitor: bool,
+}
 
 /// What the seed chose for the whole run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mix {
+    /// Members of the cluster: 3, or 5 in about a third of the seeds.
+    pub members: u16,
     pub clients: u32,
-    /// Member crashes, each followed by a restart from the member's disk.
+    /// Single-member crashes, each followed by a restart from the member's disk.
     pub crashes: u32,
+    /// Whether every member crashes at once (and all restart together) once.
+    pub crash_all: bool,
+    /// Whether one member's disk is lost and replaced by a new, empty one (a new disk id).
+    pub disk_loss: bool,
     /// One member cut off from every other host (members and clients).
     pub isolations: u32,
+    /// Whether one member is isolated for longer than the tombstone horizon.
+    pub long_isolation: bool,
     /// One member cut off from the other members only: clients still reach it.
     pub peer_cuts: u32,
     /// Links between two members made slow for a while.
@@ -29,8 +75,36 @@ pub struct Mix {
     pub sync_probability: f64,
     /// Whether a crash may tear unsynced writes at 4 KiB blocks.
     pub torn_writes: bool,
+    /// Probability that a sync of a member's disk fails during the safety phase: its store
+    /// then refuses everything until the member restarts, which the harness does.
+    pub sync_failure_rate: f64,
     /// Whether turmoil polls hosts in a random order each step.
     pub random_order: bool,
+    pub clocks: Clocks,
+}
+
+impl Mix {
+    /// The largest difference between two members' clocks at any time of the run (the drawn
+    /// offsets and the step), ms: how early a message may come back by true time.
+    #[must_use]
+    pub fn clock_spread_ms(&self, actions: &[(u64, Action)]) -> u64 {
+        let steps = actions.iter().filter_map(|(_, action)| match action {
+            Action::StepClock(_, offset) => Some(*offset),
+            _ => None,
+        });
+        let all: Vec<i64> = self
+            .clocks
+            .offsets_ms
+            .iter()
+            .copied()
+            .chain(steps)
+            .collect();
+        let (low, high) = (
+            all.iter().copied().min().unwrap_or(0),
+            all.iter().copied().max().unwrap_or(0),
+        );
+        high.abs_diff(low)
+    }
 }
 
 /// One step of the plan. Members are named by node id.
@@ -40,6 +114,13 @@ pub enum Action {
     Crash(u16),
     /// Restore power and start the member again from its disk.
     Restart(u16),
+    /// Cut every member's power and crash them all.
+    CrashAll,
+    /// Start every member again.
+    RestartAll,
+    /// Crash the member and throw its disk away: it restarts (`Restart`) on a new, empty disk
+    /// with a new disk id, and must join as a replacement.
+    LoseDisk(u16),
     /// Drop everything between the member and every other host.
     Isolate(u16),
     /// Undo an isolation.
@@ -52,7 +133,9 @@ pub enum Action {
     SlowLink(u16, u16, u64),
     /// Give that link the normal latency again.
     NormalLink(u16, u16),
-    /// End of the safety phase: every link healthy, every member running.
+    /// Set the member's clock to this offset from true time, ms (a step of the wall clock).
+    StepClock(u16, i64),
+    /// End of the safety phase: every link healthy, every member running, syncs succeed.
     Heal,
 }
 
@@ -63,45 +146,122 @@ pub struct Plan {
     pub actions: Vec<(u64, Action)>,
 }
 
+/// A stretch of the safety phase with members down.
+#[derive(Clone, Copy, Debug)]
+enum Down {
+    One,
+    All,
+    Disk,
+}
+
+fn draw_clocks(rng: &mut ChaCha8Rng, members: u16) -> Clocks {
+    let within = i64::try_from(SKEW_MAX_MS / 2).expect("small") - 20;
+    let kind = [
+        ClockKind::True,
+        ClockKind::True,
+        ClockKind::Within,
+        ClockKind::Within,
+        ClockKind::Beyond,
+    ][rng.random_range(0..5)];
+    let offsets_ms = (0..members)
+        .map(|_| match kind {
+            ClockKind::True => 0,
+            // Every two within SKEW_MAX: each within SKEW_MAX / 2 of true time (less a margin
+            // for the monitor's sampling width).
+            ClockKind::Within | ClockKind::Beyond => rng.random_range(-within..=within),
+        })
+        .collect::<Vec<_>>();
+    let mut clocks = Clocks {
+        kind,
+        offsets_ms,
+        monitor: kind != ClockKind::True,
+    };
+    if kind == ClockKind::Beyond {
+        // One or two members far off, all ahead or all behind: the spread stays within 4.3 s,
+        // inside the horizon's margin (`HORIZON_MS`).
+        let sign = if rng.random_bool(0.5) { 1 } else { -1 };
+        for _ in 0..rng.random_range(1..=2) {
+            let who = usize::from(rng.random_range(0..members));
+            clocks.offsets_ms[who] = sign * rng.random_range(1_000..=FAR_MS_MAX);
+        }
+        clocks.monitor = rng.random_bool(0.5);
+    }
+    clocks
+}
+
 /// Draws the plan of `seed` for a safety phase of `safety_ms`.
 #[must_use]
 pub fn plan(seed: u64, safety_ms: u64) -> Plan {
-    assert!(safety_ms >= 10_000, "faults need room in the safety phase");
+    assert!(safety_ms >= 20_000, "faults need room in the safety phase");
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc105_7e25);
+    let members = if rng.random_bool(1.0 / 3.0) { 5 } else { 3 };
     let mix = Mix {
+        members,
         clients: rng.random_range(2..=4),
         crashes: rng.random_range(0..=3),
+        crash_all: rng.random_bool(0.2),
+        disk_loss: rng.random_bool(0.2),
         isolations: rng.random_range(0..=2),
+        long_isolation: rng.random_bool(0.15),
         peer_cuts: rng.random_range(0..=2),
         slow_links: rng.random_range(0..=2),
         latency_ms_max: [1, 5, 20][rng.random_range(0..3)],
         sync_probability: [0.0, 0.0, 0.05, 0.5][rng.random_range(0..4)],
         torn_writes: rng.random_bool(0.3),
+        sync_failure_rate: [0.0, 0.0, 0.0, 0.005, 0.02][rng.random_range(0..5)],
         random_order: rng.random_bool(0.5),
+        clocks: draw_clocks(&mut rng, members),
     };
-    let member = |rng: &mut ChaCha8Rng| rng.random_range(1..=MEMBERS);
+    let member = |rng: &mut ChaCha8Rng| rng.random_range(1..=members);
     let mut actions = Vec::new();
-    // Crashes one after another (each at least 1 s after the previous restart), each of a
-    // member drawn anew.
-    let mut crash_times: Vec<u64> = (0..mix.crashes)
-        .map(|_| rng.random_range(1_000..safety_ms - 2_000))
+    // Stretches with members down, one after another (each at least 1 s after the previous
+    // one ended): single crashes of a member drawn anew, every member at once, a lost disk.
+    // A lost disk comes early enough for its replacement to wait out the horizon and rebuild
+    // before the drain ends.
+    let mut downs: Vec<(u64, Down)> = (0..mix.crashes)
+        .map(|_| (rng.random_range(1_000..safety_ms - 2_000), Down::One))
         .collect();
-    crash_times.sort_unstable();
+    if mix.crash_all {
+        downs.push((rng.random_range(1_000..safety_ms - 2_000), Down::All));
+    }
+    if mix.disk_loss {
+        downs.push((rng.random_range(1_000..safety_ms - 15_000), Down::Disk));
+    }
+    downs.sort_by_key(|(at, _)| *at);
     let mut back_ms = 0;
-    for at in crash_times {
+    for (at, down) in downs {
         if at < back_ms + 1_000 {
             continue;
         }
-        let who = member(&mut rng);
         let down_ms = rng.random_range(100..=5_000);
-        actions.push((at, Action::Crash(who)));
-        actions.push((at + down_ms, Action::Restart(who)));
+        match down {
+            Down::One | Down::Disk => {
+                let who = member(&mut rng);
+                let crash = match down {
+                    Down::Disk => Action::LoseDisk(who),
+                    _ => Action::Crash(who),
+                };
+                actions.push((at, crash));
+                actions.push((at + down_ms, Action::Restart(who)));
+            }
+            Down::All => {
+                actions.push((at, Action::CrashAll));
+                actions.push((at + down_ms, Action::RestartAll));
+            }
+        }
         back_ms = at + down_ms;
     }
     for _ in 0..mix.isolations {
         let who = member(&mut rng);
         let at = rng.random_range(500..safety_ms - 1_000);
         let length_ms = rng.random_range(300..=6_000);
+        actions.push((at, Action::Isolate(who)));
+        actions.push((at + length_ms, Action::Rejoin(who)));
+    }
+    if mix.long_isolation {
+        let who = member(&mut rng);
+        let length_ms = rng.random_range(LONG_ISOLATION_MS);
+        let at = rng.random_range(500..safety_ms - length_ms - 500);
         actions.push((at, Action::Isolate(who)));
         actions.push((at + length_ms, Action::Rejoin(who)));
     }
@@ -114,12 +274,39 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
     }
     for _ in 0..mix.slow_links {
         let a = member(&mut rng);
-        let b = a % MEMBERS + 1;
+        let b = a % members + 1;
         let at = rng.random_range(500..safety_ms - 1_000);
         let ms = rng.random_range(100..=1_500);
         let length_ms = rng.random_range(500..=5_000);
         actions.push((at, Action::SlowLink(a, b, ms)));
         actions.push((at + length_ms, Action::NormalLink(a, b)));
+    }
+    if mix.clocks.kind != ClockKind::True && rng.random_bool(0.5) {
+        // One member's wall clock is stepped: within the bound for `Within`, by up to 4 s for
+        // `Beyond`, and back to where it was a while later.
+        let who = member(&mut rng);
+        let was = mix.clocks.offsets_ms[usize::from(who - 1)];
+        let to = match mix.clocks.kind {
+            ClockKind::Within => {
+                let within = i64::try_from(SKEW_MAX_MS / 2).expect("small") - 20;
+                rng.random_range(-within..=within)
+            }
+            // Toward the side the far clocks are on: the spread stays within the margin.
+            _ => {
+                let far = mix
+                    .clocks
+                    .offsets_ms
+                    .iter()
+                    .copied()
+                    .max_by_key(|o| o.abs());
+                let sign = far.unwrap_or(1).signum();
+                sign * rng.random_range(-200..=FAR_MS_MAX)
+            }
+        };
+        let at = rng.random_range(500..safety_ms - 1_000);
+        let length_ms = rng.random_range(1_000..=10_000);
+        actions.push((at, Action::StepClock(who, to)));
+        actions.push((at + length_ms, Action::StepClock(who, was)));
     }
     actions.retain(|(at, _)| *at < safety_ms);
     actions.push((safety_ms, Action::Heal));
@@ -134,28 +321,59 @@ mod tests {
 
     #[test]
     fn a_seed_draws_the_same_plan_and_faults_stay_in_the_safety_phase() {
-        let plans: Vec<Plan> = (0..50).map(|seed| plan(seed, 30_000)).collect();
+        let plans: Vec<Plan> = (0..60).map(|seed| plan(seed, 30_000)).collect();
         assert_eq!(
             plans,
-            (0..50).map(|seed| plan(seed, 30_000)).collect::<Vec<_>>()
+            (0..60).map(|seed| plan(seed, 30_000)).collect::<Vec<_>>()
         );
         assert!(plans.iter().any(|p| p.mix.crashes > 0));
         assert!(plans.iter().any(|p| p.mix.isolations > 0));
         assert!(plans.iter().any(|p| p.mix.peer_cuts > 0));
+        assert!(plans.iter().any(|p| p.mix.members == 5));
+        assert!(plans.iter().any(|p| p.mix.members == 3));
+        for kind in [ClockKind::True, ClockKind::Within, ClockKind::Beyond] {
+            assert!(plans.iter().any(|p| p.mix.clocks.kind == kind), "{kind:?}");
+        }
+        let has = |want: fn(&Action) -> bool| {
+            plans
+                .iter()
+                .any(|p| p.actions.iter().any(|(_, action)| want(action)))
+        };
+        assert!(has(|a| matches!(a, Action::CrashAll)));
+        assert!(has(|a| matches!(a, Action::LoseDisk(_))));
+        assert!(has(|a| matches!(a, Action::StepClock(..))));
         for p in &plans {
             assert_eq!(p.actions.last(), Some(&(30_000, Action::Heal)));
             assert!(p.actions.windows(2).all(|w| w[0].0 <= w[1].0));
-            // At most one member is down at a time: crashes and restarts alternate.
+            assert_eq!(p.mix.clocks.offsets_ms.len(), usize::from(p.mix.members));
+            match p.mix.clocks.kind {
+                ClockKind::True => assert_eq!(p.mix.clock_spread_ms(&p.actions), 0),
+                ClockKind::Within => assert!(p.mix.clock_spread_ms(&p.actions) <= SKEW_MAX_MS),
+                ClockKind::Beyond => assert!(p.mix.clock_spread_ms(&p.actions) > SKEW_MAX_MS),
+            }
+            // Members are down one stretch at a time: a crash (or a lost disk) and its
+            // restart, or all of them and their restart, never overlapping.
             let mut down = None;
             for (_, action) in &p.actions {
                 match action {
-                    Action::Crash(m) => {
+                    Action::Crash(m) | Action::LoseDisk(m) => {
                         assert_eq!(down, None);
                         down = Some(*m);
+                    }
+                    Action::CrashAll => {
+                        assert_eq!(down, None);
+                        down = Some(0);
                     }
                     Action::Restart(m) => {
                         assert_eq!(down, Some(*m));
                         down = None;
+                    }
+                    Action::RestartAll => {
+                        assert_eq!(down, Some(0));
+                        down = None;
+                    }
+                    Action::Isolate(m) | Action::CutPeers(m) | Action::StepClock(m, _) => {
+                        assert!((1..=p.mix.members).contains(m));
                     }
                     _ => {}
                 }

@@ -17,11 +17,11 @@ use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_node::clock::Clock;
 use trireme_node::cluster::Cluster;
 use trireme_replication::coordinator::{DeleteAnswer, Handle, SendAnswer, VisibilityAnswer};
-use trireme_replication::record::Birth;
+use trireme_replication::record::{Birth, Body, Record};
 use trireme_replication::{Claim, Generation, NodeId, RecordKey};
 use turmoil::net::{TcpListener, TcpStream};
 
-use crate::clock::SimClock;
+use crate::history::fnv1a;
 
 /// The port every member serves the front on.
 pub const FRONT_PORT: u16 = 7300;
@@ -96,6 +96,39 @@ pub enum Request {
     },
     /// The member's local view of the queue: live records, visible now or not.
     Count,
+    /// Every record the member's replica store holds (for the convergence check).
+    Records,
+}
+
+/// One record as a replica holds it: enough to compare replicas record by record and to say
+/// how two differ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The message id, as the history names it.
+    pub message_id: String,
+    /// FNV-1a of the whole record's debug rendering: equal exactly when the records are.
+    pub hash: u64,
+    /// The generation, the body's kind, the claim's seq and the receive count.
+    pub summary: String,
+}
+
+impl Held {
+    fn of(key: &RecordKey, record: &Record) -> Held {
+        let summary = match &record.body {
+            Body::Live(live) => format!(
+                "g{}-live-seq{}-count{}",
+                record.generation.0,
+                live.held.as_ref().map_or(0, |held| held.claim.seq),
+                live.receive_count
+            ),
+            Body::Tombstone(_) => format!("g{}-tombstone", record.generation.0),
+        };
+        Held {
+            message_id: format!("{:032x}", key.message.0),
+            hash: fnv1a(format!("{record:?}").as_bytes()),
+            summary,
+        }
+    }
 }
 
 /// One delivered message.
@@ -127,6 +160,8 @@ pub enum Answer {
         ready: u64,
         in_flight: u64,
     },
+    /// The member's records, or why it could not read them.
+    Records(Result<Vec<Held>, String>),
 }
 
 fn encode_request(request: &Request) -> String {
@@ -138,6 +173,7 @@ fn encode_request(request: &Request) -> String {
             format!("visibility {} {timeout_s}", ticket.encode())
         }
         Request::Count => "count".to_owned(),
+        Request::Records => "records".to_owned(),
     }
 }
 
@@ -160,6 +196,7 @@ fn decode_request(line: &str) -> Option<Request> {
             timeout_s: timeout_s.parse().ok()?,
         },
         ["count"] => Request::Count,
+        ["records"] => Request::Records,
         _ => return None,
     })
 }
@@ -183,6 +220,17 @@ fn encode_answer(answer: &Answer) -> String {
         Answer::Refused { code } => format!("refused {code}"),
         Answer::Unavailable { reason } => format!("unavailable {reason}"),
         Answer::Counts { ready, in_flight } => format!("counts {ready} {in_flight}"),
+        Answer::Records(Ok(held)) => {
+            let mut line = "records".to_owned();
+            for held in held {
+                line.push_str(&format!(
+                    " {},{:016x},{}",
+                    held.message_id, held.hash, held.summary
+                ));
+            }
+            line
+        }
+        Answer::Records(Err(error)) => format!("unreadable {}", error.replace(' ', "_")),
     }
 }
 
@@ -218,24 +266,39 @@ fn decode_answer(line: &str) -> Option<Answer> {
             ready: ready.parse().ok()?,
             in_flight: in_flight.parse().ok()?,
         },
+        ["records", held @ ..] => Answer::Records(Ok(held
+            .iter()
+            .map(|item| {
+                let mut parts = item.splitn(3, ',');
+                Some(Held {
+                    message_id: parts.next()?.to_owned(),
+                    hash: u64::from_str_radix(parts.next()?, 16).ok()?,
+                    summary: parts.next()?.to_owned(),
+                })
+            })
+            .collect::<Option<Vec<Held>>>()?)),
+        ["unreadable", error] => Answer::Records(Err((*error).to_owned())),
         _ => return None,
     })
 }
 
-/// A member's front: its coordinator and the source of its message ids.
+/// A member's front: its coordinator, the member's clock and the source of its message ids.
 #[derive(Clone)]
 pub struct Front {
     pub cluster: Cluster,
+    /// The member's own clock: a send's time is its coordinator's.
+    pub clock: Arc<dyn Clock>,
     /// Seeded per boot, so two boots never draw the same ids.
     pub ids: Arc<Mutex<ChaCha8Rng>>,
 }
 
 impl Front {
-    /// The front of `cluster`, drawing ids from `seed`.
+    /// The front of `cluster` on `clock`, drawing ids from `seed`.
     #[must_use]
-    pub fn new(cluster: Cluster, seed: u64) -> Front {
+    pub fn new(cluster: Cluster, clock: Arc<dyn Clock>, seed: u64) -> Front {
         Front {
             cluster,
+            clock,
             ids: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
         }
     }
@@ -249,7 +312,7 @@ impl Front {
     }
 
     async fn execute(&self, request: Request) -> Answer {
-        let now = SimClock.now();
+        let now = self.clock.now();
         match request {
             Request::Send { body, delay_s } => {
                 let id = MessageId(self.ids.lock().expect("never poisoned").random());
@@ -345,6 +408,18 @@ impl Front {
                     in_flight: live - ready,
                 }
             }
+            Request::Records => Answer::Records(
+                self.cluster
+                    .store()
+                    .records()
+                    .map(|records| {
+                        records
+                            .iter()
+                            .map(|(key, record)| Held::of(key, record))
+                            .collect()
+                    })
+                    .map_err(|error| error.to_string()),
+            ),
         }
     }
 }
@@ -469,6 +544,7 @@ mod tests {
                 timeout_s: 0,
             },
             Request::Count,
+            Request::Records,
         ] {
             assert_eq!(
                 decode_request(&encode_request(&request)),
@@ -496,6 +572,13 @@ mod tests {
                 ready: 1,
                 in_flight: 2,
             },
+            Answer::Records(Ok(vec![])),
+            Answer::Records(Ok(vec![Held {
+                message_id: ticket.message_id(),
+                hash: u64::MAX,
+                summary: "g1-live-seq2-count3".to_owned(),
+            }])),
+            Answer::Records(Err("not_open".to_owned())),
         ] {
             assert_eq!(decode_answer(&encode_answer(&answer)), Some(answer.clone()));
         }

@@ -1,13 +1,17 @@
-//! One simulated run of the cluster: three real members (`trireme_node::cluster`: the replica
-//! store on its simulated disk, the coordinator, the internal service `trireme.replica.v1`
-//! over simulated TCP) as turmoil hosts, a few client hosts calling any member through a small
-//! front ([`front`]), the seed's faults ([`faults`]) applied during the safety phase, a heal,
-//! the clients' drain, and the checker over the history (the single node's rules, which the
-//! cluster promises too).
+//! One simulated run of the cluster: three or five real members (`trireme_node::cluster`: the
+//! replica store on its simulated disk, the coordinator, the internal service
+//! `trireme.replica.v1` over simulated TCP, anti-entropy and tombstone collection) as turmoil
+//! hosts, a few client hosts calling any member through a small front ([`front`]), the seed's
+//! faults ([`faults`]) applied during the safety phase, a heal, the clients' drain, the
+//! convergence check (every replica of every record identical), and the checker over the
+//! history (the single node's rules, which the cluster promises too).
 //!
-//! Each member has its own disk ([`SimDisk`] on its host's simulated filesystem, with its own
-//! power switch) and reads the simulated clock. Its random sources (claim nonces, message ids)
-//! are seeded from the run's seed, its node id and its boot number.
+//! Each member has its own disks ([`SimDisk`] on its host's simulated filesystem, with its own
+//! power switch; a lost disk is replaced by a new one under another directory, with a new disk
+//! id) and its own clock ([`MemberClock`]: the simulated time plus the seed's offset, which the
+//! plan may step). Its random sources (claim nonces, message ids) are seeded from the run's
+//! seed, its node id and its boot number. A member whose store fails exits and the harness
+//! starts it again, as a supervisor would.
 //!
 //! This module must never let real time, real files or an unseeded random source into a run.
 
@@ -23,6 +27,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use trireme_node::clock::Clock;
+use trireme_node::cluster::anti_entropy::AntiEntropySettings;
+use trireme_node::cluster::collection::CollectionSettings;
 use trireme_node::cluster::peers::LinkSettings;
 use trireme_node::cluster::store::{REPLICA_DATABASE_FILE_NAME, ReplicaStore};
 use trireme_node::cluster::{Cluster, ClusterSettings};
@@ -30,13 +37,14 @@ use trireme_proto::replica::v1::replica_server::ReplicaServer;
 use trireme_replication::NodeId;
 use turmoil::net::TcpListener;
 
-use self::faults::{Action, MEMBERS, Plan, plan};
+use self::faults::{Action, HORIZON_MS, Plan, plan};
 use self::front::{FRONT_PORT, Front};
 use self::workload::{
-    ClientSetup, DELAY_S_MAX, Phases, QUEUE_VISIBILITY_S, VISIBILITY_S_MAX, member_host, run_client,
+    ClientSetup, Convergence, DELAY_S_MAX, Phases, QUEUE_VISIBILITY_S, VISIBILITY_S_MAX,
+    member_host, run_client,
 };
 use crate::checker::{Violation, check, tally};
-use crate::clock::{SimClock, millis};
+use crate::clock::{MemberClock, millis};
 use crate::disk::{DiskMode, Power, SimDisk, SyncFailures};
 use crate::history::History;
 use crate::net;
@@ -64,8 +72,15 @@ const LINK: LinkSettings = LinkSettings {
     keepalive_interval: Duration::from_millis(1_000),
     keepalive_timeout: Duration::from_millis(1_000),
 };
-/// The tombstone horizon: far beyond a run, so no request is ever refused for its age.
-const HORIZON_MS: u64 = 24 * 3_600_000;
+/// Anti-entropy's period in a run: several passes fit between the heal and the drain's end.
+const ANTI_ENTROPY_PERIOD: Duration = Duration::from_secs(3);
+/// Collection's period in a run: a tombstone waits out the horizon (`HORIZON_MS`) and is
+/// dropped within the run.
+const COLLECTION_PERIOD: Duration = Duration::from_secs(2);
+/// How often a member looks whether its store failed.
+const STORE_WATCH: Duration = Duration::from_millis(100);
+/// How long a member whose store failed stays down before the harness starts it again.
+const EXIT_RESTART_MS: u64 = 500;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -73,6 +88,9 @@ pub struct Options {
     pub seed: u64,
     /// Length of the safety phase (faults and the random mix).
     pub safety_ms: u64,
+    /// Whether the members run anti-entropy (always, but in the test that shows the
+    /// convergence check failing without it).
+    pub anti_entropy: bool,
 }
 
 impl Options {
@@ -82,6 +100,7 @@ impl Options {
         Options {
             seed,
             safety_ms: SAFETY_MS_DEFAULT,
+            anti_entropy: true,
         }
     }
 }
@@ -102,6 +121,8 @@ pub struct Report {
     pub simulated_ms: u64,
     /// Starts of each member, by node id.
     pub boots: BTreeMap<u16, u64>,
+    /// What the convergence check after the drain found (none if it never ran).
+    pub convergence: Option<Convergence>,
 }
 
 impl Report {
@@ -151,15 +172,21 @@ fn member_seed(seed: u64, node: u16, boot: u64) -> u64 {
         ^ boot.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// The id of member `node`'s `disk`-th disk (1 for the first): a disk that replaces a lost one
+/// has a new id, as a new database always does; a member restarted on its old disk keeps it.
+fn disk_id(seed: u64, node: u16, disk: u64) -> u64 {
+    member_seed(seed, node, 0) ^ disk.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0xd15c
+}
+
 fn client_host(client: u32) -> String {
     format!("client{client}")
 }
 
-/// The cluster settings of member `node`.
-fn settings(node: u16) -> ClusterSettings {
+/// The cluster settings of member `node` of `members`.
+fn settings(node: u16, members: u16, monitor_clock: bool) -> ClusterSettings {
     ClusterSettings {
         node: NodeId(node),
-        peers: (1..=MEMBERS)
+        peers: (1..=members)
             .filter(|peer| *peer != node)
             .map(|peer| (NodeId(peer), format!("{}:{PEER_PORT}", member_host(peer))))
             .collect(),
@@ -167,48 +194,103 @@ fn settings(node: u16) -> ClusterSettings {
         link: LINK,
         horizon_ms: HORIZON_MS,
         dedup_window_ms: trireme_core::limits::dedup_window_ms,
-        // Every host reads turmoil's one clock: no skew to find, and probes would reshape
-        // every seed's schedule.
-        monitor_clock: false,
+        // On whenever the members' clocks differ (spec/replication.md#clock-monitoring); off
+        // where they all read turmoil's one clock, and in some runs beyond the bound, which show
+        // what the protocol alone promises then.
+        monitor_clock,
     }
 }
 
-/// Registers member `node` as a host: on every (re)start it opens its replica store from its
-/// disk, joins the cluster, serves the internal service and the front.
-fn add_member(
-    sim: &mut turmoil::Sim<'_>,
+/// What a member's host keeps across its starts.
+#[derive(Clone)]
+struct Member {
     node: u16,
+    members: u16,
     seed: u64,
-    power: &Power,
-    boots: &Rc<Cell<u64>>,
-) {
-    let power = power.clone();
-    let boots = boots.clone();
-    sim.host(member_host(node), move || {
-        let power = power.clone();
-        let boots = boots.clone();
+    monitor_clock: bool,
+    anti_entropy: bool,
+    power: Power,
+    failures: SyncFailures,
+    clock: MemberClock,
+    boots: Rc<Cell<u64>>,
+    /// Which disk the member runs on (1 for the first; a lost disk's replacement is the next).
+    disk: Rc<Cell<u64>>,
+    /// Raised when the member's store failed: it stopped and waits for the harness to take it
+    /// down and start it again, as a supervisor would.
+    exited: Rc<Cell<bool>>,
+    history: Rc<RefCell<History>>,
+}
+
+impl Member {
+    fn exit(&self, why: &dyn std::fmt::Display) {
+        self.history.borrow_mut().fault(
+            crate::clock::sim_now_ms(),
+            format!("member{} exited: {why}", self.node),
+        );
+        self.exited.set(true);
+    }
+}
+
+/// Resolves with the store's fault once it has one (it then refuses everything until the
+/// member restarts: spec/replication.md#durability).
+async fn store_failed(store: &ReplicaStore) -> String {
+    loop {
+        if let Some(fault) = store.failure() {
+            return fault.to_string();
+        }
+        tokio::time::sleep(STORE_WATCH).await;
+    }
+}
+
+/// Registers `member` as a host: on every (re)start it opens its replica store from its disk,
+/// joins the cluster, serves the internal service and the front, and runs anti-entropy and
+/// collection; a member whose store fails exits.
+fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
+    sim.host(member_host(member.node), move || {
+        let member = member.clone();
         async move {
-            boots.set(boots.get() + 1);
-            let member_seed = member_seed(seed, node, boots.get());
-            let path = Path::new(DATA_DIR).join(REPLICA_DATABASE_FILE_NAME);
-            let disk = SimDisk::open(
+            let node = member.node;
+            member.boots.set(member.boots.get() + 1);
+            let member_seed = member_seed(member.seed, node, member.boots.get());
+            let disk_number = member.disk.get();
+            let path = Path::new(DATA_DIR)
+                .join(format!("disk{disk_number}"))
+                .join(REPLICA_DATABASE_FILE_NAME);
+            // A member whose store fails exits; it stops where it is and the harness crashes
+            // it (a graceful stop would run tonic's unbiased `select!`s).
+            let opened = SimDisk::open(
                 &path,
-                power,
+                member.power.clone(),
                 DiskMode::Honest,
-                SyncFailures::new(0.0),
+                member.failures.clone(),
                 member_seed,
-            )?;
-            // The disk id is kept from the first start: a new one only for a new database.
-            let (store, _committer) =
-                ReplicaStore::open_backend(disk, DB_CACHE_BYTES, NodeId(node), member_seed)?;
+            )
+            .map_err(|error| error.to_string())
+            .and_then(|disk| {
+                ReplicaStore::open_backend(
+                    disk,
+                    DB_CACHE_BYTES,
+                    NodeId(node),
+                    disk_id(member.seed, node, disk_number),
+                )
+                .map_err(|error| error.to_string())
+            });
+            let (store, _committer) = match opened {
+                Ok(opened) => opened,
+                Err(error) => {
+                    member.exit(&error);
+                    return std::future::pending().await;
+                }
+            };
             let peer_listener =
                 TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), PEER_PORT)).await?;
             let front_listener =
                 TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), FRONT_PORT)).await?;
+            let clock: Arc<dyn Clock> = Arc::new(member.clock.clone());
             let (cluster, service) = Cluster::start_with(
-                &settings(node),
-                store,
-                Arc::new(SimClock),
+                &settings(node, member.members, member.monitor_clock),
+                store.clone(),
+                Arc::clone(&clock),
                 Some(member_seed),
                 &|_, endpoint| net::lazy_channel(endpoint),
             )?;
@@ -217,10 +299,35 @@ fn add_member(
                     .add_service(ReplicaServer::new(service))
                     .serve_with_incoming(net::incoming(peer_listener)),
             );
-            // A new database answers nothing until every peer has told it whether it replaces
-            // a disk (spec/replication.md, *Stragglers and replacement*).
-            cluster.joined().await;
-            front::serve(front_listener, Front::new(cluster, member_seed ^ 0x1d5)).await;
+            // Held until the member goes down: dropping them stops them.
+            let _background = (
+                member.anti_entropy.then(|| {
+                    cluster.spawn_anti_entropy(AntiEntropySettings {
+                        period: ANTI_ENTROPY_PERIOD,
+                        ..AntiEntropySettings::default()
+                    })
+                }),
+                cluster.spawn_collection(CollectionSettings {
+                    period: COLLECTION_PERIOD,
+                    ..CollectionSettings::default()
+                }),
+            );
+            let front = Front::new(cluster.clone(), clock, member_seed ^ 0x1d5);
+            let serve = async {
+                // A new database answers nothing until every peer has told it whether it
+                // replaces a disk (spec/replication.md, *Stragglers and replacement*).
+                cluster.joined().await;
+                front::serve(front_listener, front).await;
+            };
+            tokio::select! {
+                biased;
+                fault = store_failed(&store) => {
+                    member.exit(&format!("its store failed: {fault}"));
+                    // Holding everything: nothing of it may be dropped until the crash.
+                    std::future::pending::<()>().await;
+                }
+                () = serve => {}
+            }
             Ok(())
         }
     });
@@ -268,9 +375,16 @@ impl Cuts {
 
 struct World<'a> {
     plan: &'a Plan,
+    members: u16,
     hosts: Vec<String>,
     powers: &'a BTreeMap<u16, Power>,
+    clocks: &'a BTreeMap<u16, MemberClock>,
+    disks: &'a BTreeMap<u16, Rc<Cell<u64>>>,
+    exited: &'a BTreeMap<u16, Rc<Cell<bool>>>,
+    failures: &'a [SyncFailures],
     up: BTreeMap<u16, bool>,
+    /// Members that exited, and when the harness starts them again.
+    restart_at: BTreeMap<u16, u64>,
     cuts: Cuts,
     history: &'a Rc<RefCell<History>>,
 }
@@ -300,15 +414,33 @@ impl World<'_> {
             sim.repair(host.as_str(), me.as_str());
         }
         self.up.insert(node, false);
+        self.exited[&node].set(false);
     }
 
     fn restart(&mut self, sim: &mut turmoil::Sim<'_>, node: u16) {
+        self.restart_at.remove(&node);
         if self.up[&node] {
             return;
         }
         self.powers[&node].restore();
         sim.bounce(member_host(node));
         self.up.insert(node, true);
+    }
+
+    /// Members whose store failed go down as in a crash and come up again shortly after.
+    fn supervise(&mut self, sim: &mut turmoil::Sim<'_>, now_ms: u64) {
+        for node in 1..=self.members {
+            if self.up[&node] && self.exited[&node].get() {
+                self.crash(sim, node);
+                self.restart_at.insert(node, now_ms + EXIT_RESTART_MS);
+            }
+            if self.restart_at.get(&node).is_some_and(|at| *at <= now_ms) {
+                self.restart(sim, node);
+                self.history
+                    .borrow_mut()
+                    .fault(now_ms, format!("supervisor restarted member{node}"));
+            }
+        }
     }
 
     fn others(&self, node: u16, members_only: bool) -> Vec<String> {
@@ -325,6 +457,22 @@ impl World<'_> {
         match action {
             Action::Crash(node) => self.crash(sim, *node),
             Action::Restart(node) => self.restart(sim, *node),
+            Action::CrashAll => {
+                for node in 1..=self.members {
+                    self.crash(sim, node);
+                }
+            }
+            Action::RestartAll => {
+                for node in 1..=self.members {
+                    self.restart(sim, node);
+                }
+            }
+            Action::LoseDisk(node) => {
+                self.crash(sim, *node);
+                // Its next start opens a new, empty disk with a new disk id.
+                let disk = &self.disks[node];
+                disk.set(disk.get() + 1);
+            }
             Action::Isolate(node) | Action::CutPeers(node) => {
                 let me = member_host(*node);
                 for host in self.others(*node, matches!(action, Action::CutPeers(_))) {
@@ -345,16 +493,20 @@ impl World<'_> {
             Action::NormalLink(a, b) => {
                 sim.set_link_max_message_latency(member_host(*a), member_host(*b), normal);
             }
+            Action::StepClock(node, offset_ms) => self.clocks[node].step(*offset_ms),
             Action::Heal => {
+                for failures in self.failures {
+                    failures.stop();
+                }
                 for ((a, b), _) in std::mem::take(&mut self.cuts.pairs) {
                     sim.repair(a.as_str(), b.as_str());
                 }
-                for a in 1..=MEMBERS {
-                    for b in (a + 1)..=MEMBERS {
+                for a in 1..=self.members {
+                    for b in (a + 1)..=self.members {
                         sim.set_link_max_message_latency(member_host(a), member_host(b), normal);
                     }
                 }
-                for node in 1..=MEMBERS {
+                for node in 1..=self.members {
                     self.restart(sim, node);
                 }
             }
@@ -370,6 +522,7 @@ impl World<'_> {
 pub fn run(options: &Options) -> Report {
     let plan = plan(options.seed, options.safety_ms);
     let mix = plan.mix.clone();
+    let members = mix.members;
     let mut builder = turmoil::Builder::new();
     builder
         .rng_seed(options.seed)
@@ -387,45 +540,98 @@ pub fn run(options: &Options) -> Report {
     }
     let mut sim = builder.build();
 
+    let clock_spread_ms = mix.clock_spread_ms(&plan.actions);
     let history = Rc::new(RefCell::new(History {
         clock_skew_ms: TICK_MS,
+        clock_spread_ms,
         ..History::default()
     }));
-    let powers: BTreeMap<u16, Power> = (1..=MEMBERS).map(|node| (node, Power::new())).collect();
-    let boots: BTreeMap<u16, Rc<Cell<u64>>> = (1..=MEMBERS)
+    let nodes = 1..=members;
+    let powers: BTreeMap<u16, Power> = nodes.clone().map(|node| (node, Power::new())).collect();
+    let clocks: BTreeMap<u16, MemberClock> = nodes
+        .clone()
+        .map(|node| {
+            let offset_ms = mix.clocks.offsets_ms[usize::from(node - 1)];
+            (node, MemberClock::new(offset_ms))
+        })
+        .collect();
+    let boots: BTreeMap<u16, Rc<Cell<u64>>> = nodes
+        .clone()
         .map(|node| (node, Rc::new(Cell::new(0))))
         .collect();
-    for node in 1..=MEMBERS {
-        add_member(&mut sim, node, options.seed, &powers[&node], &boots[&node]);
+    let disks: BTreeMap<u16, Rc<Cell<u64>>> = nodes
+        .clone()
+        .map(|node| (node, Rc::new(Cell::new(1))))
+        .collect();
+    let exited: BTreeMap<u16, Rc<Cell<bool>>> = nodes
+        .clone()
+        .map(|node| (node, Rc::new(Cell::new(false))))
+        .collect();
+    let failures: Vec<SyncFailures> = nodes
+        .clone()
+        .map(|_| SyncFailures::new(mix.sync_failure_rate))
+        .collect();
+    for node in nodes.clone() {
+        add_member(
+            &mut sim,
+            Member {
+                node,
+                members,
+                seed: options.seed,
+                monitor_clock: mix.clocks.monitor,
+                anti_entropy: options.anti_entropy,
+                power: powers[&node].clone(),
+                failures: failures[usize::from(node - 1)].clone(),
+                clock: clocks[&node].clone(),
+                boots: boots[&node].clone(),
+                disk: disks[&node].clone(),
+                exited: exited[&node].clone(),
+                history: history.clone(),
+            },
+        );
     }
     // Every visibility or delay a message can be under when the drain starts has passed after
-    // this long, with room for a slow receive.
-    let drain_quiet_ms =
-        u64::from(VISIBILITY_S_MAX.max(QUEUE_VISIBILITY_S) + DELAY_S_MAX) * 1_000 + 6_000;
+    // this long, with room for a slow receive, by every member's clock.
+    let drain_quiet_ms = u64::from(VISIBILITY_S_MAX.max(QUEUE_VISIBILITY_S) + DELAY_S_MAX) * 1_000
+        + 6_000
+        + clock_spread_ms;
     let phases = Phases {
         safety_end_ms: options.safety_ms,
         drain_quiet_ms,
     };
+    let drained = Rc::new(Cell::new(0));
+    let convergence = Rc::new(RefCell::new(None));
     for client in 0..mix.clients {
         sim.client(
             client_host(client),
             run_client(ClientSetup {
                 client,
                 seed: options.seed,
+                members,
+                clients: mix.clients,
                 phases,
                 history: history.clone(),
+                drained: drained.clone(),
+                convergence: convergence.clone(),
             }),
         );
     }
 
     let mut world = World {
         plan: &plan,
-        hosts: (1..=MEMBERS)
+        members,
+        hosts: nodes
+            .clone()
             .map(member_host)
             .chain((0..mix.clients).map(client_host))
             .collect(),
         powers: &powers,
-        up: (1..=MEMBERS).map(|node| (node, true)).collect(),
+        clocks: &clocks,
+        disks: &disks,
+        exited: &exited,
+        failures: &failures,
+        up: nodes.clone().map(|node| (node, true)).collect(),
+        restart_at: BTreeMap::new(),
         cuts: Cuts::default(),
         history: &history,
     };
@@ -440,6 +646,7 @@ pub fn run(options: &Options) -> Report {
             world.apply(&mut sim, action, now_ms);
             next += 1;
         }
+        world.supervise(&mut sim, now_ms);
         match sim.step() {
             Ok(true) => break,
             Ok(false) => {}
@@ -451,7 +658,7 @@ pub fn run(options: &Options) -> Report {
     }
     let simulated_ms = millis(sim.elapsed());
     // Stop the members inside the simulation: their stores must not outlive the disks.
-    for node in 1..=MEMBERS {
+    for node in nodes {
         world.crash(&mut sim, node);
     }
     drop(world);
@@ -460,8 +667,17 @@ pub fn run(options: &Options) -> Report {
     let history = Rc::try_unwrap(history)
         .map(RefCell::into_inner)
         .unwrap_or_else(|shared| shared.borrow().clone());
+    let convergence = convergence.borrow_mut().take();
     let violations = if error.is_none() {
-        check(&history)
+        let mut violations = check(&history);
+        match convergence.clone() {
+            Some(Ok(_)) => {}
+            Some(Err(differences)) => violations.push(Violation::NotConverged { differences }),
+            None => violations.push(Violation::NotConverged {
+                differences: vec!["never compared".to_owned()],
+            }),
+        }
+        violations
     } else {
         Vec::new()
     };
@@ -474,5 +690,6 @@ pub fn run(options: &Options) -> Report {
         error,
         simulated_ms,
         boots: boots.iter().map(|(node, b)| (*node, b.get())).collect(),
+        convergence,
     }
 }

@@ -9,15 +9,19 @@
 //! without a definite answer is [`Outcome::Unknown`], never guessed. Randomness comes from the
 //! run's seed only. This module must never retry a call under the same history entry.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::faults::MEMBERS;
-use super::front::{self, Answer, Failure, Got, Request, Ticket};
+use trireme_core::MessageId;
+use trireme_replication::NodeId;
+use trireme_replication::placement::{Placement, Ring};
+
+use super::front::{self, Answer, Failure, Got, Held as Stored, Request, Ticket, queue};
 use crate::clock::sim_now_ms;
 use crate::history::{Call, Delivery, History, OpId, Outcome};
 use crate::workload::body;
@@ -40,6 +44,11 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 const THINK_MS_MAX: u64 = 300;
 /// Attempts at counting one member's view after the drain.
 const COUNT_ATTEMPTS_MAX: u32 = 50;
+/// How long the convergence check waits for every replica of every record to agree after the
+/// drain (anti-entropy's period is a few seconds; a replacement disk may still be rebuilding).
+const CONVERGENCE_WAIT_MS: u64 = 40_000;
+/// Between two comparisons of every member's records.
+const CONVERGENCE_PAUSE: Duration = Duration::from_millis(1_000);
 
 /// The host name of member `node`.
 #[must_use]
@@ -57,13 +66,25 @@ pub struct Phases {
     pub drain_quiet_ms: u64,
 }
 
+/// What the convergence check found: how many records every replica held alike, or the
+/// differences it saw last.
+pub type Convergence = Result<usize, Vec<String>>;
+
 /// One client host's setup.
 #[derive(Clone, Debug)]
 pub struct ClientSetup {
     pub client: u32,
     pub seed: u64,
+    /// Members of the cluster (node ids 1..=members).
+    pub members: u16,
+    /// Clients of the run: client 0 checks convergence once all have drained.
+    pub clients: u32,
     pub phases: Phases,
     pub history: Rc<RefCell<History>>,
+    /// Clients whose drain has ended.
+    pub drained: Rc<Cell<u32>>,
+    /// Client 0's finding.
+    pub convergence: Rc<RefCell<Option<Convergence>>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -74,6 +95,7 @@ struct Held {
 
 struct Client {
     id: u32,
+    members: u16,
     rng: ChaCha8Rng,
     history: Rc<RefCell<History>>,
     phases: Phases,
@@ -90,6 +112,7 @@ struct Client {
 pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
     let mut client = Client {
         id: setup.client,
+        members: setup.members,
         rng: ChaCha8Rng::seed_from_u64(setup.seed ^ (u64::from(setup.client) << 40) ^ 0x0c1a_57e2),
         history: setup.history,
         phases: setup.phases,
@@ -101,7 +124,72 @@ pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
         client.step().await;
     }
     client.drain().await;
+    setup.drained.set(setup.drained.get() + 1);
+    if setup.client == 0 {
+        // Every client's drain first: a delete still under way is no divergence.
+        while setup.drained.get() < setup.clients {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+        let found = client.converge().await;
+        *setup.convergence.borrow_mut() = Some(found);
+    }
     Ok(())
+}
+
+/// Compares every member's records: each record on each of its replicas (by the ring of
+/// `members`) identical, and on no other member. `Ok` with the records compared, or the
+/// differences.
+fn compare(members: u16, snapshots: &BTreeMap<u16, Vec<Stored>>) -> Convergence {
+    let ring = Ring::new((1..=members).map(NodeId)).expect("three or five members");
+    let by_member: BTreeMap<u16, BTreeMap<&str, &Stored>> = snapshots
+        .iter()
+        .map(|(node, held)| {
+            let map = held.iter().map(|h| (h.message_id.as_str(), h)).collect();
+            (*node, map)
+        })
+        .collect();
+    let ids: BTreeSet<&str> = by_member.values().flat_map(|m| m.keys().copied()).collect();
+    let mut differences = Vec::new();
+    for id in &ids {
+        let message = MessageId(u128::from_str_radix(id, 16).expect("ids are hex"));
+        let replicas = ring.replicas(&queue(), message);
+        let held: Vec<(u16, Option<&Stored>)> = (1..=members)
+            .map(|node| (node, by_member[&node].get(id).copied()))
+            .collect();
+        let strays = held
+            .iter()
+            .any(|(node, h)| h.is_some() && !replicas.contains(&NodeId(*node)));
+        let hashes: BTreeSet<Option<u64>> = held
+            .iter()
+            .filter(|(node, _)| replicas.contains(&NodeId(*node)))
+            .map(|(_, h)| h.map(|h| h.hash))
+            .collect();
+        if strays || hashes.len() > 1 {
+            let on: Vec<String> = held
+                .iter()
+                .map(|(node, h)| {
+                    let role = if replicas.contains(&NodeId(*node)) {
+                        "replica"
+                    } else {
+                        "not a replica"
+                    };
+                    format!(
+                        "member{node} ({role}): {}",
+                        h.map_or("absent".to_owned(), |h| format!(
+                            "{} #{:016x}",
+                            h.summary, h.hash
+                        ))
+                    )
+                })
+                .collect();
+            differences.push(format!("{id}: {}", on.join(", ")));
+        }
+    }
+    if differences.is_empty() {
+        Ok(ids.len())
+    } else {
+        Err(differences)
+    }
 }
 
 impl Client {
@@ -119,7 +207,7 @@ impl Client {
 
     /// Calls a member drawn at random.
     async fn call(&mut self, request: &Request) -> Result<Answer, Outcome> {
-        let member = member_host(self.rng.random_range(1..=MEMBERS));
+        let member = member_host(self.rng.random_range(1..=self.members));
         self.call_member(&member, request).await
     }
 
@@ -311,7 +399,7 @@ impl Client {
         }
         let op = self.invoke(Call::Stats);
         let (mut ready, mut in_flight) = (0, 0);
-        for node in 1..=MEMBERS {
+        for node in 1..=self.members {
             let host = member_host(node);
             let mut counted = false;
             for _ in 0..COUNT_ATTEMPTS_MAX {
@@ -345,6 +433,39 @@ impl Client {
                 delayed: 0,
             },
         );
+    }
+}
+
+impl Client {
+    /// After every drain: reads every member's records until every replica of every record
+    /// holds it alike (spec/replication.md, *Liveness*, L1), for at most
+    /// `CONVERGENCE_WAIT_MS`.
+    async fn converge(&self) -> Convergence {
+        let until_ms = sim_now_ms() + CONVERGENCE_WAIT_MS;
+        loop {
+            let mut snapshots = BTreeMap::new();
+            let mut unread = Vec::new();
+            for node in 1..=self.members {
+                match self
+                    .call_member(&member_host(node), &Request::Records)
+                    .await
+                {
+                    Ok(Answer::Records(Ok(held))) => {
+                        snapshots.insert(node, held);
+                    }
+                    other => unread.push(format!("member{node} unread: {other:?}")),
+                }
+            }
+            let found = if unread.is_empty() {
+                compare(self.members, &snapshots)
+            } else {
+                Err(unread)
+            };
+            if found.is_ok() || sim_now_ms() >= until_ms {
+                return found;
+            }
+            tokio::time::sleep(CONVERGENCE_PAUSE).await;
+        }
     }
 }
 
