@@ -15,8 +15,11 @@ use crate::error::Error;
 
 /// The longest queue name, as in SQS.
 const QUEUE_NAME_CHARS_MAX: usize = 80;
+/// The longest region of a queue of another region (`name@region`).
+const REGION_CHARS_MAX: usize = 32;
 
-/// A queue name: 1–80 characters of `[A-Za-z0-9_-]`.
+/// A queue name: 1–80 characters of `[A-Za-z0-9_-]`, or `name@region` for a queue the SQS
+/// endpoint keeps in another region than the node's own (a region being 1–32 of `[a-z0-9-]`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct QueueName(String);
@@ -26,15 +29,28 @@ impl QueueName {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the field `name` when it is empty, longer than 80
-    /// characters, or has a character outside `[A-Za-z0-9_-]`.
+    /// characters, or has a character outside `[A-Za-z0-9_-]`, or its region after `@` is not
+    /// 1–32 of `[a-z0-9-]`.
     pub fn new(name: impl Into<String>) -> Result<Self, Error> {
         let name = name.into();
         let legal = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-        if name.is_empty() || name.len() > QUEUE_NAME_CHARS_MAX || !name.chars().all(legal) {
+        let legal_region = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+        let (bare, region) = match name.split_once('@') {
+            Some((bare, region)) => (bare, Some(region)),
+            None => (name.as_str(), None),
+        };
+        let bare_ok =
+            !bare.is_empty() && bare.len() <= QUEUE_NAME_CHARS_MAX && bare.chars().all(legal);
+        let region_ok = region.is_none_or(|region| {
+            !region.is_empty()
+                && region.len() <= REGION_CHARS_MAX
+                && region.chars().all(legal_region)
+        });
+        if !(bare_ok && region_ok) {
             return Err(Error::InvalidArgument {
                 field: Some("name".to_owned()),
                 message: format!(
-                    "queue name {name:?} must be 1-{QUEUE_NAME_CHARS_MAX} characters of [A-Za-z0-9_-]"
+                    "queue name {name:?} must be 1-{QUEUE_NAME_CHARS_MAX} characters of [A-Za-z0-9_-], optionally followed by @ and a region of 1-{REGION_CHARS_MAX} characters of [a-z0-9-]"
                 ),
             });
         }
@@ -797,11 +813,21 @@ mod tests {
     fn queue_name_accepts_the_legal_alphabet() {
         assert!(QueueName::new("orders_v2-eu").is_ok());
         assert!(QueueName::new("a".repeat(80)).is_ok());
+        assert!(QueueName::new("jobs@eu-west-1").is_ok());
     }
 
     #[test]
     fn queue_name_refuses_empty_long_and_foreign_characters() {
-        for bad in ["", "orders.fifo", "with space", "ünïcode"] {
+        for bad in [
+            "",
+            "orders.fifo",
+            "with space",
+            "ünïcode",
+            "jobs@",
+            "@eu-west-1",
+            "jobs@EU",
+            "jobs@eu@west",
+        ] {
             let err = QueueName::new(bad).unwrap_err();
             assert!(
                 matches!(&err, Error::InvalidArgument { field: Some(f), .. } if f == "name"),

@@ -28,7 +28,7 @@ pub const LISTEN_DEFAULT: &str = "0.0.0.0:7100";
 pub const SQS_LISTEN_DEFAULT: &str = "0.0.0.0:9324";
 /// Default host name in SQS queue URLs.
 pub const SQS_ADVERTISED_HOST_DEFAULT: &str = "localhost";
-/// Default region in SQS queue ARNs.
+/// Default SQS region of the node (its queues have bare names).
 pub const SQS_REGION_DEFAULT: &str = "us-east-1";
 /// Default account id in SQS queue URLs and ARNs.
 pub const SQS_ACCOUNT_ID_DEFAULT: &str = "000000000000";
@@ -108,7 +108,8 @@ pub struct Args {
     #[arg(long, env = "TRIREME_SQS_ADVERTISED_PORT", value_name = "PORT")]
     pub sqs_advertised_port: Option<u16>,
 
-    /// Region in SQS queue ARNs. [default: us-east-1]
+    /// The node's own SQS region: unsigned requests act on its queues, which have bare names
+    /// (requests signed for another region act on that region's). [default: us-east-1]
     #[arg(long, env = "TRIREME_SQS_REGION", value_name = "REGION")]
     pub sqs_region: Option<String>,
 
@@ -695,10 +696,23 @@ impl Config {
                     .or(file.sqs_advertised_host)
                     .unwrap_or_else(|| SQS_ADVERTISED_HOST_DEFAULT.to_owned()),
                 advertised_port: args.sqs_advertised_port.or(file.sqs_advertised_port),
-                region: args
-                    .sqs_region
-                    .or(file.sqs_region)
-                    .unwrap_or_else(|| SQS_REGION_DEFAULT.to_owned()),
+                region: {
+                    let region = args
+                        .sqs_region
+                        .or(file.sqs_region)
+                        .unwrap_or_else(|| SQS_REGION_DEFAULT.to_owned());
+                    // A queue name scopes other regions' queues by region name, with the
+                    // core's alphabet for regions; the node's own must be one as well.
+                    trireme_core::QueueName::scoped("q", Some(&region)).map_err(|_| {
+                        ConfigError::Invalid {
+                            setting: "sqs_region",
+                            reason: format!(
+                                "{region:?} is not a region name (1–32 of a-z, 0-9 and '-')"
+                            ),
+                        }
+                    })?;
+                    region
+                },
                 account_id: args
                     .sqs_account_id
                     .or(file.sqs_account_id)

@@ -43,17 +43,99 @@ impl fmt::Display for Millis {
     }
 }
 
-/// A queue's name: 1–80 characters of `[A-Za-z0-9_-]`. A `.fifo` suffix is refused because
-/// Trireme has standard queues only (and `.` is not in the alphabet anyway).
+/// A queue's name: 1–80 characters of `[A-Za-z0-9_-]` (the *bare* name, as SQS knows it),
+/// optionally scoped to a region other than the node's own as `name@region`, the region being
+/// 1–32 characters of `[a-z0-9-]` (spec/queue-core.md, *Queues per region are names with a region
+/// suffix*). A `.fifo` suffix is refused because Trireme has standard queues only (and `.` is
+/// not in the alphabet anyway).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct QueueName(String);
 
 impl QueueName {
-    /// The name as text.
+    /// The name as text: `name`, or `name@region` for a queue of another region.
     #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The bare name, without the region: what SQS calls the queue's name.
+    #[must_use]
+    pub fn bare(&self) -> &str {
+        self.0
+            .split_once('@')
+            .map_or(self.0.as_str(), |(bare, _)| bare)
+    }
+
+    /// The region the name is scoped to, `None` for the node's own region.
+    #[must_use]
+    pub fn region(&self) -> Option<&str> {
+        self.0.split_once('@').map(|(_, region)| region)
+    }
+
+    /// The bare name `bare` in `region` (`None`: the node's own region).
+    ///
+    /// # Errors
+    /// `InvalidParameter { parameter: "QueueName" }` when `bare` is not a legal bare name (an
+    /// `@` in it among the reasons), or the region is not 1–32 characters of `[a-z0-9-]`.
+    pub fn scoped(bare: &str, region: Option<&str>) -> Result<Self, Reject> {
+        check_bare_name(bare)?;
+        match region {
+            None => Ok(QueueName(bare.to_owned())),
+            Some(region) => {
+                check_region(region)?;
+                Ok(QueueName(format!("{bare}@{region}")))
+            }
+        }
+    }
+}
+
+fn refuse_name(reason: String) -> Reject {
+    Reject::InvalidParameter {
+        parameter: "QueueName",
+        reason,
+    }
+}
+
+/// A bare name: 1–80 characters of `[A-Za-z0-9_-]`, not `.fifo`.
+fn check_bare_name(name: &str) -> Result<(), Reject> {
+    if name.ends_with(".fifo") {
+        return Err(refuse_name(
+            "FIFO queues (.fifo) are not supported: standard queues only".to_owned(),
+        ));
+    }
+    let length = name.chars().count();
+    if !(limits::queue_name_chars_min..=limits::queue_name_chars_max).contains(&length) {
+        return Err(refuse_name(format!(
+            "must be {}–{} characters, got {length}",
+            limits::queue_name_chars_min,
+            limits::queue_name_chars_max
+        )));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(refuse_name(format!(
+            "may contain only A-Z, a-z, 0-9, '_' and '-', found {bad:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// A region of a scoped name: 1–32 characters of `[a-z0-9-]`.
+fn check_region(region: &str) -> Result<(), Reject> {
+    let legal = (1..=limits::region_chars_max).contains(&region.len())
+        && region
+            .bytes()
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
+    if legal {
+        Ok(())
+    } else {
+        Err(refuse_name(format!(
+            "the region after '@' must be 1–{} characters of a-z, 0-9 and '-', got {region:?}",
+            limits::region_chars_max
+        )))
     }
 }
 
@@ -62,34 +144,19 @@ impl TryFrom<String> for QueueName {
 
     /// # Errors
     /// `InvalidParameter { parameter: "QueueName" }` for an empty or too long name, a character
-    /// outside `[A-Za-z0-9_-]`, or a FIFO (`.fifo`) name.
+    /// outside `[A-Za-z0-9_-]`, a FIFO (`.fifo`) name, or an illegal region after `@`.
     fn try_from(name: String) -> Result<Self, Reject> {
-        let refuse = |reason: String| Reject::InvalidParameter {
-            parameter: "QueueName",
-            reason,
-        };
-        if name.ends_with(".fifo") {
-            return Err(refuse(
-                "FIFO queues (.fifo) are not supported: standard queues only".to_owned(),
-            ));
+        match name.split_once('@') {
+            None => {
+                check_bare_name(&name)?;
+                Ok(QueueName(name))
+            }
+            Some((bare, region)) => {
+                check_bare_name(bare)?;
+                check_region(region)?;
+                Ok(QueueName(name))
+            }
         }
-        let length = name.chars().count();
-        if !(limits::queue_name_chars_min..=limits::queue_name_chars_max).contains(&length) {
-            return Err(refuse(format!(
-                "must be {}–{} characters, got {length}",
-                limits::queue_name_chars_min,
-                limits::queue_name_chars_max
-            )));
-        }
-        if let Some(bad) = name
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-        {
-            return Err(refuse(format!(
-                "may contain only A-Z, a-z, 0-9, '_' and '-', found {bad:?}"
-            )));
-        }
-        Ok(QueueName(name))
     }
 }
 
@@ -330,6 +397,43 @@ mod tests {
                 ),
                 "{bad:?} gave {result:?}"
             );
+        }
+    }
+
+    #[test]
+    fn queue_name_scoped_to_a_region_keeps_its_bare_name_and_region() {
+        let home = QueueName::scoped("jobs", None).unwrap();
+        assert_eq!(
+            (home.as_str(), home.bare(), home.region()),
+            ("jobs", "jobs", None)
+        );
+        let away = QueueName::scoped("jobs", Some("eu-west-1")).unwrap();
+        assert_eq!(away.as_str(), "jobs@eu-west-1");
+        assert_eq!((away.bare(), away.region()), ("jobs", Some("eu-west-1")));
+        assert_ne!(home, away);
+        assert_eq!(QueueName::try_from("jobs@eu-west-1").unwrap(), away);
+        let longest = format!("{}@{}", "a".repeat(80), "r".repeat(32));
+        assert!(QueueName::try_from(longest.as_str()).is_ok());
+    }
+
+    #[test]
+    fn queue_name_refuses_an_at_in_a_bare_name_and_illegal_regions() {
+        for (bare, region) in [
+            ("jo@bs", None),
+            ("jobs", Some("")),
+            ("jobs", Some("EU-WEST-1")),
+            ("jobs", Some("eu_west_1")),
+            ("jobs", Some("eu@west")),
+        ] {
+            assert!(
+                QueueName::scoped(bare, region).is_err(),
+                "{bare:?} {region:?}"
+            );
+        }
+        let too_long = "r".repeat(33);
+        assert!(QueueName::scoped("jobs", Some(&too_long)).is_err());
+        for bad in ["jobs@", "@eu-west-1", "jobs@eu@west", "jobs.fifo@eu-west-1"] {
+            assert!(QueueName::try_from(bad).is_err(), "{bad:?}");
         }
     }
 

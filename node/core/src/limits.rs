@@ -8,6 +8,9 @@
 pub const queue_name_chars_min: usize = 1;
 /// Longest legal queue name.
 pub const queue_name_chars_max: usize = 80;
+/// Longest region in a queue name scoped to a region (`name@region`); AWS's longest region
+/// names are about 15 characters.
+pub const region_chars_max: usize = 32;
 
 /// Smallest `MaximumMessageSize` a queue may set.
 pub const message_bytes_min: u32 = 1_024;

@@ -29,10 +29,10 @@ use super::wire::{
     RemovePermissionRequest, SetQueueAttributesRequest, StartMessageMoveTaskRequest,
     StartMessageMoveTaskResponse, TagQueueRequest, UntagQueueRequest,
 };
-use super::{Sqs, in_range, limits, required};
+use super::{Call, in_range, limits, required};
 use crate::redrive::{RedriveError, RedriveFailure, RedriveStatus};
 
-impl Sqs {
+impl Call<'_> {
     pub(super) async fn create_queue(
         &self,
         request: CreateQueueRequest,
@@ -40,7 +40,9 @@ impl Sqs {
         let text = required(request.queue_name, "QueueName")?;
         let attributes = request.attributes.unwrap_or_default();
         check_queue_type(&text, &attributes)?;
-        let name = QueueName::try_from(text.as_str())
+        let name = self
+            .addresses
+            .scoped(&text)
             .map_err(|_| SqsError::InvalidParameterValue(Invalid::QueueName))?;
         let changes =
             parse_queue_attributes(&attributes, |arn| self.queue_from_arn(arn, "RedrivePolicy"))?;
@@ -54,7 +56,7 @@ impl Sqs {
                 return Err(SqsError::QueueNameExists { attribute });
             }
             return Ok(QueueUrlResponse {
-                queue_url: self.addresses.queue_url(name.as_str()),
+                queue_url: self.addresses.queue_url(&name),
             });
         }
         let attributes = QueueAttributes::default().with(&changes);
@@ -66,7 +68,7 @@ impl Sqs {
             })
             .await?;
         Ok(QueueUrlResponse {
-            queue_url: self.addresses.queue_url(name.as_str()),
+            queue_url: self.addresses.queue_url(&name),
         })
     }
 
@@ -81,10 +83,10 @@ impl Sqs {
         {
             return Err(SqsError::QueueDoesNotExist);
         }
-        let name = super::existing_queue_name(&text)?;
+        let name = self.existing_queue_name(&text)?;
         self.view(&name).await?;
         Ok(QueueUrlResponse {
-            queue_url: self.addresses.queue_url(name.as_str()),
+            queue_url: self.addresses.queue_url(&name),
         })
     }
 
@@ -93,13 +95,32 @@ impl Sqs {
         request: ListQueuesRequest,
     ) -> Result<ListQueuesResponse, SqsError> {
         let prefix = request.queue_name_prefix.unwrap_or_default();
-        let (after, limit) = page(request.next_token.as_deref(), request.max_results)?;
-        let mut names = self.backend.list_queues(prefix, after, limit + 1).await?;
+        let (mut after, limit) = page(request.next_token.as_deref(), request.max_results)?;
+        // Names sort by their full text, so other regions' queues interleave with this
+        // region's: pages are read until `limit + 1` of this region's are found or the names
+        // end. The number of queues is capped, so this ends.
+        let mut names = Vec::new();
+        loop {
+            let batch = self
+                .backend
+                .list_queues(prefix.clone(), after.clone(), limit + 1)
+                .await?;
+            let exhausted = batch.len() <= limit;
+            after = batch.last().cloned();
+            names.extend(
+                batch
+                    .into_iter()
+                    .filter(|name| self.addresses.in_region(name)),
+            );
+            if exhausted || names.len() > limit {
+                break;
+            }
+        }
         let next_token = more(&mut names, limit, request.max_results.is_some());
         Ok(ListQueuesResponse {
             queue_urls: names
                 .iter()
-                .map(|name| self.addresses.queue_url(name.as_str()))
+                .map(|name| self.addresses.queue_url(name))
                 .collect(),
             next_token,
         })
@@ -161,7 +182,7 @@ impl Sqs {
         let view = self.view(&name).await?;
         let policy = permissions::add_statement(
             view.attributes.kept.policy.as_deref(),
-            &self.addresses.queue_arn(name.as_str()),
+            &self.addresses.queue_arn(&name),
             &label,
             &accounts,
             &actions,
@@ -232,6 +253,7 @@ impl Sqs {
             .dead_letter_sources(&dlq)
             .await?
             .into_iter()
+            .filter(|name| self.addresses.in_region(name))
             .filter(|name| after.as_ref().is_none_or(|after| name > after))
             .take(limit + 1)
             .collect();
@@ -239,7 +261,7 @@ impl Sqs {
         Ok(ListDeadLetterSourceQueuesResponse {
             queue_urls: sources
                 .iter()
-                .map(|name| self.addresses.queue_url(name.as_str()))
+                .map(|name| self.addresses.queue_url(name))
                 .collect(),
             next_token,
         })
@@ -320,10 +342,7 @@ impl Sqs {
                     }),
                     status,
                     source_arn: source_arn.clone(),
-                    destination_arn: task
-                        .to
-                        .as_ref()
-                        .map(|to| self.addresses.queue_arn(to.as_str())),
+                    destination_arn: task.to.as_ref().map(|to| self.addresses.queue_arn(to)),
                     max_number_of_messages_per_second: task.rate_per_s,
                     approximate_number_of_messages_moved: task.moved,
                     approximate_number_of_messages_to_move: task.to_move,
@@ -411,7 +430,7 @@ impl Sqs {
                 "ApproximateNumberOfMessagesDelayed" => view.counts.delayed.to_string(),
                 "CreatedTimestamp" => (view.created_at.0 / 1_000).to_string(),
                 "LastModifiedTimestamp" => (view.modified_at.0 / 1_000).to_string(),
-                "QueueArn" => self.addresses.queue_arn(view.name.as_str()),
+                "QueueArn" => self.addresses.queue_arn(&view.name),
                 "SqsManagedSseEnabled" => attributes.kept.sqs_managed_sse.to_string(),
                 "Policy" => match &attributes.kept.policy {
                     Some(policy) => policy.clone(),
@@ -428,9 +447,7 @@ impl Sqs {
                 },
                 "RedrivePolicy" => match &attributes.redrive {
                     Some(policy) => render_redrive_policy(&RedrivePolicyJson {
-                        dead_letter_target_arn: self
-                            .addresses
-                            .queue_arn(policy.dead_letter_queue.as_str()),
+                        dead_letter_target_arn: self.addresses.queue_arn(&policy.dead_letter_queue),
                         max_receive_count: policy.max_receive_count,
                     }),
                     None => continue,
@@ -447,7 +464,7 @@ impl Sqs {
                         RedriveAllow::ByQueue(sources) => RedriveAllowJson::ByQueue(
                             sources
                                 .iter()
-                                .map(|source| self.addresses.queue_arn(source.as_str()))
+                                .map(|source| self.addresses.queue_arn(source))
                                 .collect(),
                         ),
                     })

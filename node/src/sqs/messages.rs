@@ -26,7 +26,7 @@ use super::wire::{
     ReceivedMessage, SendDigests, SendMessageBatchRequest, SendMessageBatchResultEntry,
     SendMessageRequest, SendMessageResponse,
 };
-use super::{Sqs, in_range, limits, required};
+use super::{Call, in_range, limits, required};
 
 /// A send, converted and checked at the edge, ready for the engine.
 struct PreparedSend {
@@ -59,7 +59,7 @@ struct SendParts {
     message_group_id: Option<String>,
 }
 
-impl Sqs {
+impl Call<'_> {
     pub(super) async fn send_message(
         &self,
         request: SendMessageRequest,
@@ -502,7 +502,7 @@ impl Sqs {
                 "ApproximateReceiveCount" => delivery.receive_count.to_string(),
                 "ApproximateFirstReceiveTimestamp" => delivery.first_receive_at.0.to_string(),
                 "DeadLetterQueueSourceArn" => match &delivery.source {
-                    Some(source) => self.addresses.queue_arn(source.as_str()),
+                    Some(source) => self.addresses.queue_arn(source),
                     None => continue,
                 },
                 "AWSTraceHeader" => match &delivery.system.trace_header {

@@ -79,9 +79,27 @@ impl Default for SqsSettings {
 /// Shared by every request of one endpoint.
 struct Sqs {
     backend: Backend,
-    addresses: Addresses,
+    /// The endpoint's addresses in the node's own region; each request sees them from its
+    /// region ([`Call`]).
+    home: Addresses,
     access_keys: Vec<AccessKey>,
     requests: RequestMetrics,
+}
+
+/// One request as its action's handler sees the endpoint: everything of [`Sqs`], with the
+/// addresses of the region the request was signed for (spec/queue-core.md, *Queues per region
+/// are names with a region suffix*).
+struct Call<'a> {
+    sqs: &'a Sqs,
+    addresses: Addresses,
+}
+
+impl std::ops::Deref for Call<'_> {
+    type Target = Sqs;
+
+    fn deref(&self) -> &Sqs {
+        self.sqs
+    }
 }
 
 /// The SQS endpoint as an axum router. Every path accepts `POST`; the action comes from
@@ -99,7 +117,7 @@ pub fn router(backend: Backend, settings: SqsSettings) -> Router {
     }
     let sqs = Arc::new(Sqs {
         backend,
-        addresses: Addresses::new(
+        home: Addresses::new(
             &settings.advertised_host,
             settings.advertised_port,
             &settings.account_id,
@@ -250,6 +268,14 @@ impl Sqs {
             };
             sigv4::verify(&request, &self.access_keys, self.backend.now().0)?;
         }
+        let region = sigv4::signing_region(headers, uri.query().unwrap_or_default())?;
+        let call = Call {
+            sqs: self,
+            addresses: match region {
+                Some(region) => self.home.for_region(region),
+                None => self.home.clone(),
+            },
+        };
         if method != Method::POST {
             return Err(SqsError::UnknownOperation {
                 target: format!("{method} {}", uri.path()),
@@ -273,9 +299,11 @@ impl Sqs {
                 },
             });
         };
-        self.dispatch(action, body).await
+        call.dispatch(action, body).await
     }
+}
 
+impl Call<'_> {
     async fn dispatch(&self, action: &str, body: &[u8]) -> Result<Vec<u8>, SqsError> {
         match action {
             "CreateQueue" => json(self.create_queue(parse(body)?).await),
@@ -311,7 +339,7 @@ impl Sqs {
         }
     }
 
-    /// The queue named by a `QueueUrl` member.
+    /// The queue named by a `QueueUrl` member, in the request's region.
     fn queue_from_url(&self, url: Option<&str>) -> Result<QueueName, SqsError> {
         let url = url.ok_or(SqsError::MissingParameter {
             parameter: "QueueUrl",
@@ -323,7 +351,7 @@ impl Sqs {
                 AddressError::Malformed { text } => SqsError::InvalidAddress { url: text },
                 AddressError::Foreign { .. } => SqsError::QueueDoesNotExist,
             })?;
-        let name = existing_queue_name(name)?;
+        let name = self.existing_queue_name(name)?;
         tracing::Span::current().record("queue", name.as_str());
         Ok(name)
     }
@@ -340,14 +368,17 @@ impl Sqs {
                 // A queue of another region or account does not exist here.
                 AddressError::Foreign { .. } => SqsError::QueueDoesNotExist,
             })?;
-        existing_queue_name(name)
+        self.existing_queue_name(name)
     }
-}
 
-/// A queue name taken from a URL, ARN or `GetQueueUrl`: an illegal name (a FIFO name among
-/// them) cannot name an existing queue, so it does not exist, as SQS answers.
-fn existing_queue_name(name: &str) -> Result<QueueName, SqsError> {
-    QueueName::try_from(name).map_err(|_| SqsError::QueueDoesNotExist)
+    /// The queue a bare name taken from a URL, ARN or `GetQueueUrl` names in the request's
+    /// region: an illegal name (a FIFO name, or one with `@`, among them) cannot name an
+    /// existing queue, so it does not exist, as SQS answers.
+    fn existing_queue_name(&self, bare: &str) -> Result<QueueName, SqsError> {
+        self.addresses
+            .scoped(bare)
+            .map_err(|_| SqsError::QueueDoesNotExist)
+    }
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, SqsError> {

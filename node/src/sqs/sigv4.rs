@@ -4,7 +4,8 @@
 //!
 //! Only the `Authorization` header form is accepted (SDKs and the CLI use it for SQS);
 //! query-string (presigned) signatures are refused. The region in the credential scope is the
-//! client's choice: a local endpoint has no region routing to protect. This module never logs a
+//! client's choice, and chooses whose queues the request acts on ([`signing_region`]; queues
+//! are kept per region, as in SQS). This module never logs a
 //! secret and never answers which part of a signature was wrong beyond what AWS itself says.
 
 use axum::http::{HeaderMap, Method};
@@ -415,6 +416,50 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (year, month, day)
 }
 
+/// The region a request was signed for: the credential scope's region in its `Authorization`
+/// header, or in its `X-Amz-Credential` query parameter (a presigned request). `None` for a
+/// request that carries no credential, or one too malformed to name a region (with no keys
+/// configured such requests are served in the node's own region; with keys, [`verify`] has
+/// refused them already).
+///
+/// # Errors
+/// `IncompleteSignature` when the scope names a region that is not 1–32 characters of
+/// `[a-z0-9-]`: it could name no queue.
+pub fn signing_region<'a>(
+    headers: &'a HeaderMap,
+    query: &'a str,
+) -> Result<Option<&'a str>, SqsError> {
+    let from_header = headers
+        .get("authorization")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|header| parse_authorization(header).ok())
+        .map(|authorization| authorization.region);
+    let from_query = || {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("X-Amz-Credential="))
+            .and_then(|credential| {
+                // `/` arrives percent-encoded; region names need no other decoding.
+                let mut parts = credential.split("%2F").flat_map(|part| part.split('/'));
+                parts.nth(2)
+            })
+    };
+    let Some(region) = from_header.or_else(from_query) else {
+        return Ok(None);
+    };
+    let legal = (1..=32).contains(&region.len())
+        && region
+            .bytes()
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
+    if legal {
+        Ok(Some(region))
+    } else {
+        Err(SqsError::IncompleteSignature {
+            reason: format!("the credential scope's region {region:?} is not a region name"),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,5 +609,34 @@ mod tests {
         ] {
             assert_eq!(parse_amz_date(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn the_signing_region_comes_from_the_header_or_the_presigned_query() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(signing_region(&headers, ""), Ok(None));
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=AKID/20260101/eu-west-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, Signature=00"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(signing_region(&headers, ""), Ok(Some("eu-west-1")));
+        let query = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F20260101%2Fap-south-2%2Fsqs%2Faws4_request&X-Amz-Signature=00";
+        assert_eq!(
+            signing_region(&HeaderMap::new(), query),
+            Ok(Some("ap-south-2"))
+        );
+        let mut odd = HeaderMap::new();
+        odd.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=AKID/20260101/EU_WEST/sqs/aws4_request, SignedHeaders=host, Signature=00"
+                .parse()
+                .unwrap(),
+        );
+        assert!(matches!(
+            signing_region(&odd, ""),
+            Err(SqsError::IncompleteSignature { .. })
+        ));
     }
 }

@@ -462,14 +462,67 @@ async fn with_one_member_down_the_other_two_send_receive_and_delete() {
 
 /// An SDK client of the SQS endpoint at `address`.
 fn sdk(address: SocketAddr) -> aws_sdk_sqs::Client {
+    sdk_in(address, "us-east-1")
+}
+
+/// An SDK client of the SQS endpoint at `address` that signs for `region`.
+fn sdk_in(address: SocketAddr, region: &'static str) -> aws_sdk_sqs::Client {
     let config = aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
+        .region(Region::new(region))
         .credentials_provider(Credentials::new("AKID", "secret", None, None, "tests"))
         .endpoint_url(format!("http://{address}"))
         .http_client(aws_smithy_http_client::Builder::new().build_http())
         .build();
     aws_sdk_sqs::Client::from_conf(config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_of_another_region_is_served_by_every_member_and_only_in_its_region() {
+    let cluster = EdgeCluster::start().await;
+    let away: Vec<aws_sdk_sqs::Client> = cluster
+        .members
+        .iter()
+        .map(|m| sdk_in(m.sqs, "eu-west-1"))
+        .collect();
+    let url = away[0]
+        .create_queue()
+        .queue_name("regional")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    away[1]
+        .send_message()
+        .queue_url(&url)
+        .message_body("in eu-west-1")
+        .send()
+        .await
+        .unwrap();
+    let received = away[2]
+        .receive_message()
+        .queue_url(&url)
+        .wait_time_seconds(2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(received.messages()[0].body(), Some("in eu-west-1"));
+    // The node's own region has no such queue, on any member.
+    for member in &cluster.members {
+        let home = sdk(member.sqs);
+        let missing = home
+            .get_queue_url()
+            .queue_name("regional")
+            .send()
+            .await
+            .unwrap_err()
+            .into_service_error();
+        assert!(missing.is_queue_does_not_exist(), "{missing:?}");
+        let listed = home.list_queues().send().await.unwrap();
+        assert!(listed.queue_urls().is_empty(), "{listed:?}");
+    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

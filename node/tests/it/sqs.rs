@@ -1194,7 +1194,7 @@ async fn signatures_are_verified_when_access_keys_are_configured() {
     h.send(&url, "hello").await;
 
     // Some SDKs (JS v3) post to the queue URL itself: the signed path is then the queue's.
-    let on_queue_path = client_at(&url, "eu-west-1", KEY_ID, SECRET);
+    let on_queue_path = client_at(&url, "us-east-1", KEY_ID, SECRET);
     on_queue_path
         .send_message()
         .queue_url(&url)

@@ -31,11 +31,11 @@ RUN = uuid.uuid4().hex[:8]
 SESSION = boto3.session.Session()
 
 
-def client_for(endpoint):
+def client_for(endpoint, region="us-east-1"):
     return SESSION.client(
         "sqs",
         endpoint_url=endpoint,
-        region_name="us-east-1",
+        region_name=region,
         aws_access_key_id="test",
         aws_secret_access_key="test",
         config=Config(retries={"max_attempts": 1}),
@@ -316,6 +316,23 @@ def queues_addressed_by_bare_name():
     sqs.send_message(QueueUrl=name("bare"), MessageBody="by name")
     [message] = sqs.receive_message(QueueUrl=name("bare"), WaitTimeSeconds=1)["Messages"]
     assert message["Body"] == "by name", message
+
+
+@check
+def queues_kept_per_region():
+    """Issue 14, class 7: the signing scope's region chooses the queues, as in SQS."""
+    away = RoundRobin([client_for(endpoint, "eu-west-1") for endpoint in ENDPOINTS])
+    queue = name("regional")
+    away.create_queue(QueueName=queue)
+    away.send_message(QueueUrl=queue, MessageBody="in eu-west-1")
+    code, _ = error_code(lambda: sqs.get_queue_url(QueueName=queue))
+    assert code == "AWS.SimpleQueueService.NonExistentQueue", code
+    listed = sqs.list_queues(QueueNamePrefix=queue).get("QueueUrls", [])
+    assert listed == [], listed
+    arn = away.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])
+    assert arn["Attributes"]["QueueArn"] == f"arn:aws:sqs:eu-west-1:000000000000:{queue}", arn
+    [message] = away.receive_message(QueueUrl=queue, WaitTimeSeconds=2)["Messages"]
+    assert message["Body"] == "in eu-west-1", message
 
 
 @check

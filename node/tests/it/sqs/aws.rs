@@ -649,6 +649,109 @@ async fn a_bare_name_and_a_regional_url_address_a_queue() {
     assert_eq!(attributes[&QueueAttributeName::QueueArn], arn("addressed"));
 }
 
+#[tokio::test]
+async fn queues_are_kept_per_region_taken_from_the_signing_scope() {
+    let h = Harness::start().await;
+    let endpoint = format!("http://{}", h.address);
+    let ireland = super::client_at(&endpoint, "eu-west-1", super::KEY_ID, super::SECRET);
+    // One name in two regions is two queues, with one URL (URLs carry no region).
+    let home_url = h.create("regional").await;
+    let away_url = ireland
+        .create_queue()
+        .queue_name("regional")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    assert_eq!(home_url, away_url);
+    h.send(&home_url, "in us-east-1").await;
+    ireland
+        .send_message()
+        .queue_url(&away_url)
+        .message_body("in eu-west-1")
+        .send()
+        .await
+        .unwrap();
+    for (client, body) in [(&h.client, "in us-east-1"), (&ireland, "in eu-west-1")] {
+        let received = client
+            .receive_message()
+            .queue_url(&home_url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        let bodies: Vec<_> = received.messages().iter().map(|m| m.body()).collect();
+        assert_eq!(bodies, [Some(body)]);
+    }
+    // A queue of one region does not exist in another, by name, URL or listing.
+    ireland
+        .create_queue()
+        .queue_name("only-away")
+        .send()
+        .await
+        .unwrap();
+    let missing = h
+        .client
+        .get_queue_url()
+        .queue_name("only-away")
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(missing.is_queue_does_not_exist(), "{missing:?}");
+    let listed = |urls: &[String]| -> Vec<String> {
+        urls.iter()
+            .map(|url| url.rsplit('/').next().unwrap().to_owned())
+            .collect()
+    };
+    let home_list = h.client.list_queues().send().await.unwrap();
+    assert_eq!(listed(home_list.queue_urls()), ["regional"]);
+    let away_list = ireland.list_queues().send().await.unwrap();
+    assert_eq!(listed(away_list.queue_urls()), ["only-away", "regional"]);
+    // Each queue's ARN names its region; an ARN of another region names no queue here.
+    let away_arn = ireland
+        .get_queue_attributes()
+        .queue_url(&away_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&QueueAttributeName::QueueArn]
+        .clone();
+    assert_eq!(
+        away_arn,
+        format!("arn:aws:sqs:eu-west-1:{ACCOUNT}:regional")
+    );
+    let cross = h
+        .client
+        .start_message_move_task()
+        .source_arn(&away_arn)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_parts(&cross).0,
+        "ResourceNotFoundException",
+        "{cross:?}"
+    );
+    // Below the endpoint, another region's queue is one more name (the gRPC API's name too).
+    let names: Vec<String> = h
+        ._node
+        .backend()
+        .list_queues(String::new(), None, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["only-away@eu-west-1", "regional", "regional@eu-west-1"]
+    );
+}
+
 // ---- Class 8: message move tasks ----
 
 /// A dead-letter queue `dlq` for a source queue `source`, holding `count` messages.
