@@ -540,6 +540,8 @@ pub struct PeerState {
     pub up: bool,
     /// The best estimate of `peer's clock − this node's` in ms, from a fresh sample.
     pub offset_ms: Option<i64>,
+    /// The peer's version as its latest clock probe reply gave it (for the console).
+    pub version: Option<String>,
 }
 
 /// Where a member stands, for the exposition and `/ready`.

@@ -488,15 +488,19 @@ impl Cluster {
     #[must_use]
     pub fn member_state(&self) -> MemberState {
         let peers = match &self.inner.clock_watch {
-            Some((watch, _)) => watch
-                .peer_offsets()
-                .into_iter()
-                .map(|(peer, offset)| PeerState {
-                    peer: peer.0,
-                    up: offset.is_some(),
-                    offset_ms: offset.map(|offset| offset.estimate_ms()),
-                })
-                .collect(),
+            Some((watch, _)) => {
+                let versions = watch.peer_versions();
+                watch
+                    .peer_offsets()
+                    .into_iter()
+                    .map(|(peer, offset)| PeerState {
+                        peer: peer.0,
+                        up: offset.is_some(),
+                        offset_ms: offset.map(|offset| offset.estimate_ms()),
+                        version: versions.get(&peer).cloned(),
+                    })
+                    .collect()
+            }
             None => self
                 .peer_ids()
                 .into_iter()
@@ -504,6 +508,7 @@ impl Cluster {
                     peer: peer.0,
                     up: !self.inner.peers.down(peer),
                     offset_ms: None,
+                    version: None,
                 })
                 .collect(),
         };

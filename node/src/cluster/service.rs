@@ -427,6 +427,7 @@ impl pb::replica_server::Replica for ReplicaService {
         self.member(&caller, request.get_ref().sender.as_ref())?;
         Ok(Response::new(pb::ClockReply {
             sender: Some(self.me.now().into()),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
         }))
     }
 

@@ -41,7 +41,12 @@ struct Watched {
     /// Whether the node coordinated at the last assessment (none yet: `None`), so that each
     /// change is logged once.
     coordinating: Option<bool>,
+    /// Each peer's version as its latest probe reply gave it (shown to operators only).
+    versions: BTreeMap<NodeId, String>,
 }
+
+/// Characters of a peer's version kept at most (a version string is short; a longer one is cut).
+const VERSION_CHARS_MAX: usize = 64;
 
 /// The probe loops; dropping it stops them.
 pub(super) struct Probes {
@@ -56,6 +61,7 @@ impl ClockWatch {
             monitor: Mutex::new(Watched {
                 monitor: SkewMonitor::new(peers, SkewSettings::default()),
                 coordinating: None,
+                versions: BTreeMap::new(),
             }),
             sampled: watch::Sender::new(0),
             probe_now: Notify::new(),
@@ -104,11 +110,22 @@ impl ClockWatch {
                     peer_ms: replier.clock.0,
                     received_ms: self.me.clock.now().0,
                 };
-                self.monitor
-                    .lock()
-                    .expect("the monitor lock is never poisoned")
+                let version: String = reply
+                    .get_ref()
+                    .version
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(VERSION_CHARS_MAX)
+                    .collect();
+                let mut watched = self
                     .monitor
-                    .observe(peer, sample);
+                    .lock()
+                    .expect("the monitor lock is never poisoned");
+                watched.monitor.observe(peer, sample);
+                if !version.is_empty() {
+                    watched.versions.insert(peer, version);
+                }
+                drop(watched);
                 self.assess();
                 self.sampled.send_modify(|count| *count += 1);
             }
@@ -129,6 +146,16 @@ impl ClockWatch {
             .expect("the monitor lock is never poisoned")
             .monitor
             .peer_offsets(self.me.clock.now().0)
+    }
+
+    /// Each peer's version as its latest probe reply gave it (a peer that never answered, or
+    /// sends none, is missing).
+    pub(super) fn peer_versions(&self) -> BTreeMap<NodeId, String> {
+        self.monitor
+            .lock()
+            .expect("the monitor lock is never poisoned")
+            .versions
+            .clone()
     }
 
     /// The standing now, logging a change of whether the node coordinates.

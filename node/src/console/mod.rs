@@ -6,7 +6,8 @@
 //! from the samples [`Console::sample`] keeps in a bounded ring); a queue's page (attributes,
 //! redrive policy, counts, a peek at its messages that receives nothing, and for a dead-letter
 //! queue its messages' receive counts and sources and a redrive with its progress); the nodes
-//! page (each member up or down, anti-entropy, clock offset, version).
+//! page (each member up or down, anti-entropy, clock offset, version as each peer's clock probe
+//! answers it).
 //!
 //! Access follows the SQS endpoint's keys: when keys are configured, a session is opened by a
 //! login with an access key id and its secret; without keys anyone who reaches the listener may
@@ -846,7 +847,12 @@ async fn nodes_page(State(console): State<Arc<Console>>, headers: HeaderMap) -> 
                     .show(exchange.pushed)
                     .raw(" / ")
                     .show(exchange.pulled)
-                    .raw("</td><td class=\"note\">its own console</td></tr>");
+                    .raw("</td><td>");
+                match &peer.version {
+                    Some(version) => out.text(version),
+                    None => out.raw("<span class=\"note\">not heard yet</span>"),
+                };
+                out.raw("</td></tr>");
             }
             out.raw("</tbody></table>");
             if let Some(reason) = &member.not_joined {
@@ -863,8 +869,7 @@ async fn nodes_page(State(console): State<Arc<Console>>, headers: HeaderMap) -> 
                 "<p class=\"note\">Up: the peer answered a clock probe recently. Clock offset: \
                  the peer's clock minus this node's, estimated from the probes' round trips. \
                  Anti-entropy: rounds this node completed with the peer since it started. \
-                 Members do not exchange their versions: each one's is shown on its own \
-                 console.</p>",
+                 Version: as the peer's latest clock probe answer gave it.</p>",
             );
         }
     }
