@@ -405,12 +405,15 @@ async fn a_members_console_peeks_at_its_replica_and_shows_its_peers() {
         },
     )
     .await;
-    eventually("member 3 shows both peers up, with their versions", || async move {
-        let page = get(address, "/console/nodes", None).await;
-        let version = format!("<td>{}</td>", env!("CARGO_PKG_VERSION"));
-        page.body.matches("class=\"up\">up<").count() == 2
-            && page.body.matches(&version).count() == 3
-    })
+    eventually(
+        "member 3 shows both peers up, with their versions",
+        || async move {
+            let page = get(address, "/console/nodes", None).await;
+            let version = format!("<td>{}</td>", env!("CARGO_PKG_VERSION"));
+            page.body.matches("class=\"up\">up<").count() == 2
+                && page.body.matches(&version).count() == 3
+        },
+    )
     .await;
     let nodes = get(address, "/console/nodes", None).await;
     assert!(nodes.body.contains("data-node=\"3\""), "{}", nodes.body);
