@@ -61,6 +61,25 @@ pub enum Write {
 }
 
 /// What the replica does with one write.
+impl Write {
+    /// Why this write could not have come from a coordinator of this protocol, if it could not:
+    /// a conditional claim and a visibility change carry the claim they are about. A peer's
+    /// write is checked with this where it is decoded (the node's wire), so [`accept`] may
+    /// assert it.
+    #[must_use]
+    pub fn malformed(&self) -> Option<&'static str> {
+        match self {
+            Write::Claim(record) if record.claim().is_none() => {
+                Some("a conditional claim carries no claim")
+            }
+            Write::Visibility(record) if record.claim().is_none() => {
+                Some("a visibility change carries no claim")
+            }
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Accepted: persist this (`None`: remove the record), then ack.

@@ -373,6 +373,25 @@ pub enum TaskWrite {
     Renew(TaskRecord),
 }
 
+impl TaskWrite {
+    /// Why this write could not have come from a coordinator of this protocol, if it could not:
+    /// a conditional start, lease or renewal carries the task it is about. A peer's write is
+    /// checked with this where it is decoded (the node's wire), so [`accept_task`] may assert
+    /// it.
+    #[must_use]
+    pub fn malformed(&self) -> Option<&'static str> {
+        match self {
+            TaskWrite::Merge(_) => None,
+            TaskWrite::Start(record) | TaskWrite::Lease(record) | TaskWrite::Renew(record) => {
+                record
+                    .current()
+                    .is_none()
+                    .then_some("a conditional task write carries no task")
+            }
+        }
+    }
+}
+
 /// What a replica does with one task write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskVerdict {

@@ -64,6 +64,10 @@ pub enum WireError {
         #[source]
         source: CodecError,
     },
+    /// A request that decodes but no coordinator of this protocol makes (a conditional write
+    /// without the claim or task it is about): refused here, before a replica's rules see it.
+    #[error("entry {index} is malformed: {reason}")]
+    Malformed { index: usize, reason: &'static str },
     /// A partition number out of range.
     #[error("partition {0} is out of range")]
     Partition(u32),
@@ -105,8 +109,13 @@ pub fn entries(entries: &[pb::Entry]) -> Result<Vec<(RecordKey, Request)>, WireE
         .enumerate()
         .map(|(index, entry)| {
             let key = RecordKey::decode(&entry.key).ok_or(WireError::Key { index })?;
-            let request = codec::decode_framed(&entry.request)
+            let request: Request = codec::decode_framed(&entry.request)
                 .map_err(|source| WireError::Body { index, source })?;
+            if let Request::Write { write, .. } = &request
+                && let Some(reason) = write.malformed()
+            {
+                return Err(WireError::Malformed { index, reason });
+            }
             Ok((key, request))
         })
         .collect()
@@ -406,8 +415,13 @@ pub fn task_entries(entries: &[pb::TaskEntry]) -> Result<Vec<(TaskKey, TaskReque
         .enumerate()
         .map(|(index, entry)| {
             let key = TaskKey::decode(&entry.key).ok_or(WireError::TaskKey { index })?;
-            let request = codec::decode_framed(&entry.request)
+            let request: TaskRequest = codec::decode_framed(&entry.request)
                 .map_err(|source| WireError::Body { index, source })?;
+            if let TaskRequest::Write { write, .. } = &request
+                && let Some(reason) = write.malformed()
+            {
+                return Err(WireError::Malformed { index, reason });
+            }
             Ok((key, request))
         })
         .collect()
@@ -506,5 +520,90 @@ pub fn fault(fault: &pb::StoreFault) -> StoreFault {
     StoreFault {
         kind,
         detail: fault.detail.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trireme_core::Incarnation;
+
+    /// `payload` in an intact frame, as the fuzz target `replica_record` makes its inputs.
+    fn framed(payload: &[u8]) -> Vec<u8> {
+        let mut frame = vec![codec::FORMAT_BINCODE_V1];
+        frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        frame.extend_from_slice(payload);
+        frame
+    }
+
+    fn task_key() -> Vec<u8> {
+        TaskKey {
+            queue: QueueName::try_from("dlq").unwrap(),
+            incarnation: Incarnation {
+                hlc_ms: 1,
+                node: 1,
+                nonce: 1,
+            },
+        }
+        .encode()
+    }
+
+    /// Found by `cargo fuzz run replica_record` (crash-8a55cc5a…, input `30 00 01 01 00 01`):
+    /// a conditional task write (`Start`) of a record without tasks decoded, and the replica's
+    /// rule asserted that it carries its task; a peer could stop a member with it.
+    #[test]
+    fn a_conditional_task_write_without_its_task_is_refused_at_the_wire() {
+        let payload = [0x01, 0x01, 0x00, 0x01];
+        let decoded: TaskRequest = codec::decode_framed(&framed(&payload)).unwrap();
+        assert!(
+            matches!(&decoded, TaskRequest::Write { write, .. } if write.malformed().is_some()),
+            "{decoded:?}"
+        );
+        let entry = pb::TaskEntry {
+            key: task_key(),
+            request: framed(&payload),
+        };
+        assert!(matches!(
+            task_entries(&[entry]),
+            Err(WireError::Malformed { index: 0, .. })
+        ));
+    }
+
+    /// The same for a record's conditional claim: a `Claim` whose record holds no claim.
+    #[test]
+    fn a_conditional_claim_without_its_claim_is_refused_at_the_wire() {
+        let key = RecordKey {
+            queue: QueueName::try_from("q").unwrap(),
+            incarnation: Incarnation {
+                hlc_ms: 1,
+                node: 1,
+                nonce: 1,
+            },
+            message: MessageId(7),
+        };
+        // A tombstone holds no claim: what a forged `Claim` could carry.
+        let unclaimed = Record {
+            generation: trireme_replication::Generation(0),
+            body: trireme_replication::record::Body::Tombstone(
+                trireme_replication::record::Tombstone {
+                    reason: trireme_replication::record::TombstoneReason::Deleted,
+                    at: Millis(1),
+                },
+            ),
+        };
+        for write in [
+            trireme_replication::replica::Write::Claim(unclaimed.clone()),
+            trireme_replication::replica::Write::Visibility(unclaimed),
+        ] {
+            let request = Request::Write {
+                write: Box::new(write),
+                ack: true,
+            };
+            let entry = entry(&key, &request);
+            assert!(matches!(
+                entries(&[entry]),
+                Err(WireError::Malformed { index: 0, .. })
+            ));
+        }
     }
 }

@@ -17,7 +17,8 @@ mod messages;
 mod move_task;
 mod permissions;
 mod redrive_policy;
-mod sigv4;
+/// Public for the fuzz targets (`fuzz/`), which verify arbitrary requests with it.
+pub mod sigv4;
 
 /// The body digest both endpoints report (`MD5OfMessageBody`, gRPC `md5_of_body`): one
 /// implementation, tested against SQS's vectors in `digest`.
