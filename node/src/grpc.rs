@@ -13,9 +13,9 @@ use axum::http;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span, debug, field, info_span};
 use trireme_core::{
-    AttributeChanges, AttributeValue, Command, DedupId, Delivery, Outcome, QueueAttributes,
-    QueueName, QueueView, ReceiptHandle, RedriveAllow, RedrivePolicy, limits as core_limits,
-    message_size_bytes,
+    AttributeChanges, AttributeValue, Command, DedupId, Delivery, MessageId, Outcome,
+    QueueAttributes, QueueName, QueueView, ReceiptHandle, RedriveAllow, RedrivePolicy,
+    limits as core_limits, message_size_bytes,
 };
 use trireme_proto::v1 as pb;
 use trireme_proto::v1::queue_service_server::QueueService;
@@ -1044,6 +1044,21 @@ impl QueueService for GrpcService {
                             dedup: parts.dedup,
                         });
                     }
+                }
+            }
+            // Entries stored in the same millisecond tie by message id: ids drawn in increasing
+            // entry order keep the batch in entry order when it is received.
+            let mut ids: Vec<MessageId> = commands
+                .iter()
+                .filter_map(|command| match command {
+                    Command::Send { id, .. } => Some(*id),
+                    _ => None,
+                })
+                .collect();
+            ids.sort_unstable();
+            for (command, drawn) in commands.iter_mut().zip(ids) {
+                if let Command::Send { id, .. } = command {
+                    *id = drawn;
                 }
             }
             // All entries go to the engine before any answer is awaited: one group commit.

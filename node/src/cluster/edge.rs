@@ -311,13 +311,27 @@ impl ClusterEdge {
     /// node's clock does not let it coordinate, `Unsupported` for an action this version serves
     /// only alone.
     pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
+        self.execute_at(command, None).await
+    }
+
+    /// [`ClusterEdge::execute`], a send being one of a batch sent at `batch_at` when given.
+    async fn execute_at(
+        &self,
+        command: Command,
+        batch_at: Option<Millis>,
+    ) -> Result<Outcome, EngineError> {
         self.serving()?;
         self.coordinating().await?;
-        let result = self.execute_command(command).await;
+        let result = self.execute_command(command, batch_at).await;
         self.explained(result)
     }
 
-    async fn execute_command(&self, command: Command) -> Result<Outcome, EngineError> {
+    /// `command`, a send of a batch sent at `batch_at` when it is one (its `sent_at`).
+    async fn execute_command(
+        &self,
+        command: Command,
+        batch_at: Option<Millis>,
+    ) -> Result<Outcome, EngineError> {
         match command {
             Command::CreateQueue {
                 name,
@@ -364,7 +378,7 @@ impl ClusterEdge {
                     system,
                     delay_s,
                 };
-                self.send(&queue, id, message, dedup).await
+                self.send(&queue, id, message, dedup, batch_at).await
             }
             Command::Receive {
                 queue,
@@ -390,14 +404,17 @@ impl ClusterEdge {
         }
     }
 
-    /// Applies every command, concurrently, answering in order.
+    /// Applies every command, concurrently, answering in order. The sends among them are sent
+    /// at one instant, so a batch received whole comes back in entry order (spec/replication.md,
+    /// *Order of a receive's answer*; the callers draw a batch's ids in increasing entry order).
     pub async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Outcome, EngineError>> {
+        let batch_at = self.clock.now();
         let mut running = tokio::task::JoinSet::new();
         for (index, command) in commands.into_iter().enumerate() {
             let edge = self.clone();
             // Each command's replica calls carry the request's trace id (`crate::trace`).
             running.spawn(crate::trace::inherit(async move {
-                (index, edge.execute(command).await)
+                (index, edge.execute_at(command, Some(batch_at)).await)
             }));
         }
         let mut results: Vec<Option<Result<Outcome, EngineError>>> = Vec::new();
@@ -561,6 +578,7 @@ impl ClusterEdge {
         id: MessageId,
         message: Message,
         dedup: Option<DedupId>,
+        batch_at: Option<Millis>,
     ) -> Result<Outcome, EngineError> {
         let Message {
             body,
@@ -579,7 +597,7 @@ impl ClusterEdge {
         }
         check_message(&body, &attributes, known.attributes.message_bytes_max)?;
         check_system_attributes(&system)?;
-        let now = self.clock.now();
+        let now = batch_at.unwrap_or_else(|| self.clock.now());
         let payload = codec::encode_framed(&Payload {
             body,
             attributes,

@@ -478,6 +478,50 @@ fn sdk_in(address: SocketAddr, region: &'static str) -> aws_sdk_sqs::Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_received_whole_through_another_member_comes_back_in_entry_order() {
+    let mut cluster = EdgeCluster::start().await;
+    create(cluster.at(0), "ordered", pb::QueueAttributes::default()).await;
+    for round in 0..3 {
+        let bodies: Vec<String> = (0..10).map(|entry| format!("r{round}-e{entry}")).collect();
+        let sent = cluster
+            .at(round % 3)
+            .send_message_batch(pb::SendMessageBatchRequest {
+                queue: "ordered".to_owned(),
+                entries: bodies
+                    .iter()
+                    .enumerate()
+                    .map(|(entry, body)| pb::SendMessageBatchEntry {
+                        id: format!("e{entry}"),
+                        body: body.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(sent.successful.len(), 10, "{sent:?}");
+        // Once the receiving member's view holds all ten, one receive takes them all.
+        let through = (round + 1) % 3;
+        let client = cluster.at(through).clone();
+        crate::harness::eventually_within("the batch in the view", Duration::from_secs(10), || {
+            let client = client.clone();
+            async move { stats(&client, "ordered").await.ready == 10 }
+        })
+        .await;
+        let received = receive(cluster.at(through), "ordered", 10, 0).await;
+        let got: Vec<&str> = received.iter().map(|m| m.body.as_str()).collect();
+        assert_eq!(got, bodies, "round {round}");
+        for message in &received {
+            delete(cluster.at(through), "ordered", &message.receipt_handle)
+                .await
+                .unwrap();
+        }
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_of_another_region_is_served_by_every_member_and_only_in_its_region() {
     let cluster = EdgeCluster::start().await;
     let away: Vec<aws_sdk_sqs::Client> = cluster
