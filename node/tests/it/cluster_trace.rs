@@ -2,11 +2,13 @@
 //! gRPC, then over SQS) carries the id its client chose into member 1's request span, back in
 //! the answer's `trireme-trace-id`, and in the metadata of the replica calls it causes, where
 //! members 2 and 3 record it in their `replica` spans. The spans are captured by a tracing
-//! layer of this test, set as the default subscriber of its single-threaded runtime (so no
-//! other test's spans are seen, and none of this test's are lost to another thread).
+//! layer of this test, installed once as the test binary's global subscriber (a default scoped
+//! to one thread lost spans to the callsite cache when other tests ran beside it): it sees only
+//! spans named `request`, `sqs` and `replica`, and keeps only those whose trace ids carry this
+//! test's [`MARK`], so other tests' requests cost it a name check and nothing is kept of them.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::field::{Field, Visit};
@@ -17,6 +19,9 @@ use trireme_proto::v1 as pb;
 
 use crate::cluster_edges::{EdgeCluster, create};
 use crate::harness::{eventually, send_request};
+
+/// What this test's trace ids start with; a random id starts so once in 2^24.
+const MARK: &str = "c0ffee";
 
 /// A span as the layer saw it: its name and its fields' values as text.
 #[derive(Clone, Debug)]
@@ -55,6 +60,14 @@ where
     fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
         let mut fields = BTreeMap::new();
         attributes.record(&mut Fields(&mut fields));
+        let ours = ["trace_id", "trace_ids"].iter().any(|field| {
+            fields
+                .get(*field)
+                .is_some_and(|ids| ids.split(',').any(|id| id.starts_with(MARK)))
+        });
+        if !ours {
+            return;
+        }
         let mut spans = self.spans.lock().unwrap();
         spans.push(Seen {
             name: attributes.metadata().name(),
@@ -78,6 +91,23 @@ where
 }
 
 impl Capture {
+    /// The capture, installed as the global subscriber at the first call.
+    fn installed() -> &'static Capture {
+        static CAPTURE: OnceLock<Capture> = OnceLock::new();
+        CAPTURE.get_or_init(|| {
+            let capture = Capture::default();
+            let spans = tracing_subscriber::filter::filter_fn(|metadata| {
+                metadata.is_span() && matches!(metadata.name(), "request" | "sqs" | "replica")
+            });
+            let subscriber = tracing_subscriber::registry().with(
+                tracing_subscriber::Layer::with_filter(capture.clone(), spans),
+            );
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other test installs a global subscriber");
+            capture
+        })
+    }
+
     fn spans(&self, name: &str) -> Vec<Seen> {
         self.spans
             .lock()
@@ -122,19 +152,15 @@ async fn sqs_post(address: std::net::SocketAddr, action: &str, body: &str, trace
     answer
 }
 
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_through_one_member_is_followed_by_its_trace_id_into_the_other_replicas() {
-    let capture = Capture::default();
-    let subscriber = tracing_subscriber::registry()
-        .with(capture.clone())
-        .with(tracing_subscriber::filter::LevelFilter::DEBUG);
-    let _default = tracing::subscriber::set_default(subscriber);
+    let capture = Capture::installed();
 
     let mut cluster = EdgeCluster::start().await;
     create(cluster.at(0), "traced", pb::QueueAttributes::default()).await;
 
     // gRPC: the client names the trace id; member 1 keeps it and answers with it.
-    let trace = "00c0ffee0badf00d";
+    let trace = "c0ffee000badf00d";
     let mut request = tonic::Request::new(send_request("traced", "followed"));
     request
         .metadata_mut()
@@ -166,12 +192,12 @@ async fn a_send_through_one_member_is_followed_by_its_trace_id_into_the_other_re
     })
     .await;
     assert!(
-        capture.replicas_that_saw("1111111111111111").is_empty(),
+        capture.replicas_that_saw("c0ffee1111111111").is_empty(),
         "an id no request carried is seen nowhere"
     );
 
     // SQS: the same through member 1's SQS endpoint.
-    let trace = "5150aa55aa55aa55";
+    let trace = "c0ffee55aa55aa55";
     let queue_url = format!(
         "http://127.0.0.1:{}/000000000000/traced",
         cluster.members[0].sqs.port()
