@@ -15,7 +15,7 @@
 # Settings (environment): TRIREME_GRPC_PORT_1..3, TRIREME_SQS_PORT_1..3 and
 # TRIREME_METRICS_PORT_1..3 (host ports, default 7101-7103, 9325-9327 and 9101-9103), COMPOSE_FAULTS_MESSAGES (at most, default 6000),
 # COMPOSE_FAULTS_RATE (sends per second, default 25), COMPOSE_FAULTS_NO_BUILD=1 (reuse the
-# image and target/release as they are).
+# image and target/release as they are), COMPOSE_TOOL=v1|v2 (which Compose runs the cluster).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -25,13 +25,24 @@ say() { echo "compose-faults [$(( $(date +%s) - started )) s]: $*"; }
 fail() { say "FAIL: $*"; exit 1; }
 left() { echo $(( run_max_s - ($(date +%s) - started) )); }
 
-if command -v docker-compose >/dev/null 2>&1; then
-  compose_tool=(docker-compose)
-elif docker compose version >/dev/null 2>&1; then
-  compose_tool=(docker compose)
-else
-  fail "neither docker-compose nor docker compose is installed"
-fi
+# COMPOSE_TOOL=v1 runs `docker-compose`, v2 runs `docker compose` (the plugin); unset, whichever
+# is installed, v1 first (this machine's own tool). .ci/extra/compose-v2.sh runs this script again
+# under v2, so the compose file is proven with both.
+case "${COMPOSE_TOOL:-}" in
+  v1) compose_tool=(docker-compose) ;;
+  v2) compose_tool=(docker compose) ;;
+  "")
+    if command -v docker-compose >/dev/null 2>&1; then
+      compose_tool=(docker-compose)
+    elif docker compose version >/dev/null 2>&1; then
+      compose_tool=(docker compose)
+    else
+      fail "neither docker-compose nor docker compose is installed"
+    fi ;;
+  *) fail "COMPOSE_TOOL is v1 or v2, not ${COMPOSE_TOOL}" ;;
+esac
+"${compose_tool[@]}" version >/dev/null 2>&1 || fail "${compose_tool[*]} does not run"
+say "compose tool: $("${compose_tool[@]}" version 2>/dev/null | head -1)"
 project="trireme-faults-$$"
 compose=("${compose_tool[@]}" -p "$project" -f docker-compose.yml)
 export TRIREME_IMAGE="${TRIREME_IMAGE:-trireme:local}"
