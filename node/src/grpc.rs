@@ -27,7 +27,7 @@ use crate::metrics::{Api, RequestMetrics};
 use crate::redrive::{RedriveProgress, RedriveStatus};
 use crate::sqs::body_md5;
 use crate::status::{self, FieldError};
-use crate::trace::{self, TraceId};
+use crate::trace;
 
 /// The gRPC service of one node.
 #[derive(Clone, Debug)]
@@ -95,13 +95,18 @@ fn method_name(path: &str) -> &'static str {
 #[derive(Clone, Debug)]
 pub struct MetricsLayer {
     requests: RequestMetrics,
+    trace_ids: trace::TraceIds,
 }
 
 impl MetricsLayer {
-    /// A layer recording into `requests`.
+    /// A layer recording into `requests`, giving each request a trace id (`crate::trace`) from
+    /// `trace_ids` unless its client sent one.
     #[must_use]
-    pub fn new(requests: RequestMetrics) -> MetricsLayer {
-        MetricsLayer { requests }
+    pub fn new(requests: RequestMetrics, trace_ids: trace::TraceIds) -> MetricsLayer {
+        MetricsLayer {
+            requests,
+            trace_ids,
+        }
     }
 }
 
@@ -112,6 +117,7 @@ impl<S> tower::Layer<S> for MetricsLayer {
         Metered {
             inner,
             requests: self.requests.clone(),
+            trace_ids: self.trace_ids.clone(),
         }
     }
 }
@@ -121,6 +127,7 @@ impl<S> tower::Layer<S> for MetricsLayer {
 pub struct Metered<S> {
     inner: S,
     requests: RequestMetrics,
+    trace_ids: trace::TraceIds,
 }
 
 impl<S, B, RB> tower::Service<http::Request<B>> for Metered<S>
@@ -147,7 +154,7 @@ where
         let requests = self.requests.clone();
         // The handler runs inside this future, so its span and every replica call it causes
         // see the request's trace id (`trace`).
-        let trace = TraceId::of_request(request.headers());
+        let trace = self.trace_ids.of_request(request.headers());
         let answer = trace::scope(trace, self.inner.call(request));
         Box::pin(async move {
             let mut result = answer.await;

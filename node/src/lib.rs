@@ -132,6 +132,8 @@ pub struct Node {
     console: bool,
     /// The SQS endpoint's keys, which the console's login takes (none until it is served).
     console_keys: Vec<sqs::AccessKey>,
+    /// Where both edges' requests get their trace ids: the node's seed's stream if it has one.
+    trace_ids: trace::TraceIds,
 }
 
 impl std::fmt::Debug for Node {
@@ -392,6 +394,7 @@ impl Node {
             member.as_ref().map(|member| member.cluster.clone()),
             config.data_dir.clone(),
         ));
+        let trace_ids = trace::TraceIds::new(config.seed);
         let (stop_accepting, stop) = watch::channel(false);
         // No `tcp_nodelay` here: tonic ignores it for a custom incoming stream. The accepted
         // sockets get it from `tcp_incoming` (production) or need none (turmoil).
@@ -400,7 +403,10 @@ impl Node {
             .http2_keepalive_interval(Some(Duration::from_secs(limits::grpc_keepalive_interval_s)))
             .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
             .max_concurrent_streams(Some(limits::grpc_streams_per_connection_max))
-            .layer(grpc::MetricsLayer::new(sources.requests.clone()))
+            .layer(grpc::MetricsLayer::new(
+                sources.requests.clone(),
+                trace_ids.clone(),
+            ))
             .add_service(tonic::service::interceptor::InterceptedService::new(
                 grpc::service(
                     backend.clone(),
@@ -426,6 +432,7 @@ impl Node {
             shutdown_grace: Duration::from_secs(config.shutdown_grace_s),
             console: config.console,
             console_keys: Vec::new(),
+            trace_ids,
         })
     }
 
@@ -434,6 +441,7 @@ impl Node {
     pub fn serve_sqs(&mut self, listener: tokio::net::TcpListener, settings: sqs::SqsSettings) {
         let settings = sqs::SqsSettings {
             requests: self.requests.clone(),
+            trace_ids: self.trace_ids.clone(),
             ..settings
         };
         self.console_keys.clone_from(&settings.access_keys);
@@ -677,6 +685,7 @@ pub fn sqs_settings(config: &config::SqsConfig, bound_port: u16) -> sqs::SqsSett
             })
             .collect(),
         requests: metrics::RequestMetrics::default(),
+        trace_ids: trace::TraceIds::default(),
     }
 }
 

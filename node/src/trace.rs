@@ -17,8 +17,11 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use axum::http;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
 
 use crate::limits;
 
@@ -32,13 +35,6 @@ pub const TRACE_IDS_KEY: &str = "trireme-trace-ids";
 pub struct TraceId(pub u64);
 
 impl TraceId {
-    /// A fresh id. Random from the OS: a trace id labels logs and never reaches an outcome, so
-    /// a simulation's replay does not depend on it.
-    #[must_use]
-    pub fn random() -> TraceId {
-        TraceId(rand::random())
-    }
-
     /// The id `text` writes, if it is one: exactly 16 hex digits (a client's header of any other
     /// shape is ignored, and a fresh id used instead).
     #[must_use]
@@ -47,16 +43,6 @@ impl TraceId {
             return None;
         }
         u64::from_str_radix(text, 16).ok().map(TraceId)
-    }
-
-    /// The id a client sent in `headers`, else a fresh one.
-    #[must_use]
-    pub fn of_request(headers: &http::HeaderMap) -> TraceId {
-        headers
-            .get(TRACE_ID_HEADER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(TraceId::parse)
-            .unwrap_or_else(TraceId::random)
     }
 
     /// The id as a header value.
@@ -69,6 +55,52 @@ impl TraceId {
 impl fmt::Display for TraceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:016x}", self.0)
+    }
+}
+
+/// Where a node's fresh trace ids come from: a stream of its seed when it has one, so that a
+/// simulated run sends the same bytes when it replays (ids travel in metadata), else the OS.
+/// Cheap to clone; the clones share the stream.
+#[derive(Clone, Debug)]
+pub struct TraceIds(Arc<Mutex<ChaCha20Rng>>);
+
+impl TraceIds {
+    /// The trace ids of a node seeded with `seed` (`None`: from the OS).
+    #[must_use]
+    pub fn new(seed: Option<u64>) -> TraceIds {
+        let rng = match seed {
+            // A stream apart from the node's other seeded streams ("trace_id").
+            Some(seed) => ChaCha20Rng::seed_from_u64(seed ^ 0x7472_6163_655f_6964),
+            None => ChaCha20Rng::from_os_rng(),
+        };
+        TraceIds(Arc::new(Mutex::new(rng)))
+    }
+
+    /// A fresh id.
+    #[must_use]
+    pub fn next(&self) -> TraceId {
+        TraceId(
+            self.0
+                .lock()
+                .expect("the trace id stream's lock is never poisoned")
+                .random(),
+        )
+    }
+
+    /// The id a client sent in `headers`, else a fresh one.
+    #[must_use]
+    pub fn of_request(&self, headers: &http::HeaderMap) -> TraceId {
+        headers
+            .get(TRACE_ID_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(TraceId::parse)
+            .unwrap_or_else(|| self.next())
+    }
+}
+
+impl Default for TraceIds {
+    fn default() -> TraceIds {
+        TraceIds::new(None)
     }
 }
 
@@ -186,6 +218,21 @@ mod tests {
         metadata.insert(TRACE_IDS_KEY, "a b".parse().unwrap());
         assert_eq!(ids_received(&metadata), "");
         assert_eq!(ids_value(&[]), None);
+    }
+
+    #[test]
+    fn a_seeded_node_draws_the_same_trace_ids_again() {
+        let (first, second) = (TraceIds::new(Some(7)), TraceIds::new(Some(7)));
+        let drawn: Vec<TraceId> = (0..4).map(|_| first.next()).collect();
+        assert_eq!(drawn, (0..4).map(|_| second.next()).collect::<Vec<_>>());
+        assert_ne!(drawn[0], TraceIds::new(Some(8)).next());
+        let mut headers = http::HeaderMap::new();
+        headers.insert(TRACE_ID_HEADER, "00000000000000ff".parse().unwrap());
+        assert_eq!(
+            first.of_request(&headers),
+            TraceId(0xff),
+            "the client's id is kept"
+        );
     }
 
     #[tokio::test]

@@ -24,6 +24,7 @@ use trireme_replication::placement::REPLICAS;
 use super::peers::Identity;
 use super::service::CANDIDATES_PER_REPLY_MAX;
 use super::{Cluster, DeadLetter, Delivered, wire};
+use crate::trace::{self, TraceId};
 
 /// `POLL_PERIOD` (spec/replication.md §9): how often a node with waiters on a queue receives
 /// for them with a read quorum of indexes.
@@ -122,8 +123,12 @@ impl LongPolls {
     }
 }
 
-/// The sending half of the wake-ups this node's writes send its peers.
-pub(super) type WakeUps = mpsc::Sender<(QueueName, Incarnation, Vec<MessageId>)>;
+/// The sending half of the wake-ups this node's writes send its peers, each with the trace id
+/// of the request whose write made the messages ready (`crate::trace`).
+pub(super) type WakeUps = mpsc::Sender<(QueueName, Incarnation, Vec<MessageId>, Option<TraceId>)>;
+
+/// The messages and trace ids of the wake-ups of one queue gathered for one call.
+type Gathered = (Vec<MessageId>, BTreeSet<TraceId>);
 
 /// Starts the task that sends wake-ups to every peer: each once, unawaited by the write, those
 /// queued together in one request per queue and peer. It ends when the cluster drops `WakeUps`.
@@ -137,12 +142,16 @@ pub(super) fn spawn_wake_ups(
         while let Some(first) = queued.recv().await {
             // In key order: the calls' order must not depend on a random hasher (the
             // simulation replays a seed bit for bit).
-            let mut by_queue: BTreeMap<QueueKey, Vec<MessageId>> = BTreeMap::new();
-            let mut add = |(queue, incarnation, ids): (QueueName, Incarnation, Vec<MessageId>)| {
-                by_queue
-                    .entry((queue, incarnation))
-                    .or_default()
-                    .extend(ids);
+            let mut by_queue: BTreeMap<QueueKey, Gathered> = BTreeMap::new();
+            let mut add = |(queue, incarnation, ids, trace): (
+                QueueName,
+                Incarnation,
+                Vec<MessageId>,
+                Option<TraceId>,
+            )| {
+                let (gathered, traces) = by_queue.entry((queue, incarnation)).or_default();
+                gathered.extend(ids);
+                traces.extend(trace);
             };
             add(first);
             while let Ok(more) = queued.try_recv() {
@@ -150,18 +159,25 @@ pub(super) fn spawn_wake_ups(
             }
             // Calls still running from earlier wake-ups are not waited for; finished ones go.
             while calls.try_join_next().is_some() {}
-            for ((queue, incarnation), ids) in by_queue {
+            for ((queue, incarnation), (ids, traces)) in by_queue {
+                let traces: Vec<TraceId> = traces.into_iter().collect();
+                let traced = trace::ids_value(&traces);
                 for chunk in ids.chunks(CANDIDATES_PER_REPLY_MAX) {
                     for (peer, client) in &peers {
                         let mut client = client.clone();
-                        let request = pb::WakeUpRequest {
+                        let mut request = tonic::Request::new(pb::WakeUpRequest {
                             sender: Some(me.now().into()),
                             queue: queue.as_str().to_owned(),
                             incarnation_hlc_ms: incarnation.hlc_ms,
                             incarnation_node: u32::from(incarnation.node),
                             incarnation_nonce: incarnation.nonce,
                             messages: chunk.iter().copied().map(wire::candidate).collect(),
-                        };
+                        });
+                        if let Some(value) = &traced {
+                            request
+                                .metadata_mut()
+                                .insert(trace::TRACE_IDS_KEY, value.clone());
+                        }
                         let peer = *peer;
                         calls.spawn(async move {
                             if let Err(status) = client.wake_up(request).await {
@@ -273,7 +289,7 @@ impl Cluster {
         if self
             .inner
             .wake_ups
-            .try_send((queue.clone(), incarnation, ids))
+            .try_send((queue.clone(), incarnation, ids, trace::current()))
             .is_err()
         {
             debug!(%queue, "wake-ups queued beyond their bound: one dropped");

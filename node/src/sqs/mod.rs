@@ -41,7 +41,7 @@ use trireme_core::QueueName;
 
 use crate::backend::Backend;
 use crate::metrics::{Api, RequestMetrics};
-use crate::trace::{self, TraceId};
+use crate::trace::{self, TraceIds};
 use address::{AddressError, Addresses};
 use error::{Invalid, JSON_CONTENT_TYPE, SqsError};
 pub use sigv4::AccessKey;
@@ -62,6 +62,8 @@ pub struct SqsSettings {
     pub access_keys: Vec<AccessKey>,
     /// Where the endpoint records each request's latency and refusal (the node's metrics).
     pub requests: RequestMetrics,
+    /// Where requests without a client's trace id get one (the node's stream).
+    pub trace_ids: TraceIds,
 }
 
 impl Default for SqsSettings {
@@ -73,6 +75,7 @@ impl Default for SqsSettings {
             account_id: "000000000000".to_owned(),
             access_keys: Vec::new(),
             requests: RequestMetrics::default(),
+            trace_ids: TraceIds::default(),
         }
     }
 }
@@ -85,6 +88,8 @@ struct Sqs {
     home: Addresses,
     access_keys: Vec<AccessKey>,
     requests: RequestMetrics,
+    /// Fresh trace ids (`crate::trace`).
+    trace_ids: TraceIds,
 }
 
 /// One request as its action's handler sees the endpoint: everything of [`Sqs`], with the
@@ -126,6 +131,7 @@ pub fn router(backend: Backend, settings: SqsSettings) -> Router {
         ),
         access_keys: settings.access_keys,
         requests: settings.requests,
+        trace_ids: settings.trace_ids,
     });
     Router::new()
         .fallback(serve)
@@ -149,7 +155,7 @@ async fn serve(
         .unwrap_or_default()
         .to_owned();
     // The queue is recorded once the request names one (`queue_from_url`).
-    let trace = TraceId::of_request(&headers);
+    let trace = sqs.trace_ids.of_request(&headers);
     let span = debug_span!(
         "sqs",
         request_id = %request_id,

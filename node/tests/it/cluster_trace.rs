@@ -120,9 +120,17 @@ impl Capture {
 
     /// The members (node ids) whose replica spans list `trace`.
     fn replicas_that_saw(&self, trace: &str) -> Vec<String> {
+        self.replicas_that_saw_in(trace, None)
+    }
+
+    /// The members (node ids) whose replica spans of `rpc` (any if `None`) list `trace`.
+    fn replicas_that_saw_in(&self, trace: &str, rpc: Option<&str>) -> Vec<String> {
         let mut nodes: Vec<String> = self
             .spans("replica")
             .into_iter()
+            .filter(|seen| {
+                rpc.is_none_or(|rpc| seen.fields.get("rpc").map(String::as_str) == Some(rpc))
+            })
             .filter(|seen| {
                 seen.fields
                     .get("trace_ids")
@@ -190,6 +198,15 @@ async fn a_send_through_one_member_is_followed_by_its_trace_id_into_the_other_re
         let nodes = capture.replicas_that_saw(trace);
         async move { nodes == ["2", "3"] }
     })
+    .await;
+    // Once the send's acks are in, its wake-up goes to every peer with the same id.
+    eventually(
+        "members 2 and 3 are woken under the send's trace id",
+        || {
+            let nodes = capture.replicas_that_saw_in(trace, Some("WakeUp"));
+            async move { nodes == ["2", "3"] }
+        },
+    )
     .await;
     assert!(
         capture.replicas_that_saw("c0ffee1111111111").is_empty(),
