@@ -202,6 +202,49 @@ impl Console {
     fn allowed(&self, visit: &Visit) -> bool {
         !self.login_required() || visit.session.key_id.is_some()
     }
+
+    /// Whether a request naming `host` in its `Host` header is served. Without keys, only a
+    /// host that is an IP address or `localhost`: a page of another site whose name an attacker
+    /// points at this address afterwards (DNS rebinding) names its own host, and would
+    /// otherwise read the pages and their CSRF token as same-origin. With keys, any host (it
+    /// needs a login all the same).
+    fn host_allowed(&self, headers: &HeaderMap) -> bool {
+        if self.login_required() {
+            return true;
+        }
+        headers
+            .get(header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(host_is_local)
+    }
+}
+
+/// Whether `host` (a `Host` header: `[::1]:9100`, `127.0.0.1:9100`, `localhost:9100`, or any of
+/// them without the port) names an IP address or `localhost`.
+fn host_is_local(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// Refuses a request whose `Host` the console does not serve ([`Console::host_allowed`]).
+async fn check_host(
+    State(console): State<Arc<Console>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if console.host_allowed(request.headers()) {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            "The console without a login answers only a host that is an IP address or \
+             localhost (configure SQS access keys to reach it by name).\n",
+        )
+            .into_response()
+    }
 }
 
 /// The console's routes, under `/console`.
@@ -216,6 +259,10 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/console/logout", post(logout))
         // Forms are a few short fields; anything larger is not one of ours.
         .layer(DefaultBodyLimit::max(limits::console_form_bytes_max))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&console),
+            check_host,
+        ))
         .with_state(console)
 }
 
@@ -1027,6 +1074,23 @@ mod tests {
             HeaderValue::from_static("trireme_console=<x>"),
         );
         assert_eq!(cookie_token(&headers), None);
+    }
+
+    #[test]
+    fn without_keys_only_an_address_or_localhost_is_served() {
+        let allowed = host_is_local;
+        for host in [
+            "127.0.0.1:9100",
+            "localhost:9100",
+            "LOCALHOST",
+            "[::1]:9100",
+            "10.0.0.3",
+        ] {
+            assert!(allowed(host), "{host}");
+        }
+        for host in ["evil.example:9100", "localhost.evil.example", "node1:9100"] {
+            assert!(!allowed(host), "{host}");
+        }
     }
 
     #[test]

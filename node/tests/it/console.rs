@@ -420,3 +420,35 @@ async fn a_members_console_peeks_at_its_replica_and_shows_its_peers() {
     assert!(nodes.body.contains("(this one)"), "{}", nodes.body);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_a_page_asked_for_by_another_name_is_refused() {
+    let node = TestNode::start().await;
+    // What a page of another site sees after pointing its own name at this address (DNS
+    // rebinding): the Host header still names that site.
+    let mut stream = tokio::net::TcpStream::connect(node.metrics).await.unwrap();
+    stream
+        .write_all(b"GET /console HTTP/1.1\r\nHost: evil.example:9100\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    assert!(!answer.contains("csrf"), "{answer}");
+    let (node_with, address, _dir) = node_with_keys().await;
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(
+            b"GET /console/login HTTP/1.1\r\nHost: queues.example\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "a login guards it: {answer}"
+    );
+    node_with.shutdown().await;
+    node.shutdown().await;
+}
