@@ -10,7 +10,7 @@
 mod bench;
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Write};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
@@ -276,16 +276,37 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
 }
 
 /// Prints `value` as JSON, or the text `human` makes of it.
+///
+/// # Errors
+/// A failed write to stdout (`BrokenPipe` when the reader went away, which `main` takes for the
+/// end of the output, as `trireme queue list | head` wants).
 fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce(&T) -> String) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(value)?);
+        print_line(&serde_json::to_string_pretty(value)?)?;
     } else {
         let text = human(value);
         if !text.is_empty() {
-            println!("{text}");
+            print_line(&text)?;
         }
     }
     Ok(())
+}
+
+/// Writes `text` and a newline to stdout. Unlike `println!`, which panics when stdout is a pipe
+/// whose reader has gone, a failed write is an error for the caller.
+fn print_line(text: &str) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")?;
+    stdout.flush()
+}
+
+/// Whether `error` is a write to a stdout whose reader went away.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn describe_queue(q: &QueueInfo) -> String {
@@ -626,12 +647,14 @@ mod worker {
                 if let Some(detail) = detail {
                     value["detail"] = serde_json::Value::String(detail);
                 }
-                println!("{value}");
+                // The worker goes on when nobody reads its log of jobs any more.
+                let _ = super::print_line(&value.to_string());
             } else {
-                match detail {
-                    Some(detail) => println!("{event} {} ({detail})", message.message_id),
-                    None => println!("{event} {}", message.message_id),
-                }
+                let line = match detail {
+                    Some(detail) => format!("{event} {} ({detail})", message.message_id),
+                    None => format!("{event} {}", message.message_id),
+                };
+                let _ = super::print_line(&line);
             }
         }
     }
@@ -765,6 +788,8 @@ async fn main() -> std::process::ExitCode {
         .init();
     match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of the output went away (`| head`): it has what it wanted.
+        Err(error) if is_broken_pipe(&error) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             std::process::ExitCode::FAILURE

@@ -50,6 +50,24 @@ fn args<const N: usize>(node: &TestNode, list: [&str; N]) -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_to_a_reader_that_went_away_ends_quietly() {
+    let node = TestNode::start().await;
+    create_queue(&node.client(), &queue_name("piped")).await;
+    // `trireme queue list | head -0`: the reader closes before the CLI writes.
+    let mut command = args(&node, ["queue", "list"]);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    drop(child.stdout.take());
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the CLI finished within 60 s")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_commands_create_inspect_change_and_delete() {
     let node = TestNode::start().await;
     let name = queue_name("cli-queue");
