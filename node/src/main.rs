@@ -133,12 +133,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             stdout,
             "trireme-node: metrics listening on http://{metrics_address}/metrics"
         )?;
-        if config.console {
-            writeln!(
-                stdout,
-                "trireme-node: console on http://{metrics_address}/console"
-            )?;
-        }
     }
     if let (Some(peer_address), Some(cluster), Some(member)) =
         (peer_address, &config.cluster, node.cluster())

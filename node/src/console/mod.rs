@@ -14,7 +14,8 @@
 //! act (the page says so). Every visitor gets a session cookie (`HttpOnly`, `SameSite=Strict`,
 //! path `/console`), and every form carries its session's CSRF token, which a POST must return;
 //! an action (a redrive) asks for confirmation on a page of its own before it acts. Sessions are
-//! bounded in number and age (`limits::console_sessions_max`, `console_session_ttl_s`).
+//! bounded in number and age (`limits::console_sessions_max`, `console_session_ttl_s`); when
+//! they are full, sessions not logged in go first.
 //!
 //! Why the metrics listener: it is the operator's port already (loopback by default, never the
 //! clients' API), so the console needs no address of its own and is off wherever the metrics
@@ -111,6 +112,20 @@ fn set_cookie(token: &str) -> HeaderValue {
     .expect("hex is a valid header value")
 }
 
+/// Drops sessions until fewer than `max` are left: first those not logged in (anyone can open
+/// those by the thousand, and they must not push out an operator's), the one ending soonest
+/// first.
+fn make_room(sessions: &mut BTreeMap<String, Session>, max: usize) {
+    while sessions.len() >= max {
+        let soonest = sessions
+            .iter()
+            .min_by_key(|(_, session)| (session.key_id.is_some(), session.expires))
+            .map(|(token, _)| token.clone())
+            .expect("the map is not empty");
+        sessions.remove(&soonest);
+    }
+}
+
 /// The session a request belongs to, and the cookie to set when it was opened now.
 struct Visit {
     token: String,
@@ -176,14 +191,7 @@ impl Console {
                 new_cookie: false,
             };
         }
-        while sessions.len() >= limits::console_sessions_max {
-            let soonest = sessions
-                .iter()
-                .min_by_key(|(_, session)| session.expires)
-                .map(|(token, _)| token.clone())
-                .expect("the map is not empty");
-            sessions.remove(&soonest);
-        }
+        make_room(&mut sessions, limits::console_sessions_max);
         let token = token();
         let session = Session {
             csrf: self::token(),
@@ -1091,6 +1099,31 @@ mod tests {
         for host in ["evil.example:9100", "localhost.evil.example", "node1:9100"] {
             assert!(!allowed(host), "{host}");
         }
+    }
+
+    #[test]
+    fn a_full_session_table_drops_the_sessions_not_logged_in_first() {
+        let now = Instant::now();
+        let session = |key_id: Option<&str>, seconds: u64| Session {
+            csrf: String::new(),
+            key_id: key_id.map(str::to_owned),
+            expires: now + Duration::from_secs(seconds),
+        };
+        let mut sessions = BTreeMap::from([
+            ("operator".to_owned(), session(Some("AKID"), 10)),
+            ("anonymous-late".to_owned(), session(None, 300)),
+            ("anonymous-soon".to_owned(), session(None, 200)),
+        ]);
+        make_room(&mut sessions, 3);
+        assert!(!sessions.contains_key("anonymous-soon"));
+        make_room(&mut sessions, 2);
+        assert_eq!(
+            sessions.keys().collect::<Vec<_>>(),
+            ["operator"],
+            "the logged-in session ends soonest and stays"
+        );
+        make_room(&mut sessions, 1);
+        assert!(sessions.is_empty());
     }
 
     #[test]
