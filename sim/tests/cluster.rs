@@ -2,7 +2,7 @@
 //! of one seed, determinism, and planted protocol bugs the checker must catch.
 //!
 //! Every run prints its seed on failure with the one-line command that replays it:
-//! `TRIREME_SIM_SEED=<seed> cargo test -p trireme-sim --test cluster -- replay --nocapture`.
+//! `TRIREME_SIM_SEED=<seed> cargo test -p trireme-sim --test cluster -- --exact replay --nocapture`.
 //! `TRIREME_SIM_SEEDS=<n>` widens the sweep; `TRIREME_SIM_SEED_BASE=<n>` moves its start;
 //! `TRIREME_SIM_LOG=<filter>` shows the members' logs during `replay`.
 
@@ -33,7 +33,7 @@ fn env_u64(name: &str) -> Option<u64> {
 
 fn replay_command(seed: u64) -> String {
     format!(
-        "TRIREME_SIM_SEED={seed} cargo test -p trireme-sim --test cluster -- replay --nocapture"
+        "TRIREME_SIM_SEED={seed} cargo test -p trireme-sim --test cluster -- --exact replay --nocapture"
     )
 }
 
@@ -63,6 +63,38 @@ fn assert_exercised(report: &Report) {
     );
 }
 
+/// Runs `seed` as `replay` does, in a process of its own (this test binary, `--exact replay`):
+/// a seed's trace depends on what ran before it in the process (sim/README.md,
+/// *Determinism*), so only a run alone in its process is what the printed replay command
+/// replays. Returns whether it passed, its output, and its `(sends, deliveries, deletes)`.
+fn run_alone(seed: u64) -> (bool, String, (usize, usize, usize)) {
+    let output = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "replay", "--nocapture", "--test-threads=1"])
+        .env("TRIREME_SIM_SEED", seed.to_string())
+        .env_remove("TRIREME_SIM_TRACE")
+        .env_remove("TRIREME_SIM_LOG")
+        .output()
+        .expect("the test binary starts");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let exercised = text
+        .lines()
+        .find_map(|line| {
+            // libtest may print `test replay ... ` on the line the test's output starts.
+            let counts: Vec<usize> = line[line.find("exercised ")?..]
+                .strip_prefix("exercised ")?
+                .split(' ')
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            (counts.len() == 3).then(|| (counts[0], counts[1], counts[2]))
+        })
+        .unwrap_or_default();
+    (output.status.success(), text, exercised)
+}
+
 #[test]
 fn cluster_seed_sweep() {
     let count = env_u64("TRIREME_SIM_SEEDS").unwrap_or(SWEEP_SEEDS_DEFAULT);
@@ -71,30 +103,26 @@ fn cluster_seed_sweep() {
     let mut failures = Vec::new();
     let mut total = (0, 0, 0);
     for seed in base..base + count {
-        match run_named(&Options::seed(seed)) {
-            Ok(report) => {
-                print!("{}", report.summary());
-                let trireme_sim::history::Exercise {
-                    sends,
-                    delivered,
-                    deletes,
-                } = report.history.exercise();
-                total = (total.0 + sends, total.1 + delivered, total.2 + deletes);
-                if report.passed() {
-                    assert_exercised(&report);
-                } else {
-                    eprintln!(
-                        "FAILED {}replay: {}",
-                        report.summary(),
-                        replay_command(seed)
-                    );
-                    failures.push(seed);
+        let (passed, text, exercised) = run_alone(seed);
+        total = (
+            total.0 + exercised.0,
+            total.1 + exercised.1,
+            total.2 + exercised.2,
+        );
+        if passed {
+            for line in text.lines() {
+                if let Some(at) = line.find("cluster seed") {
+                    println!("{}", &line[at..]);
+                } else if line.starts_with("  mix:") {
+                    println!("{line}");
                 }
             }
-            Err(failure) => {
-                eprintln!("FAILED {failure}\n  replay: {}", replay_command(seed));
-                failures.push(seed);
-            }
+        } else {
+            eprintln!(
+                "FAILED seed {seed}:\n{text}\n  replay: {}",
+                replay_command(seed)
+            );
+            failures.push(seed);
         }
     }
     println!(
@@ -136,6 +164,13 @@ fn replay() {
             }
         }
     }
+    let trireme_sim::history::Exercise {
+        sends,
+        delivered,
+        deletes,
+    } = report.history.exercise();
+    // Read by the sweep, which runs each seed through this test in a process of its own.
+    println!("exercised {sends} {delivered} {deletes}");
     assert!(
         report.passed(),
         "{}replay: {}",
@@ -264,6 +299,18 @@ fn a_five_member_seed_with_skewed_clocks_replays_bit_for_bit() {
         .expect("some seed draws it");
     let report = assert_replays(seed);
     println!("seed {seed} replayed: {}", report.summary());
+}
+
+/// OPEN (sim/README.md, *Determinism*): seed 117 (five members, clocks beyond the bound and not
+/// monitored, eight failed syncs) gives one history as the only run of its process, every time,
+/// and another when it runs a second time in the same thread: something in the members' stack
+/// depends on what ran before in the process (tokio's process-wide task ids are the suspect).
+/// Not found yet; ignored so the suite stays green, and it fails until the source is fixed:
+/// `cargo test -p trireme-sim --test cluster -- --ignored --exact a_seed_run_twice_in_one_process_replays --nocapture`.
+#[test]
+#[ignore = "open: the trace depends on what ran before it in the process (sim/README.md, Determinism)"]
+fn a_seed_run_twice_in_one_process_replays() {
+    assert_replays(117);
 }
 
 /// Runs seeds from 0 with `bug` planted until the checker reports a violation; returns the

@@ -296,6 +296,7 @@ fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
             )?;
             tokio::spawn(
                 tonic::transport::Server::builder()
+                    .layer(net::fixed_date())
                     .add_service(ReplicaServer::new(service))
                     .serve_with_incoming(net::incoming(peer_listener)),
             );
