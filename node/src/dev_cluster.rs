@@ -137,6 +137,8 @@ impl Launch {
             .arg(&self.log)
             // In the environment, not on the command line, which every user can read.
             .env("TRIREME_CLUSTER_SECRET", &self.secret)
+            // The node ends when this process does, however it ends (`end_with_supervisor`).
+            .env(SUPERVISOR_PID_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -544,6 +546,37 @@ fn terminate(child: &Child) -> std::io::Result<()> {
 }
 
 /// Where node `node` keeps its files: `root/node-N`.
+/// The variable naming the dev cluster's process to a node it started.
+const SUPERVISOR_PID_ENV: &str = "TRIREME_DEV_CLUSTER_PID";
+
+/// A node started by a dev cluster ends when the dev cluster's process does, even when that one
+/// is SIGKILLed and cannot stop its nodes (they outlived it before, holding their ports): the
+/// kernel sends the node SIGTERM when its parent dies (Linux's parent-death signal), which the
+/// node answers as any SIGTERM. A node whose dev cluster is already gone exits at once. Does
+/// nothing for a node not started by a dev cluster, or on systems without the signal.
+///
+/// # Errors
+/// When the parent-death signal cannot be set, or the dev cluster has already gone.
+pub fn end_with_supervisor() -> anyhow::Result<()> {
+    let Some(supervisor) = std::env::var_os(SUPERVISOR_PID_ENV) else {
+        return Ok(());
+    };
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{Signal, getppid, set_parent_process_death_signal};
+        set_parent_process_death_signal(Some(Signal::TERM))
+            .context("cannot ask for SIGTERM when the dev cluster ends")?;
+        // The dev cluster may have died between starting this process and the line above.
+        let parent = getppid().map_or(0, |pid| pid.as_raw_nonzero().get());
+        if supervisor.to_str() != Some(parent.to_string().as_str()) {
+            anyhow::bail!("the dev cluster that started this node has ended");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = supervisor;
+    Ok(())
+}
+
 fn node_dir(root: &Path, node: u16) -> PathBuf {
     root.join(format!("node-{node}"))
 }

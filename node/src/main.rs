@@ -43,6 +43,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Certs(certs)) => return make_certs(&certs),
         None => {}
     }
+    dev_cluster::end_with_supervisor()?;
     let config = Config::load(args)?;
     let filter = EnvFilter::try_new(&config.log)
         .with_context(|| format!("invalid log filter {:?}", config.log))?;

@@ -423,6 +423,28 @@ async fn dev_cluster_runs_three_nodes_and_stops_them_all_on_sigint() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_cluster_nodes_end_when_it_is_killed() {
+    let root = TempDir::new().unwrap();
+    let mut cluster = start_dev_cluster(root.path()).await;
+    let pids: Vec<u32> = cluster.up.values().map(|(pid, _)| *pid).collect();
+    // SIGKILL: the dev cluster cannot stop its nodes itself.
+    cluster.child.start_kill().unwrap();
+    cluster.child.wait().await.unwrap();
+    eventually_within(
+        "the nodes of a killed dev cluster exit",
+        PROCESS_GUARD,
+        || {
+            let pids = pids.clone();
+            async move {
+                pids.iter()
+                    .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_cluster_starts_a_dead_node_again_while_the_others_serve() {
     let root = TempDir::new().unwrap();
     let secret_before = {
