@@ -305,7 +305,8 @@ impl Error {
                 message,
             },
             "PurgeInProgress" => Self::PurgeInProgress { queue, message },
-            "QueueLimit" | "InflightLimit" | "WaiterLimit" | "RedriveTaskLimit" => {
+            // Overloaded: the node shed the call before it did anything.
+            "QueueLimit" | "InflightLimit" | "WaiterLimit" | "RedriveTaskLimit" | "Overloaded" => {
                 Self::ResourceExhausted { message }
             }
             // A cluster member without a quorum of replicas in time: the call may still have
@@ -607,7 +608,7 @@ mod tests {
     }
 
     /// Every reason a node sends, the code it comes with, and the variant it becomes.
-    const REASONS: [(&str, Code, &str); 36] = [
+    const REASONS: [(&str, Code, &str); 37] = [
         ("QueueNotFound", Code::NotFound, "QueueNotFound"),
         ("QueueNameExists", Code::AlreadyExists, "QueueExists"),
         (
@@ -702,6 +703,7 @@ mod tests {
             Code::ResourceExhausted,
             "ResourceExhausted",
         ),
+        ("Overloaded", Code::ResourceExhausted, "ResourceExhausted"),
         ("ShuttingDown", Code::Unavailable, "Unavailable"),
         ("ReplicasUnavailable", Code::Unavailable, "Unavailable"),
         (

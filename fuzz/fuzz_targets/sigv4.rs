@@ -43,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
     let keys = [AccessKey {
         id: "AKIDEXAMPLE".to_owned(),
         secret: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_owned(),
+        queue_prefixes: Vec::new(),
     }];
     let request = SignedRequest {
         method: &method,

@@ -76,13 +76,14 @@ enum Service {
 
 impl Backend {
     /// The backend of a node running alone on `engine`, with no move task yet, counting into
-    /// `counters`.
+    /// `counters`. Clients' commands are shed when the engine's queue is full
+    /// ([`Engine::shedding`]); the move tasks' steps wait for room.
     #[must_use]
     pub fn alone(engine: Engine, counters: MessageCounters) -> Backend {
         Backend {
             service: Service::Alone {
                 redrives: RedriveTasks::new(engine.clone()),
-                engine,
+                engine: engine.shedding(),
             },
             counters,
         }

@@ -117,8 +117,10 @@ pub struct Args {
     #[arg(long, env = "TRIREME_SQS_ACCOUNT_ID", value_name = "ID")]
     pub sqs_account_id: Option<String>,
 
-    /// SigV4 access keys accepted by the SQS endpoint, as `ID:SECRET`, comma-separated or
-    /// repeated. None: requests are not authenticated, as local SQS emulators do.
+    /// SigV4 access keys accepted by the SQS endpoint, as `ID:SECRET` (any queue) or
+    /// `ID:SECRET:PREFIXES` (only queues whose names begin with one of the `/`-separated
+    /// prefixes, e.g. `AKID:secret:orders-/billing-`), comma-separated or repeated. None:
+    /// requests are not authenticated, as local SQS emulators do.
     #[arg(
         long = "sqs-access-key",
         env = "TRIREME_SQS_ACCESS_KEYS",
@@ -536,8 +538,9 @@ pub struct SqsConfig {
     pub region: String,
     /// Account id in queue URLs and ARNs.
     pub account_id: String,
-    /// Accepted SigV4 keys as `(id, secret)`; empty: no authentication.
-    pub access_keys: Vec<(String, String)>,
+    /// Accepted SigV4 keys, each with the queue name prefixes it is limited to; empty: no
+    /// authentication.
+    pub access_keys: Vec<crate::sqs::AccessKey>,
 }
 
 /// How this node takes part in a cluster.
@@ -676,16 +679,7 @@ impl Config {
             };
             let access_keys = keys
                 .iter()
-                .map(|pair| {
-                    pair.split_once(':')
-                        .filter(|(id, secret)| !id.is_empty() && !secret.is_empty())
-                        .map(|(id, secret)| (id.to_owned(), secret.to_owned()))
-                        .ok_or_else(|| ConfigError::Invalid {
-                            setting: "sqs_access_keys",
-                            reason: "each key must be ID:SECRET with both parts non-empty"
-                                .to_owned(),
-                        })
-                })
+                .map(|text| access_key(text))
                 .collect::<Result<Vec<_>, _>>()?;
             Some(SqsConfig {
                 listen: args.sqs_listen.or(file.sqs_listen).unwrap_or_else(|| {
@@ -1080,6 +1074,42 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
     })
 }
 
+/// One `sqs_access_keys` entry: `ID:SECRET` or `ID:SECRET:PREFIX/PREFIX/...` (AWS secrets hold
+/// no `:`; queue names hold no `/`).
+fn access_key(text: &str) -> Result<crate::sqs::AccessKey, ConfigError> {
+    let invalid = |reason: &str| ConfigError::Invalid {
+        setting: "sqs_access_keys",
+        reason: reason.to_owned(),
+    };
+    let mut parts = text.splitn(3, ':');
+    let (id, secret) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    if id.is_empty() || secret.is_empty() {
+        return Err(invalid(
+            "each key must be ID:SECRET or ID:SECRET:PREFIXES with ID and SECRET non-empty",
+        ));
+    }
+    let queue_prefixes = match parts.next() {
+        None => Vec::new(),
+        Some(prefixes) => {
+            let prefixes: Vec<String> = prefixes.split('/').map(str::to_owned).collect();
+            if prefixes.iter().any(String::is_empty) {
+                return Err(invalid(
+                    "a key's queue prefixes are non-empty and separated by `/` (ID:SECRET:orders-/billing-)",
+                ));
+            }
+            prefixes
+        }
+    };
+    Ok(crate::sqs::AccessKey {
+        id: id.to_owned(),
+        secret: secret.to_owned(),
+        queue_prefixes,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1128,14 +1158,36 @@ mod tests {
 
     #[test]
     fn sqs_access_keys_split_on_comma_and_colon_and_no_sqs_turns_it_off() {
-        let config = Config::load(parse(&["--sqs-access-key", "AKID:secret,other:s2"])).unwrap();
+        let config = Config::load(parse(&[
+            "--sqs-access-key",
+            "AKID:secret,other:s2:orders-/billing-",
+        ]))
+        .unwrap();
+        let key = |id: &str, secret: &str, prefixes: &[&str]| crate::sqs::AccessKey {
+            id: id.to_owned(),
+            secret: secret.to_owned(),
+            queue_prefixes: prefixes.iter().map(|p| (*p).to_owned()).collect(),
+        };
         assert_eq!(
             config.sqs.unwrap().access_keys,
             vec![
-                ("AKID".to_owned(), "secret".to_owned()),
-                ("other".to_owned(), "s2".to_owned())
+                key("AKID", "secret", &[]),
+                key("other", "s2", &["orders-", "billing-"])
             ]
         );
+        for bad in ["no-secret", "AKID:secret:", "AKID:secret:orders-//billing-"] {
+            let error = Config::load(parse(&["--sqs-access-key", bad])).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    ConfigError::Invalid {
+                        setting: "sqs_access_keys",
+                        ..
+                    }
+                ),
+                "{bad}"
+            );
+        }
         let error = Config::load(parse(&["--sqs-access-key", "no-secret"])).unwrap_err();
         assert!(matches!(
             error,

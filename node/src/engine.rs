@@ -59,6 +59,20 @@ pub enum EngineError {
     /// In a cluster: an action this version serves only on a node running alone.
     #[error("{action} is not yet served by a cluster")]
     Unsupported { action: &'static str },
+    /// The engine's queue of commands is full (`engine_queue_commands_max` are waiting): the
+    /// command was shed before the engine saw it, so nothing changed and a retry is safe.
+    #[error("the node is overloaded: {queued_max} commands are waiting for its engine")]
+    Overloaded { queued_max: usize },
+}
+
+/// What a command does when the engine's queue of commands is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// Waits for room (backpressure): the node's own work (move tasks), which must not be lost.
+    Wait,
+    /// Is refused at once with [`EngineError::Overloaded`]: clients' commands, so that a flood
+    /// gets a throttling answer instead of piling up waiting requests.
+    Shed,
 }
 
 /// The engine's settings, taken from the node configuration.
@@ -184,7 +198,31 @@ impl Drop for WaiterGuard<'_> {
 }
 
 impl EngineLink {
-    pub(crate) async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
+    /// Hands `request` to the engine task, as `admission` says when its queue is full.
+    async fn submit(&self, request: Request, admission: Admission) -> Result<(), EngineError> {
+        match admission {
+            Admission::Wait => self
+                .requests
+                .send(request)
+                .await
+                .map_err(|_| EngineError::ShuttingDown),
+            Admission::Shed => self
+                .requests
+                .try_send(request)
+                .map_err(|error| match error {
+                    mpsc::error::TrySendError::Full(_) => EngineError::Overloaded {
+                        queued_max: self.requests.max_capacity(),
+                    },
+                    mpsc::error::TrySendError::Closed(_) => EngineError::ShuttingDown,
+                }),
+        }
+    }
+
+    async fn execute(
+        &self,
+        command: Command,
+        admission: Admission,
+    ) -> Result<Outcome, EngineError> {
         let (reply, answer) = oneshot::channel();
         let mut guard = match &command {
             Command::Receive { waiter, .. } => Some(WaiterGuard {
@@ -194,10 +232,16 @@ impl EngineLink {
             }),
             _ => None,
         };
-        self.requests
-            .send(Request::Execute { command, reply })
+        if let Err(error) = self
+            .submit(Request::Execute { command, reply }, admission)
             .await
-            .map_err(|_| EngineError::ShuttingDown)?;
+        {
+            // A waiter the engine never saw has nothing to cancel.
+            if let Some(guard) = &mut guard {
+                guard.armed = false;
+            }
+            return Err(error);
+        }
         let result = answer.await.map_err(|_| EngineError::ShuttingDown)?;
         if let Some(guard) = &mut guard {
             guard.armed = false;
@@ -208,12 +252,10 @@ impl EngineLink {
     async fn query<T>(
         &self,
         build: impl FnOnce(oneshot::Sender<T>) -> Query,
+        admission: Admission,
     ) -> Result<T, EngineError> {
         let (reply, answer) = oneshot::channel();
-        self.requests
-            .send(Request::Query(build(reply)))
-            .await
-            .map_err(|_| EngineError::ShuttingDown)?;
+        self.submit(Request::Query(build(reply)), admission).await?;
         answer.await.map_err(|_| EngineError::ShuttingDown)
     }
 
@@ -221,17 +263,23 @@ impl EngineLink {
         WaiterId(self.next_waiter.fetch_add(1, Ordering::Relaxed))
     }
 
-    pub(crate) async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
+    async fn queue(
+        &self,
+        name: &QueueName,
+        admission: Admission,
+    ) -> Result<Option<QueueView>, EngineError> {
         let name = name.clone();
-        self.query(|reply| Query::Queue { name, reply }).await
+        self.query(|reply| Query::Queue { name, reply }, admission)
+            .await
     }
 
-    pub(crate) async fn dead_letter_sources(
+    async fn dead_letter_sources(
         &self,
         dlq: &QueueName,
+        admission: Admission,
     ) -> Result<Vec<QueueName>, EngineError> {
         let dlq = dlq.clone();
-        self.query(|reply| Query::DeadLetterSources { dlq, reply })
+        self.query(|reply| Query::DeadLetterSources { dlq, reply }, admission)
             .await
     }
 
@@ -250,6 +298,8 @@ impl EngineLink {
 #[derive(Clone, Debug)]
 pub struct Engine {
     link: Arc<EngineLink>,
+    /// What this handle's commands do when the engine's queue is full.
+    admission: Admission,
     handles: HandleCodec,
     /// Set by the task when storage failed and it stopped: the node must stop too.
     failure: watch::Receiver<Option<StoreFault>>,
@@ -319,9 +369,21 @@ impl Engine {
         tokio::spawn(task.run());
         Ok(Engine {
             link,
+            admission: Admission::Wait,
             handles,
             failure,
         })
+    }
+
+    /// This engine, with commands (`execute`, `execute_all`, `receive`) that are refused with
+    /// [`EngineError::Overloaded`] when the engine's queue of commands is full instead of
+    /// waiting for room: the handle the public edges use.
+    #[must_use]
+    pub fn shedding(&self) -> Engine {
+        Engine {
+            admission: Admission::Shed,
+            ..self.clone()
+        }
     }
 
     /// Resolves with the reason when the engine stopped because storage failed; never resolves
@@ -351,9 +413,11 @@ impl Engine {
     /// node's metrics).
     ///
     /// # Errors
-    /// `ShuttingDown` once the engine stopped.
+    /// `ShuttingDown` once the engine stopped; `Overloaded` from a [`Engine::shedding`] handle.
     pub async fn stats(&self) -> Result<Vec<QueueStats>, EngineError> {
-        self.link.query(|reply| Query::Stats { reply }).await
+        self.link
+            .query(|reply| Query::Stats { reply }, self.admission)
+            .await
     }
 
     /// Applies one command durably: the reply comes after its changes are fsynced. A `Receive`
@@ -364,7 +428,7 @@ impl Engine {
     /// `Rejected` when the core refuses the command; `ShuttingDown` after shutdown began;
     /// `Storage` when the commit failed (the engine has stopped).
     pub async fn execute(&self, command: Command) -> Result<Outcome, EngineError> {
-        self.link.execute(command).await
+        self.link.execute(command, self.admission).await
     }
 
     /// Applies several commands, all handed to the engine before any answer is awaited so
@@ -380,16 +444,15 @@ impl Engine {
             let (reply, answer) = oneshot::channel();
             let sent = self
                 .link
-                .requests
-                .send(Request::Execute { command, reply })
+                .submit(Request::Execute { command, reply }, self.admission)
                 .await;
-            answers.push(sent.ok().map(|()| answer));
+            answers.push(sent.map(|()| answer));
         }
         let mut results = Vec::with_capacity(answers.len());
         for answer in answers {
             let result = match answer {
-                Some(answer) => answer.await.unwrap_or(Err(EngineError::ShuttingDown)),
-                None => Err(EngineError::ShuttingDown),
+                Ok(answer) => answer.await.unwrap_or(Err(EngineError::ShuttingDown)),
+                Err(error) => Err(error),
             };
             results.push(result);
         }
@@ -432,15 +495,15 @@ impl Engine {
     /// The queue `name` as it is now, or `None` if it does not exist.
     ///
     /// # Errors
-    /// `ShuttingDown` once the engine stopped.
+    /// `ShuttingDown` once the engine stopped; `Overloaded` from a [`Engine::shedding`] handle.
     pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
-        self.link.queue(name).await
+        self.link.queue(name, self.admission).await
     }
 
     /// Up to `limit` queue names starting with `prefix`, in name order, after `after`.
     ///
     /// # Errors
-    /// `ShuttingDown` once the engine stopped.
+    /// `ShuttingDown` once the engine stopped; `Overloaded` from a [`Engine::shedding`] handle.
     pub async fn list_queues(
         &self,
         prefix: String,
@@ -448,30 +511,33 @@ impl Engine {
         limit: usize,
     ) -> Result<Vec<QueueName>, EngineError> {
         self.link
-            .query(|reply| Query::ListQueues {
-                prefix,
-                after,
-                limit,
-                reply,
-            })
+            .query(
+                |reply| Query::ListQueues {
+                    prefix,
+                    after,
+                    limit,
+                    reply,
+                },
+                self.admission,
+            )
             .await
     }
 
     /// The queues whose redrive policy names `dlq`, in name order.
     ///
     /// # Errors
-    /// `ShuttingDown` once the engine stopped.
+    /// `ShuttingDown` once the engine stopped; `Overloaded` from a [`Engine::shedding`] handle.
     pub async fn dead_letter_sources(
         &self,
         dlq: &QueueName,
     ) -> Result<Vec<QueueName>, EngineError> {
-        self.link.dead_letter_sources(dlq).await
+        self.link.dead_letter_sources(dlq, self.admission).await
     }
 
     /// The full state of one stored message (for inspection and tests).
     ///
     /// # Errors
-    /// `ShuttingDown` once the engine stopped.
+    /// `ShuttingDown` once the engine stopped; `Overloaded` from a [`Engine::shedding`] handle.
     pub async fn message(
         &self,
         queue: &QueueName,
@@ -479,7 +545,7 @@ impl Engine {
     ) -> Result<Option<MessageView>, EngineError> {
         let queue = queue.clone();
         self.link
-            .query(|reply| Query::Message { queue, id, reply })
+            .query(|reply| Query::Message { queue, id, reply }, self.admission)
             .await
     }
 
@@ -495,22 +561,25 @@ impl Engine {
     ) -> Result<Vec<MessageView>, EngineError> {
         let queue = queue.clone();
         self.link
-            .query(|reply| Query::Peek {
-                queue,
-                limit,
-                reply,
-            })
+            .query(
+                |reply| Query::Peek {
+                    queue,
+                    limit,
+                    reply,
+                },
+                self.admission,
+            )
             .await
     }
 
     /// The open long polls of `queue`, oldest first (for inspection and tests).
     ///
     /// # Errors
-    /// `ShuttingDown` once the engine stopped.
+    /// `ShuttingDown` once the engine stopped; `Overloaded` from a [`Engine::shedding`] handle.
     pub async fn waiters(&self, queue: &QueueName) -> Result<Vec<WaiterId>, EngineError> {
         let queue = queue.clone();
         self.link
-            .query(|reply| Query::Waiters { queue, reply })
+            .query(|reply| Query::Waiters { queue, reply }, self.admission)
             .await
     }
 

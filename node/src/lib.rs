@@ -16,6 +16,7 @@ pub mod clock;
 pub mod cluster;
 pub mod codec;
 pub mod config;
+pub mod connections;
 pub mod console;
 pub mod engine;
 pub mod fault;
@@ -417,7 +418,10 @@ impl Node {
             ));
         let server = tokio::spawn(async move {
             router
-                .serve_with_incoming_shutdown(incoming, stopped(stop))
+                .serve_with_incoming_shutdown(
+                    connections::capped_incoming(incoming, limits::grpc_connections_max),
+                    stopped(stop),
+                )
                 .await
                 .map_err(|error| format!("gRPC server: {error}"))
         });
@@ -447,7 +451,8 @@ impl Node {
         self.console_keys.clone_from(&settings.access_keys);
         let app = sqs::router(self.backend.clone(), settings);
         let stop = self.stop_accepting.subscribe();
-        let listener = sqs_incoming(listener);
+        let listener =
+            connections::CappedListener::new(sqs_incoming(listener), limits::sqs_connections_max);
         self.servers.push(tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(stopped(stop))
@@ -513,7 +518,10 @@ impl Node {
         let stop = self.stop_accepting.subscribe();
         self.servers.push(tokio::spawn(async move {
             router
-                .serve_with_incoming_shutdown(incoming, stopped(stop))
+                .serve_with_incoming_shutdown(
+                    connections::capped_incoming(incoming, limits::grpc_connections_max),
+                    stopped(stop),
+                )
                 .await
                 .map_err(|error| format!("peer service: {error}"))
         }));
@@ -676,14 +684,7 @@ pub fn sqs_settings(config: &config::SqsConfig, bound_port: u16) -> sqs::SqsSett
         advertised_port: config.advertised_port.unwrap_or(bound_port),
         region: config.region.clone(),
         account_id: config.account_id.clone(),
-        access_keys: config
-            .access_keys
-            .iter()
-            .map(|(id, secret)| sqs::AccessKey {
-                id: id.clone(),
-                secret: secret.clone(),
-            })
-            .collect(),
+        access_keys: config.access_keys.clone(),
         requests: metrics::RequestMetrics::default(),
         trace_ids: trace::TraceIds::default(),
     }

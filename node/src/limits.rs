@@ -11,6 +11,12 @@ pub const grpc_request_bytes_max_default: usize = 2 * 1024 * 1024;
 /// Largest gRPC response the server encodes: a receive of 10 messages of 1 MiB each, plus
 /// handles and metadata.
 pub const grpc_response_bytes_max_default: usize = 12 * 1024 * 1024;
+/// Client connections the gRPC port serves at once; beyond, the node accepts no more until one
+/// closes (`connections`). Each carries up to `grpc_streams_per_connection_max` calls.
+pub const grpc_connections_max: usize = 4_096;
+/// Client connections the SQS port serves at once; beyond, the node accepts no more until one
+/// closes.
+pub const sqs_connections_max: usize = 4_096;
 /// Concurrent HTTP/2 streams per client connection.
 pub const grpc_streams_per_connection_max: u32 = 1_024;
 /// HTTP/2 keepalive ping interval: finds dead peers of idle long-poll connections.

@@ -92,6 +92,9 @@ pub enum Reason {
     RedriveTaskLimit,
     /// UNAVAILABLE: the node is shutting down and takes no more commands.
     ShuttingDown,
+    /// RESOURCE_EXHAUSTED: the node's engine has as many commands waiting as it may; nothing
+    /// changed, and the call may be retried after a pause.
+    Overloaded,
     /// UNAVAILABLE: in a cluster, the replicas the call needs did not answer in time; it may
     /// still have taken effect.
     ReplicasUnavailable,
@@ -146,6 +149,7 @@ impl Reason {
             Reason::WaiterLimit => "WaiterLimit",
             Reason::RedriveTaskLimit => "RedriveTaskLimit",
             Reason::ShuttingDown => "ShuttingDown",
+            Reason::Overloaded => "Overloaded",
             Reason::ReplicasUnavailable => "ReplicasUnavailable",
             Reason::NotServedByCluster => "NotServedByCluster",
             Reason::StorageFailed => "StorageFailed",
@@ -189,6 +193,7 @@ impl Reason {
             | Reason::RedriveTaskLimit => Code::ResourceExhausted,
             Reason::ShuttingDown | Reason::ReplicasUnavailable => Code::Unavailable,
             Reason::DiskFull => Code::ResourceExhausted,
+            Reason::Overloaded => Code::ResourceExhausted,
             Reason::StorageCorrupt => Code::DataLoss,
             Reason::NotServedByCluster => Code::Unimplemented,
             // Ids are drawn at random by the edge: a collision or a reused waiter id is a bug
@@ -340,6 +345,7 @@ pub fn engine_status(error: &EngineError) -> Status {
         EngineError::Unsupported { .. } => {
             refusal(Reason::NotServedByCluster, None, error.to_string())
         }
+        EngineError::Overloaded { .. } => refusal(Reason::Overloaded, None, error.to_string()),
     }
 }
 
@@ -354,6 +360,7 @@ pub fn engine_entry_error(id: &str, error: &EngineError) -> BatchEntryError {
         }
         EngineError::Storage { .. } => ("InternalError".to_owned(), false),
         EngineError::Unsupported { .. } => ("UnsupportedOperation".to_owned(), true),
+        EngineError::Overloaded { .. } => crate::sqs::throttled_code(),
     };
     let message = match error {
         EngineError::Rejected(reject) => reject_message(reject),
@@ -421,7 +428,7 @@ mod tests {
     use trireme_core::{MessageId, QueueName, WaiterId};
 
     /// Every reason, for the checks that each is produced, named once and documented.
-    const ALL: [Reason; 36] = [
+    const ALL: [Reason; 37] = [
         Reason::QueueNotFound,
         Reason::QueueNameExists,
         Reason::QueueDeletedRecently,
@@ -449,6 +456,7 @@ mod tests {
         Reason::WaiterLimit,
         Reason::RedriveTaskLimit,
         Reason::ShuttingDown,
+        Reason::Overloaded,
         Reason::ReplicasUnavailable,
         Reason::NotServedByCluster,
         Reason::StorageFailed,
@@ -596,6 +604,7 @@ mod tests {
             .map(|reject| engine_status(&EngineError::Rejected(reject)))
             .collect();
         statuses.push(engine_status(&EngineError::ShuttingDown));
+        statuses.push(engine_status(&EngineError::Overloaded { queued_max: 16 }));
         statuses.push(engine_status(&EngineError::Unavailable {
             reason: "one of three replicas answered".to_owned(),
         }));

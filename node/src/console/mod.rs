@@ -1001,9 +1001,12 @@ async fn login(
         );
     }
     let known = console.access_keys.iter().find(|key| {
-        // Every key's secret is compared, so the time does not say which id exists.
+        // Every key's secret is compared, so the time does not say which id exists. A key
+        // limited to some queues (`queue_prefixes`) does not open the console, which shows and
+        // redrives every queue.
         same(key.id.as_bytes(), form.access_key.as_bytes())
             & same(key.secret.as_bytes(), form.secret.as_bytes())
+            & key.queue_prefixes.is_empty()
     });
     let Some(key) = known else {
         tracing::warn!(access_key = %form.access_key, "console login refused");

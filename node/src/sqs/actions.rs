@@ -44,6 +44,7 @@ impl Call<'_> {
             .addresses
             .scoped(&text)
             .map_err(|_| SqsError::InvalidParameterValue(Invalid::QueueName))?;
+        self.allowed(&name)?;
         let changes =
             parse_queue_attributes(&attributes, |arn| self.queue_from_arn(arn, "RedrivePolicy"))?;
         // SQS compares only the attributes the request names with those of an existing queue,
@@ -84,6 +85,7 @@ impl Call<'_> {
             return Err(SqsError::QueueDoesNotExist);
         }
         let name = self.existing_queue_name(&text)?;
+        self.allowed(&name)?;
         self.view(&name).await?;
         Ok(QueueUrlResponse {
             queue_url: self.addresses.queue_url(&name),
@@ -98,7 +100,8 @@ impl Call<'_> {
         let (mut after, limit) = page(request.next_token.as_deref(), request.max_results)?;
         // Names sort by their full text, so other regions' queues interleave with this
         // region's: pages are read until `limit + 1` of this region's are found or the names
-        // end. The number of queues is capped, so this ends.
+        // end. The number of queues is capped, so this ends. A key limited by prefix sees its
+        // own queues only, read past the same way.
         let mut names = Vec::new();
         loop {
             let batch = self
@@ -110,7 +113,7 @@ impl Call<'_> {
             names.extend(
                 batch
                     .into_iter()
-                    .filter(|name| self.addresses.in_region(name)),
+                    .filter(|name| self.addresses.in_region(name) && self.listed(name)),
             );
             if exhausted || names.len() > limit {
                 break;
@@ -253,7 +256,7 @@ impl Call<'_> {
             .dead_letter_sources(&dlq)
             .await?
             .into_iter()
-            .filter(|name| self.addresses.in_region(name))
+            .filter(|name| self.addresses.in_region(name) && self.listed(name))
             .filter(|name| after.as_ref().is_none_or(|after| name > after))
             .take(limit + 1)
             .collect();

@@ -12,6 +12,8 @@ pub const request_bytes_max: usize = 8 * 1024 * 1024;
 pub use crate::limits::batch_payload_bytes_max;
 /// How far a request's `X-Amz-Date` may be from the server's clock, as AWS allows.
 pub const clock_skew_ms_max: u64 = 15 * 60 * 1_000;
+/// Longest validity of a presigned request (`X-Amz-Expires`): 7 days, as AWS allows.
+pub const presigned_expires_s_max: u64 = 7 * 24 * 3_600;
 /// Longest batch entry id: the node's rule, shared with gRPC.
 pub use crate::limits::batch_entry_id_chars_max;
 /// Largest `MaxResults` of `ListQueues` and `ListDeadLetterSourceQueues` (the gRPC limit too).

@@ -24,7 +24,7 @@ pub mod sigv4;
 /// implementation, tested against SQS's vectors in `digest`.
 pub(crate) use digest::body_md5;
 /// SQS's code for a core refusal, for the gRPC endpoint's batch entries: one table for both.
-pub(crate) use error::reject_code;
+pub(crate) use error::{reject_code, throttled_code};
 mod wire;
 
 use std::sync::Arc;
@@ -98,6 +98,10 @@ struct Sqs {
 struct Call<'a> {
     sqs: &'a Sqs,
     addresses: Addresses,
+    /// The access key that signed the request when it is limited to queues by name prefix
+    /// (`None`: any queue). Every queue name a request gives reaches its action through
+    /// [`Call::queue_from_url`], [`Call::queue_from_arn`] or [`Call::allowed`], which check it.
+    scope: Option<AccessKey>,
 }
 
 impl std::ops::Deref for Call<'_> {
@@ -265,7 +269,9 @@ impl Sqs {
         body: &[u8],
         target: &str,
     ) -> Result<Vec<u8>, SqsError> {
-        if !self.access_keys.is_empty() {
+        let scope = if self.access_keys.is_empty() {
+            None
+        } else {
             let request = sigv4::SignedRequest {
                 method,
                 path: uri.path(),
@@ -273,8 +279,9 @@ impl Sqs {
                 headers,
                 body,
             };
-            sigv4::verify(&request, &self.access_keys, self.backend.now().0)?;
-        }
+            let key = sigv4::verify(&request, &self.access_keys, self.backend.now().0)?;
+            (!key.queue_prefixes.is_empty()).then(|| key.clone())
+        };
         let region = sigv4::signing_region(headers, uri.query().unwrap_or_default())?;
         let call = Call {
             sqs: self,
@@ -282,6 +289,7 @@ impl Sqs {
                 Some(region) => self.home.for_region(region),
                 None => self.home.clone(),
             },
+            scope,
         };
         if method != Method::POST {
             return Err(SqsError::UnknownOperation {
@@ -360,7 +368,30 @@ impl Call<'_> {
             })?;
         let name = self.existing_queue_name(name)?;
         tracing::Span::current().record("queue", name.as_str());
+        self.allowed(&name)?;
         Ok(name)
+    }
+
+    /// Whether the request's access key may name `name`. The prefix is matched against the
+    /// name without its region (a key limited to `orders-` reaches `orders-eu` in every region).
+    ///
+    /// # Errors
+    /// `AccessDenied` when the key is limited to other queues.
+    fn allowed(&self, name: &QueueName) -> Result<(), SqsError> {
+        match &self.scope {
+            Some(key) if !key.allows(name.bare()) => Err(SqsError::AccessDenied {
+                key_id: key.id.clone(),
+                queue: name.bare().to_owned(),
+                prefixes: key.queue_prefixes.join(", "),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the request's access key may see `name` in a list (`ListQueues`,
+    /// `ListDeadLetterSourceQueues`): a limited key sees only its own queues.
+    fn listed(&self, name: &QueueName) -> bool {
+        self.allowed(name).is_ok()
     }
 
     /// The queue named by an ARN member (`parameter` names it in the refusal).
@@ -375,7 +406,9 @@ impl Call<'_> {
                 // A queue of another region or account does not exist here.
                 AddressError::Foreign { .. } => SqsError::QueueDoesNotExist,
             })?;
-        self.existing_queue_name(name)
+        let name = self.existing_queue_name(name)?;
+        self.allowed(&name)?;
+        Ok(name)
     }
 
     /// The queue a bare name taken from a URL, ARN or `GetQueueUrl` names in the request's

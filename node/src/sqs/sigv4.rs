@@ -2,11 +2,16 @@
 //! configured. The server rebuilds the canonical request from what it received, derives the
 //! signing key from the configured secret, and compares signatures in constant time.
 //!
-//! Only the `Authorization` header form is accepted (SDKs and the CLI use it for SQS);
-//! query-string (presigned) signatures are refused. The region in the credential scope is the
-//! client's choice, and chooses whose queues the request acts on ([`signing_region`]; queues
-//! are kept per region, as in SQS). This module never logs a
-//! secret and never answers which part of a signature was wrong beyond what AWS itself says.
+//! Both of SigV4's forms are accepted: the `Authorization` header (SDKs and the CLI use it) and
+//! the query string of a presigned URL (`X-Amz-Algorithm`, `X-Amz-Credential`, `X-Amz-Date`,
+//! `X-Amz-Expires`, `X-Amz-SignedHeaders`, `X-Amz-Signature`), which is valid from its date for
+//! `X-Amz-Expires` seconds (at most 7 days, as AWS allows). A presigned request's canonical query
+//! is its query without `X-Amz-Signature`, and its payload hash is that of its body (as
+//! botocore's generic query signer makes it), so a presigned URL cannot carry another body than
+//! the one signed. The region in the credential scope is the client's choice, and chooses whose
+//! queues the request acts on ([`signing_region`]; queues are kept per region, as in SQS). This
+//! module never logs a secret and never answers which part of a signature was wrong beyond what
+//! AWS itself says.
 
 use axum::http::{HeaderMap, Method};
 use hmac::{Hmac, Mac};
@@ -14,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::digest::to_hex;
 use super::error::SqsError;
-use super::limits::clock_skew_ms_max;
+use super::limits::{clock_skew_ms_max, presigned_expires_s_max};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -28,11 +33,30 @@ pub struct AccessKey {
     pub id: String,
     /// The secret; never printed.
     pub secret: String,
+    /// The queues this key may name: those whose names begin with one of these prefixes. Empty:
+    /// every queue.
+    pub queue_prefixes: Vec<String>,
+}
+
+impl AccessKey {
+    /// Whether this key may name the queue `name`.
+    #[must_use]
+    pub fn allows(&self, name: &str) -> bool {
+        self.queue_prefixes.is_empty()
+            || self
+                .queue_prefixes
+                .iter()
+                .any(|prefix| name.starts_with(prefix.as_str()))
+    }
 }
 
 impl std::fmt::Debug for AccessKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AccessKey {{ id: {:?}, secret: .. }}", self.id)
+        write!(
+            f,
+            "AccessKey {{ id: {:?}, secret: .., queue_prefixes: {:?} }}",
+            self.id, self.queue_prefixes
+        )
     }
 }
 
@@ -51,7 +75,7 @@ pub struct SignedRequest<'a> {
     pub body: &'a [u8],
 }
 
-/// The parsed `Authorization` header.
+/// The parsed `Authorization` header, or the same parts of a presigned query.
 #[derive(Debug, PartialEq, Eq)]
 struct Authorization<'a> {
     access_key_id: &'a str,
@@ -62,24 +86,24 @@ struct Authorization<'a> {
     signature: &'a str,
 }
 
-/// Checks the request's signature against `keys` at server time `now_ms` (ms since the epoch).
-/// Returns the access key id that signed it.
+/// Checks the request's signature against `keys` at server time `now_ms` (ms since the epoch),
+/// in the header form or, without an `Authorization` header, the presigned query form.
+/// Returns the access key that signed it.
 ///
 /// # Errors
-/// `MissingAuthenticationToken` without an `Authorization` header; `IncompleteSignature` for a
-/// malformed one (or a presigned query); `InvalidClientTokenId` for an unknown key id;
-/// `RequestExpired` for an `X-Amz-Date` more than 15 minutes off; `SignatureDoesNotMatch`
-/// otherwise when the signature is wrong.
-pub fn verify(
+/// `MissingAuthenticationToken` without a signature of either form; `IncompleteSignature` for a
+/// malformed one; `InvalidClientTokenId` for an unknown key id; `RequestExpired` for an
+/// `X-Amz-Date` more than 15 minutes off (a presigned one: more than 15 minutes ahead) or a
+/// presigned request past its `X-Amz-Expires`; `SignatureDoesNotMatch` otherwise when the
+/// signature is wrong.
+pub fn verify<'k>(
     request: &SignedRequest<'_>,
-    keys: &[AccessKey],
+    keys: &'k [AccessKey],
     now_ms: u64,
-) -> Result<String, SqsError> {
+) -> Result<&'k AccessKey, SqsError> {
     let Some(header) = request.headers.get("authorization") else {
-        if request.query.contains("X-Amz-Signature=") {
-            return Err(SqsError::IncompleteSignature {
-                reason: "query-string (presigned) signatures are not accepted; sign the Authorization header".to_owned(),
-            });
+        if presigned(request.query) {
+            return verify_presigned(request, keys, now_ms);
         }
         return Err(SqsError::MissingAuthenticationToken);
     };
@@ -99,15 +123,123 @@ pub fn verify(
         .ok_or_else(|| SqsError::IncompleteSignature {
             reason: "the X-Amz-Date header is missing".to_owned(),
         })?;
-    let signed_at_ms = parse_amz_date(amz_date).ok_or_else(|| SqsError::IncompleteSignature {
-        reason: format!("X-Amz-Date {amz_date} is not of the form YYYYMMDDTHHMMSSZ"),
-    })?;
+    let signed_at_ms = amz_date_ms(amz_date)?;
     if signed_at_ms.abs_diff(now_ms) > clock_skew_ms_max {
         return Err(SqsError::RequestExpired {
             signed_at: amz_date.to_owned(),
             now: format_amz_date(now_ms),
         });
     }
+    check_signature(
+        request,
+        key,
+        &authorization,
+        amz_date,
+        &canonical_query(request.query, false),
+    )?;
+    Ok(key)
+}
+
+/// Whether the query carries a presigned signature's parameters.
+fn presigned(query: &str) -> bool {
+    query_pairs(query).any(|(name, _)| name == "X-Amz-Signature" || name == "X-Amz-Algorithm")
+}
+
+/// The query's parameters, percent-decoded, in the order sent.
+fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(name), percent_decode(value))
+        })
+}
+
+/// The presigned query form (see the module's documentation).
+fn verify_presigned<'k>(
+    request: &SignedRequest<'_>,
+    keys: &'k [AccessKey],
+    now_ms: u64,
+) -> Result<&'k AccessKey, SqsError> {
+    let incomplete = |reason: String| SqsError::IncompleteSignature { reason };
+    let mut parameters: std::collections::BTreeMap<String, String> = Default::default();
+    for (name, value) in query_pairs(request.query) {
+        if name.starts_with("X-Amz-") && parameters.insert(name.clone(), value).is_some() {
+            return Err(incomplete(format!("the query names {name} twice")));
+        }
+    }
+    let parameter = |name: &str| {
+        parameters
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| incomplete(format!("the presigned query has no {name}")))
+    };
+    if parameter("X-Amz-Algorithm")? != ALGORITHM {
+        return Err(incomplete(format!("X-Amz-Algorithm must be {ALGORITHM}")));
+    }
+    let (access_key_id, date, region, service) = parse_credential(parameter("X-Amz-Credential")?)?;
+    let amz_date = parameter("X-Amz-Date")?;
+    let expires_s: u64 = parameter("X-Amz-Expires")?
+        .parse()
+        .ok()
+        .filter(|seconds| *seconds <= presigned_expires_s_max)
+        .ok_or_else(|| {
+            incomplete(format!(
+                "X-Amz-Expires must be a number of seconds from 0 to {presigned_expires_s_max}"
+            ))
+        })?;
+    let authorization = Authorization {
+        access_key_id,
+        date,
+        region,
+        service,
+        signed_headers: parameter("X-Amz-SignedHeaders")?.split(';').collect(),
+        signature: parameter("X-Amz-Signature")?,
+    };
+    let key = keys
+        .iter()
+        .find(|key| key.id == authorization.access_key_id)
+        .ok_or(SqsError::InvalidClientTokenId)?;
+    let signed_at_ms = amz_date_ms(amz_date)?;
+    if signed_at_ms > now_ms.saturating_add(clock_skew_ms_max) {
+        return Err(SqsError::RequestExpired {
+            signed_at: amz_date.to_owned(),
+            now: format_amz_date(now_ms),
+        });
+    }
+    let expires_at_ms = signed_at_ms.saturating_add(expires_s * 1_000);
+    if now_ms > expires_at_ms {
+        return Err(SqsError::PresignedRequestExpired {
+            expired_at: format_amz_date(expires_at_ms),
+            now: format_amz_date(now_ms),
+        });
+    }
+    check_signature(
+        request,
+        key,
+        &authorization,
+        amz_date,
+        &canonical_query(request.query, true),
+    )?;
+    Ok(key)
+}
+
+/// The milliseconds of an `X-Amz-Date`, or `IncompleteSignature` saying its form.
+fn amz_date_ms(amz_date: &str) -> Result<u64, SqsError> {
+    parse_amz_date(amz_date).ok_or_else(|| SqsError::IncompleteSignature {
+        reason: format!("X-Amz-Date {amz_date} is not of the form YYYYMMDDTHHMMSSZ"),
+    })
+}
+
+/// Compares the signature of either form with the one `key` makes of the request.
+fn check_signature(
+    request: &SignedRequest<'_>,
+    key: &AccessKey,
+    authorization: &Authorization<'_>,
+    amz_date: &str,
+    canonical_query: &str,
+) -> Result<(), SqsError> {
     if !amz_date.starts_with(authorization.date) {
         return Err(SqsError::IncompleteSignature {
             reason: format!(
@@ -142,8 +274,12 @@ pub fn verify(
     let double = uri_encode(request.path, false);
     let mut last = None;
     for canonical_uri in [double.as_str(), request.path] {
-        let canonical_request =
-            canonical_request(request, &authorization.signed_headers, canonical_uri)?;
+        let canonical_request = canonical_request(
+            request,
+            &authorization.signed_headers,
+            canonical_uri,
+            canonical_query,
+        )?;
         let string_to_sign = format!(
             "{ALGORITHM}\n{amz_date}\n{scope}\n{}",
             to_hex(&Sha256::digest(canonical_request.as_bytes()))
@@ -152,7 +288,7 @@ pub fn verify(
             HmacSha256::new_from_slice(&signing_key).expect("HMAC takes keys of any length");
         mac.update(string_to_sign.as_bytes());
         if mac.verify_slice(&expected).is_ok() {
-            return Ok(key.id.clone());
+            return Ok(());
         }
         last = Some((canonical_request, string_to_sign));
         if double == request.path {
@@ -189,17 +325,7 @@ fn parse_authorization(header: &str) -> Result<Authorization<'_>, SqsError> {
     let credential = credential.ok_or_else(|| incomplete("Credential is missing"))?;
     let signed_headers = signed_headers.ok_or_else(|| incomplete("SignedHeaders is missing"))?;
     let signature = signature.ok_or_else(|| incomplete("Signature is missing"))?;
-    let parts: Vec<&str> = credential.split('/').collect();
-    let [access_key_id, date, region, service, terminator] = parts.as_slice() else {
-        return Err(incomplete(
-            "Credential must be <key id>/<date>/<region>/<service>/aws4_request",
-        ));
-    };
-    if *terminator != "aws4_request" || date.len() != 8 || access_key_id.is_empty() {
-        return Err(incomplete(
-            "Credential must be <key id>/<date>/<region>/<service>/aws4_request",
-        ));
-    }
+    let (access_key_id, date, region, service) = parse_credential(credential)?;
     Ok(Authorization {
         access_key_id,
         date,
@@ -210,10 +336,26 @@ fn parse_authorization(header: &str) -> Result<Authorization<'_>, SqsError> {
     })
 }
 
+/// `<key id>/<date>/<region>/<service>/aws4_request`, as its four parts.
+fn parse_credential(credential: &str) -> Result<(&str, &str, &str, &str), SqsError> {
+    let malformed = || SqsError::IncompleteSignature {
+        reason: "Credential must be <key id>/<date>/<region>/<service>/aws4_request".to_owned(),
+    };
+    let parts: Vec<&str> = credential.split('/').collect();
+    let [access_key_id, date, region, service, terminator] = parts.as_slice() else {
+        return Err(malformed());
+    };
+    if *terminator != "aws4_request" || date.len() != 8 || access_key_id.is_empty() {
+        return Err(malformed());
+    }
+    Ok((access_key_id, date, region, service))
+}
+
 fn canonical_request(
     request: &SignedRequest<'_>,
     signed_headers: &[&str],
     canonical_uri: &str,
+    canonical_query: &str,
 ) -> Result<String, SqsError> {
     let mut canonical_headers = String::new();
     for name in signed_headers {
@@ -249,25 +391,19 @@ fn canonical_request(
         } else {
             canonical_uri
         },
-        canonical_query(request.query),
+        canonical_query,
         canonical_headers,
         signed_headers.join(";"),
         payload_hash
     ))
 }
 
-/// Query parameters decoded, re-encoded the SigV4 way and sorted by name then value.
-fn canonical_query(query: &str) -> String {
-    let mut pairs: Vec<(String, String)> = query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (
-                uri_encode(&percent_decode(name), true),
-                uri_encode(&percent_decode(value), true),
-            )
-        })
+/// Query parameters decoded, re-encoded the SigV4 way and sorted by name then value; without
+/// `X-Amz-Signature` when `presigned` (a signature cannot sign itself).
+fn canonical_query(query: &str, presigned: bool) -> String {
+    let mut pairs: Vec<(String, String)> = query_pairs(query)
+        .filter(|(name, _)| !(presigned && name == "X-Amz-Signature"))
+        .map(|(name, value)| (uri_encode(&name, true), uri_encode(&value, true)))
         .collect();
     pairs.sort();
     pairs
@@ -474,6 +610,7 @@ mod tests {
         vec![AccessKey {
             id: KEY_ID.to_owned(),
             secret: SECRET.to_owned(),
+            queue_prefixes: Vec::new(),
         }]
     }
 
@@ -504,8 +641,8 @@ mod tests {
     fn suite_get_vanilla_verifies() {
         let headers = vanilla_headers(GET_VANILLA);
         assert_eq!(
-            verify(&get(&headers), &keys(), SUITE_TIME_MS),
-            Ok(KEY_ID.to_owned())
+            verify(&get(&headers), &keys(), SUITE_TIME_MS).map(|key| key.id.as_str()),
+            Ok(KEY_ID)
         );
     }
 
@@ -531,6 +668,7 @@ mod tests {
         let wrong_secret = vec![AccessKey {
             id: KEY_ID.to_owned(),
             secret: "other".to_owned(),
+            queue_prefixes: Vec::new(),
         }];
         assert!(matches!(
             verify(&get(&headers), &wrong_secret, SUITE_TIME_MS),
@@ -542,13 +680,13 @@ mod tests {
     fn unknown_key_missing_header_and_stale_date_are_refused() {
         let headers = vanilla_headers(&GET_VANILLA.replace("AKIDEXAMPLE", "AKIDOTHER"));
         assert_eq!(
-            verify(&get(&headers), &keys(), SUITE_TIME_MS),
+            verify(&get(&headers), &keys(), SUITE_TIME_MS).map(|key| key.id.as_str()),
             Err(SqsError::InvalidClientTokenId)
         );
         let mut unsigned = vanilla_headers(GET_VANILLA);
         unsigned.remove("authorization");
         assert_eq!(
-            verify(&get(&unsigned), &keys(), SUITE_TIME_MS),
+            verify(&get(&unsigned), &keys(), SUITE_TIME_MS).map(|key| key.id.as_str()),
             Err(SqsError::MissingAuthenticationToken)
         );
         let headers = vanilla_headers(GET_VANILLA);
@@ -591,8 +729,13 @@ mod tests {
 
     #[test]
     fn canonical_query_sorts_and_encodes() {
-        assert_eq!(canonical_query("b=2&a=x%20y&a=1"), "a=1&a=x%20y&b=2");
-        assert_eq!(canonical_query(""), "");
+        assert_eq!(canonical_query("b=2&a=x%20y&a=1", false), "a=1&a=x%20y&b=2");
+        assert_eq!(canonical_query("", false), "");
+        assert_eq!(
+            canonical_query("X-Amz-Signature=ab&a=1", true),
+            "a=1",
+            "a presigned query's signature is not signed"
+        );
         assert_eq!(uri_encode("/000/q%3A", false), "/000/q%253A");
     }
 
@@ -609,6 +752,189 @@ mod tests {
         ] {
             assert_eq!(parse_amz_date(bad), None, "{bad}");
         }
+    }
+
+    /// A request presigned by the `aws-sigv4` crate (the AWS SDK for Rust's signer) at
+    /// `signed_at`, valid for `expires_s`: its query, and the headers it signed.
+    fn presigned_by_sdk(
+        method: &str,
+        path_and_query: &str,
+        body: &[u8],
+        signed_at: std::time::SystemTime,
+        expires_s: u64,
+    ) -> String {
+        use aws_sigv4::http_request::{
+            SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
+        };
+        let identity =
+            aws_credential_types::Credentials::new(KEY_ID, SECRET, None, None, "test").into();
+        let mut settings = SigningSettings::default();
+        settings.signature_location = SignatureLocation::QueryParams;
+        settings.expires_in = Some(std::time::Duration::from_secs(expires_s));
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&identity)
+            .region("us-east-1")
+            .name("sqs")
+            .time(signed_at)
+            .settings(settings)
+            .build()
+            .unwrap()
+            .into();
+        let url = format!("http://localhost:9324{path_and_query}");
+        let request = SignableRequest::new(
+            method,
+            &url,
+            [("host", "localhost:9324")].into_iter(),
+            SignableBody::Bytes(body),
+        )
+        .unwrap();
+        let (instructions, _) = sign(request, &params).unwrap().into_parts();
+        let mut http_request = axum::http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .body(())
+            .unwrap();
+        instructions.apply_to_request_http1x(&mut http_request);
+        http_request.uri().query().unwrap().to_owned()
+    }
+
+    fn host_only() -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("localhost:9324"));
+        headers
+    }
+
+    fn at(ms: u64) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_url_presigned_by_the_sdk_verifies_until_it_expires() {
+        let body = br#"{"QueueUrl":"jobs"}"#;
+        let query = presigned_by_sdk(
+            "POST",
+            "/000000000000/jobs?a=1",
+            body,
+            at(SUITE_TIME_MS),
+            300,
+        );
+        assert!(query.contains("X-Amz-Signature="), "{query}");
+        let headers = host_only();
+        let request = SignedRequest {
+            method: &Method::POST,
+            path: "/000000000000/jobs",
+            query: &query,
+            headers: &headers,
+            body,
+        };
+        assert_eq!(
+            verify(&request, &keys(), SUITE_TIME_MS).map(|key| key.id.as_str()),
+            Ok(KEY_ID)
+        );
+        assert!(verify(&request, &keys(), SUITE_TIME_MS + 300_000).is_ok());
+        assert!(matches!(
+            verify(&request, &keys(), SUITE_TIME_MS + 300_001),
+            Err(SqsError::PresignedRequestExpired { .. })
+        ));
+        // Signed more than 15 minutes in the future.
+        assert!(matches!(
+            verify(&request, &keys(), SUITE_TIME_MS - clock_skew_ms_max - 1_000),
+            Err(SqsError::RequestExpired { .. })
+        ));
+    }
+
+    #[test]
+    fn a_presigned_url_with_another_body_query_or_secret_is_refused() {
+        let body = br#"{"QueueUrl":"jobs"}"#;
+        let query = presigned_by_sdk("POST", "/?a=1", body, at(SUITE_TIME_MS), 300);
+        let headers = host_only();
+        let request = SignedRequest {
+            method: &Method::POST,
+            path: "/",
+            query: &query,
+            headers: &headers,
+            body,
+        };
+        assert!(verify(&request, &keys(), SUITE_TIME_MS).is_ok());
+        let other_body = SignedRequest {
+            body: br#"{"QueueUrl":"other"}"#,
+            ..request
+        };
+        assert!(matches!(
+            verify(&other_body, &keys(), SUITE_TIME_MS),
+            Err(SqsError::SignatureDoesNotMatch { .. })
+        ));
+        let changed = query.replace("a=1", "a=2");
+        let other_query = SignedRequest {
+            query: &changed,
+            ..request
+        };
+        assert!(matches!(
+            verify(&other_query, &keys(), SUITE_TIME_MS),
+            Err(SqsError::SignatureDoesNotMatch { .. })
+        ));
+        let wrong_secret = vec![AccessKey {
+            secret: "other".to_owned(),
+            ..keys().remove(0)
+        }];
+        assert!(matches!(
+            verify(&request, &wrong_secret, SUITE_TIME_MS),
+            Err(SqsError::SignatureDoesNotMatch { .. })
+        ));
+        let unknown = vec![AccessKey {
+            id: "AKIDOTHER".to_owned(),
+            ..keys().remove(0)
+        }];
+        assert_eq!(
+            verify(&request, &unknown, SUITE_TIME_MS).map(|key| key.id.as_str()),
+            Err(SqsError::InvalidClientTokenId)
+        );
+    }
+
+    #[test]
+    fn a_malformed_presigned_query_is_incomplete() {
+        let query = presigned_by_sdk("GET", "/", b"", at(SUITE_TIME_MS), 300);
+        let headers = host_only();
+        let week = presigned_expires_s_max.to_string();
+        let too_long = query.replace("X-Amz-Expires=300", &format!("X-Amz-Expires={week}1"));
+        for bad in [
+            query.replace("AWS4-HMAC-SHA256", "AWS4-HMAC-SHA1"),
+            query.replace("X-Amz-Expires=300", "X-Amz-Expires=soon"),
+            too_long,
+            query.replace("X-Amz-Date=", "X-Amz-Nate="),
+            query.replace("aws4_request", "aws5_request"),
+            format!("{query}&X-Amz-Date=20150830T123600Z"),
+            query.replace("X-Amz-SignedHeaders=host", "X-Amz-SignedHeaders=x-amz-date"),
+        ] {
+            let request = SignedRequest {
+                method: &Method::GET,
+                path: "/",
+                query: &bad,
+                headers: &headers,
+                body: b"",
+            };
+            assert!(
+                matches!(
+                    verify(&request, &keys(), SUITE_TIME_MS),
+                    Err(SqsError::IncompleteSignature { .. })
+                ),
+                "{bad}: {:?}",
+                verify(&request, &keys(), SUITE_TIME_MS)
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_limited_by_prefix_allows_only_its_queues() {
+        let key = AccessKey {
+            queue_prefixes: vec!["orders-".to_owned(), "billing".to_owned()],
+            ..keys().remove(0)
+        };
+        assert!(key.allows("orders-eu"));
+        assert!(key.allows("billing"));
+        assert!(!key.allows("order"));
+        assert!(!key.allows("payroll"));
+        assert!(keys()[0].allows("payroll"), "no prefixes: every queue");
     }
 
     #[test]

@@ -86,7 +86,8 @@ async fn get(address: SocketAddr, path: &str, cookie: Option<&str>) -> Answer {
     http(address, "GET", path, cookie, None).await
 }
 
-/// A node whose SQS endpoint takes the access key `AKID` with secret `s3cret`.
+/// A node whose SQS endpoint takes the access key `AKID` with secret `s3cret` (and
+/// `AKIDLIMITED`, limited to queues named `orders-…`).
 async fn node_with_keys() -> (Node, SocketAddr, TempDir) {
     let dir = TempDir::new().unwrap();
     let config = Config::with_data_dir(dir.path());
@@ -100,10 +101,18 @@ async fn node_with_keys() -> (Node, SocketAddr, TempDir) {
     )
     .unwrap();
     let settings = trireme_node::sqs::SqsSettings {
-        access_keys: vec![trireme_node::sqs::AccessKey {
-            id: "AKID".to_owned(),
-            secret: "s3cret".to_owned(),
-        }],
+        access_keys: vec![
+            trireme_node::sqs::AccessKey {
+                id: "AKID".to_owned(),
+                secret: "s3cret".to_owned(),
+                queue_prefixes: Vec::new(),
+            },
+            trireme_node::sqs::AccessKey {
+                id: "AKIDLIMITED".to_owned(),
+                secret: "s3cret".to_owned(),
+                queue_prefixes: vec!["orders-".to_owned()],
+            },
+        ],
         ..trireme_node::sqs::SqsSettings::default()
     };
     node.serve_sqs(TcpListener::bind("127.0.0.1:0").await.unwrap(), settings);
@@ -217,6 +226,17 @@ async fn with_sqs_keys_the_console_asks_for_a_login() {
         "/console/login",
         Some(&cookie),
         Some(&wrong),
+    )
+    .await;
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    // A key limited to some queues does not open the console, which shows every queue.
+    let limited = format!("csrf={csrf}&access_key=AKIDLIMITED&secret=s3cret");
+    let refused = http(
+        address,
+        "POST",
+        "/console/login",
+        Some(&cookie),
+        Some(&limited),
     )
     .await;
     assert_eq!(refused.status, 401, "{}", refused.body);

@@ -24,6 +24,7 @@ mod long_poll;
 mod loopback;
 mod messages;
 mod metrics;
+mod overload;
 mod queues;
 mod redrive;
 mod restart;

@@ -1187,6 +1187,7 @@ async fn signatures_are_verified_when_access_keys_are_configured() {
     let keys = vec![AccessKey {
         id: KEY_ID.to_owned(),
         secret: SECRET.to_owned(),
+        queue_prefixes: Vec::new(),
     }];
     let h = Harness::start_with_keys(keys).await;
     // The SDK signs with the configured key: everything works.
@@ -1214,6 +1215,199 @@ async fn signatures_are_verified_when_access_keys_are_configured() {
     assert_eq!(status, 403);
     assert!(
         headers.contains("x-amzn-query-error: missingauthenticationtoken;sender"),
+        "{headers}"
+    );
+}
+
+/// A key limited to queues whose names begin with `orders-`.
+const LIMITED_KEY_ID: &str = "AKIDORDERSONLY";
+
+#[tokio::test]
+async fn a_key_limited_by_prefix_is_denied_every_other_queue() {
+    let keys = vec![
+        AccessKey {
+            id: KEY_ID.to_owned(),
+            secret: SECRET.to_owned(),
+            queue_prefixes: Vec::new(),
+        },
+        AccessKey {
+            id: LIMITED_KEY_ID.to_owned(),
+            secret: SECRET.to_owned(),
+            queue_prefixes: vec!["orders-".to_owned()],
+        },
+    ];
+    let h = Harness::start_with_keys(keys).await;
+    let theirs = h.create("payroll").await;
+    let ours = h.create("orders-eu").await;
+    let limited = client(h.address, LIMITED_KEY_ID, SECRET);
+
+    limited
+        .send_message()
+        .queue_url(&ours)
+        .message_body("mine")
+        .send()
+        .await
+        .unwrap();
+    limited
+        .create_queue()
+        .queue_name("orders-us")
+        .send()
+        .await
+        .unwrap();
+    let listed = limited.list_queues().send().await.unwrap();
+    assert_eq!(
+        listed.queue_urls(),
+        [ours.clone(), h.url("orders-us")],
+        "a limited key lists only its queues"
+    );
+
+    let denied = limited
+        .send_message()
+        .queue_url(&theirs)
+        .message_body("not mine")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_parts(&denied).0, "AccessDenied", "{denied:?}");
+    assert_eq!(denied.raw_response().unwrap().status().as_u16(), 403);
+    for refused in [
+        limited
+            .create_queue()
+            .queue_name("payroll-2")
+            .send()
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .into_service_error()
+            .code()
+            .map(str::to_owned),
+        limited
+            .get_queue_url()
+            .queue_name("payroll")
+            .send()
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .into_service_error()
+            .code()
+            .map(str::to_owned),
+        limited
+            .delete_queue()
+            .queue_url(&theirs)
+            .send()
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .into_service_error()
+            .code()
+            .map(str::to_owned),
+        // A dead-letter queue outside the prefix is a queue outside it too.
+        limited
+            .set_queue_attributes()
+            .queue_url(&ours)
+            .attributes(
+                QueueAttributeName::RedrivePolicy,
+                r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:payroll","maxReceiveCount":"3"}"#,
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .into_service_error()
+            .code()
+            .map(str::to_owned),
+    ] {
+        assert_eq!(refused.as_deref(), Some("AccessDenied"));
+    }
+    // Nothing of the refused calls happened.
+    let everything = h.client.list_queues().send().await.unwrap();
+    assert_eq!(everything.queue_urls().len(), 3);
+    let untouched = h.receive(&theirs).await;
+    assert!(untouched.messages().is_empty());
+}
+
+/// A raw request to `h` presigned by the `aws-sigv4` crate at `signed_at` for `expires_s`: its
+/// path and query, and the body it signed.
+fn presigned_list_queues(
+    h: &Harness,
+    signed_at: std::time::SystemTime,
+    expires_s: u64,
+) -> (String, &'static str) {
+    use aws_sigv4::http_request::{
+        SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
+    };
+    let body = "{}";
+    let identity = Credentials::new(KEY_ID, SECRET, None, None, "trireme-tests").into();
+    let mut settings = SigningSettings::default();
+    settings.signature_location = SignatureLocation::QueryParams;
+    settings.expires_in = Some(std::time::Duration::from_secs(expires_s));
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("sqs")
+        .time(signed_at)
+        .settings(settings)
+        .build()
+        .unwrap()
+        .into();
+    let url = format!("http://{}/", h.address);
+    let host = h.address.to_string();
+    let request = SignableRequest::new(
+        "POST",
+        &url,
+        [("host", host.as_str())].into_iter(),
+        SignableBody::Bytes(body.as_bytes()),
+    )
+    .unwrap();
+    let (instructions, _) = sign(request, &params).unwrap().into_parts();
+    let mut signed = axum::http::Request::builder()
+        .method("POST")
+        .uri(&url)
+        .body(())
+        .unwrap();
+    instructions.apply_to_request_http1x(&mut signed);
+    (format!("/?{}", signed.uri().query().unwrap()), body)
+}
+
+#[tokio::test]
+async fn a_presigned_request_is_served_until_it_expires() {
+    let keys = vec![AccessKey {
+        id: KEY_ID.to_owned(),
+        secret: SECRET.to_owned(),
+        queue_prefixes: Vec::new(),
+    }];
+    let h = Harness::start_with_keys(keys).await;
+    h.create("presigned").await;
+    let now = std::time::SystemTime::now();
+
+    let (path, body) = presigned_list_queues(&h, now, 300);
+    let (status, _, answer) = h.raw(&path, "AmazonSQS.ListQueues", body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["QueueUrls"][0], h.url("presigned"));
+
+    let an_hour_ago = now - std::time::Duration::from_secs(3_600);
+    let (path, body) = presigned_list_queues(&h, an_hour_ago, 60);
+    let (status, headers, answer) = h.raw(&path, "AmazonSQS.ListQueues", body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        headers.contains("x-amzn-query-error: requestexpired;sender"),
+        "{headers}"
+    );
+
+    let (path, body) = presigned_list_queues(&h, now, 300);
+    let tampered = path.replace("X-Amz-Signature=", "X-Amz-Signature=0");
+    let (status, headers, _) = h.raw(&tampered, "AmazonSQS.ListQueues", body).await;
+    assert_eq!(status, 400, "an odd-length signature is malformed");
+    assert!(headers.contains("incompletesignature"), "{headers}");
+    let flipped = {
+        let at = path.find("X-Amz-Signature=").unwrap() + "X-Amz-Signature=".len();
+        let digit = if &path[at..=at] == "0" { "1" } else { "0" };
+        format!("{}{digit}{}", &path[..at], &path[at + 1..])
+    };
+    let (status, headers, _) = h.raw(&flipped, "AmazonSQS.ListQueues", body).await;
+    assert_eq!(status, 403);
+    assert!(
+        headers.contains("x-amzn-query-error: signaturedoesnotmatch;sender"),
         "{headers}"
     );
 }
