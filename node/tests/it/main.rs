@@ -19,6 +19,7 @@ mod cluster_tls;
 mod cluster_trace;
 mod console;
 mod crash;
+mod disk_full;
 mod harness;
 mod long_poll;
 mod loopback;
