@@ -697,14 +697,14 @@ impl Config {
                         .unwrap_or_else(|| SQS_REGION_DEFAULT.to_owned());
                     // A queue name scopes other regions' queues by region name, with the
                     // core's alphabet for regions; the node's own must be one as well.
-                    trireme_core::QueueName::scoped("q", Some(&region)).map_err(|_| {
-                        ConfigError::Invalid {
+                    if !trireme_core::region_is_legal(&region) {
+                        return Err(ConfigError::Invalid {
                             setting: "sqs_region",
                             reason: format!(
                                 "{region:?} is not a region name (1–32 of a-z, 0-9 and '-')"
                             ),
-                        }
-                    })?;
+                        });
+                    }
                     region
                 },
                 account_id: args
@@ -1197,6 +1197,25 @@ mod tests {
             }
         ));
         assert!(Config::load(parse(&["--no-sqs"])).unwrap().sqs.is_none());
+    }
+
+    #[test]
+    fn the_sqs_region_must_be_a_region_name() {
+        let config = Config::load(parse(&["--sqs-region", "eu-west-1"])).unwrap();
+        assert_eq!(config.sqs.unwrap().region, "eu-west-1");
+        for bad in ["EU-WEST-1", "eu_west_1", "", "eu@west"] {
+            let error = Config::load(parse(&["--sqs-region", bad])).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    ConfigError::Invalid {
+                        setting: "sqs_region",
+                        ..
+                    }
+                ),
+                "{bad:?}: {error:?}"
+            );
+        }
     }
 
     #[test]

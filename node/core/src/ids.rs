@@ -123,13 +123,19 @@ fn check_bare_name(name: &str) -> Result<(), Reject> {
     Ok(())
 }
 
-/// A region of a scoped name: 1–32 characters of `[a-z0-9-]`.
-fn check_region(region: &str) -> Result<(), Reject> {
-    let legal = (1..=limits::region_chars_max).contains(&region.len())
+/// Whether `region` can scope a queue name: 1–32 characters of `[a-z0-9-]` (the one rule; the
+/// SQS endpoint and the configuration check a region with it too).
+#[must_use]
+pub fn region_is_legal(region: &str) -> bool {
+    (1..=limits::region_chars_max).contains(&region.len())
         && region
             .bytes()
-            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
-    if legal {
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+}
+
+/// A region of a scoped name: 1–32 characters of `[a-z0-9-]`.
+fn check_region(region: &str) -> Result<(), Reject> {
+    if region_is_legal(region) {
         Ok(())
     } else {
         Err(refuse_name(format!(

@@ -583,11 +583,7 @@ pub fn signing_region<'a>(
     let Some(region) = from_header.or_else(from_query) else {
         return Ok(None);
     };
-    let legal = (1..=32).contains(&region.len())
-        && region
-            .bytes()
-            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
-    if legal {
+    if trireme_core::region_is_legal(region) {
         Ok(Some(region))
     } else {
         Err(SqsError::IncompleteSignature {
