@@ -1235,6 +1235,12 @@ impl RedriveOp {
         (op, Effects::sends(sends))
     }
 
+    /// Whether the operation is still in its quorum read.
+    #[must_use]
+    pub fn reading(&self) -> bool {
+        matches!(self.phase, RedrivePhase::Read(_))
+    }
+
     /// One replica's reply to round `round` (of either queue).
     pub fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<RedriveAnswer> {
         if round != self.round {
@@ -1339,7 +1345,8 @@ impl RedriveOp {
             Ok(merged) => merged,
             Err(divergence) => return self.finish(Vec::new(), RedriveAnswer::Diverged(divergence)),
         };
-        let mut sends = read.repairs(&self.source.key, merged.as_ref());
+        // No read repair: only a receive repairs what it read (spec/replication.md, *Redrive*);
+        // anti-entropy converges the rest.
         let movable = merged.as_ref().filter(|record| {
             record.live().is_some_and(|live| {
                 !record.hidden(self.purged_through)
@@ -1348,14 +1355,13 @@ impl RedriveOp {
             })
         });
         let Some(record) = movable.cloned() else {
-            return self.finish(sends, RedriveAnswer::NotMovable);
+            return self.finish(Vec::new(), RedriveAnswer::NotMovable);
         };
         if self.target.is_none() {
-            return self.finish(sends, RedriveAnswer::Movable(Box::new(record)));
+            return self.finish(Vec::new(), RedriveAnswer::Movable(Box::new(record)));
         }
         self.round += 1;
-        sends.extend(self.copy_phase(&record));
-        Effects::sends(sends)
+        Effects::sends(self.copy_phase(&record))
     }
 
     fn finish(&mut self, sends: Vec<Outgoing>, answer: RedriveAnswer) -> Effects<RedriveAnswer> {

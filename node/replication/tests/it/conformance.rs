@@ -4,9 +4,12 @@
 //! handle, and every delivery.
 //!
 //! The model drives: each step is one of the actions the model enables (sends, receives,
-//! deletes, deliveries, drops, duplicates, crashes, restarts, timeouts, anti-entropy), applied to
+//! deletes, dead-letter moves, dead-letter-now, redrives, receives and deletes in the dead-letter
+//! queue, deliveries, drops, duplicates, crashes, restarts, timeouts, anti-entropy), applied to
 //! the model with `next_state` and to a small world built from this crate (replicas that decide
 //! with `replica::accept`, coordinators that are `coordinator::*Op`, a multiset network). The
+//! world keeps the model's two records per replica: the message in the source queue and its
+//! dead-letter copy, one message id under two queue names. The
 //! model's reductions are mirrored, not re-implemented: a refusal is silent (the crate's early
 //! answer on refusals is covered by its unit tests), replies arrive in the step that produced
 //! them, and a read its coordinator no longer awaits is dropped from the network.
@@ -16,13 +19,13 @@ use rand_chacha::ChaCha8Rng;
 use stateright::Model;
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::coordinator::{
-    Effects, Handle, HandleAction, HandleAnswer, HandleOp, ReceiveAnswer, ReceiveOp,
-    ReceiveSettings, Reply, Request, SendAnswer, SendOp,
+    DeadLetterNowAnswer, Effects, Handle, HandleAction, HandleAnswer, HandleOp, MoveOp, Outgoing,
+    ReceiveAnswer, ReceiveOp, ReceiveSettings, RedriveOp, Reply, Request, SendAnswer, SendOp,
 };
-use trireme_replication::record::{Birth, Body, Claim, Held, Live, Record};
+use trireme_replication::record::{Birth, Body, Claim, Held, Live, Record, SourceQueue};
 use trireme_replication::replica::{Verdict, Write, accept};
 use trireme_replication::{Generation, NodeId, RecordKey};
-use trireme_spec::replication::protocol::{self as model, Message, Op, Packet};
+use trireme_spec::replication::protocol::{self as model, Message, Op, Packet, Queue, Scenario};
 use trireme_spec::replication::record as model_record;
 use trireme_spec::replication::{Action, Config, ReplicationModel, Start, State};
 
@@ -31,11 +34,40 @@ const COORDINATORS: usize = 2;
 /// Steps per random walk; the model's budgets end most walks sooner.
 const STEPS_MAX: usize = 60;
 
-fn key() -> RecordKey {
+const QUEUES: usize = 2;
+
+fn queue_name(queue: Queue) -> QueueName {
+    let name = match queue {
+        Queue::Source => "q",
+        Queue::DeadLetter => "q-dlq",
+    };
+    QueueName::try_from(name.to_string()).expect("a valid name")
+}
+
+fn incarnation() -> Incarnation {
+    Incarnation::local(Millis(1))
+}
+
+/// The message's key in `queue`: one message id in both queues, as moves and redrives keep it.
+fn key(queue: Queue) -> RecordKey {
     RecordKey {
-        queue: QueueName::try_from("q".to_string()).expect("a valid name"),
-        incarnation: Incarnation::local(Millis(1)),
+        queue: queue_name(queue),
+        incarnation: incarnation(),
         message: MessageId(1),
+    }
+}
+
+fn queue_of(key: &RecordKey) -> Queue {
+    [Queue::Source, Queue::DeadLetter]
+        .into_iter()
+        .find(|queue| queue_name(*queue) == key.queue)
+        .unwrap_or_else(|| panic!("a key of the model's queues: {key:?}"))
+}
+
+fn source_queue() -> SourceQueue {
+    SourceQueue {
+        name: queue_name(Queue::Source),
+        incarnation: incarnation(),
     }
 }
 
@@ -43,13 +75,15 @@ fn replicas() -> [NodeId; REPLICAS] {
     [NodeId(0), NodeId(1), NodeId(2)]
 }
 
-/// Once-fields derived from the generation alone, as every correct writer derives them.
-fn birth(generation: u32) -> Birth {
+/// Once-fields as every correct writer derives them: the payload and send time travel with the
+/// message; a copy in the dead-letter queue names its source (`coordinator::dead_letter_copy`),
+/// a copy in the source does not (`coordinator::redrive_copy`).
+fn birth(queue: Queue) -> Birth {
     Birth {
-        payload: vec![b'm', generation as u8],
+        payload: b"m".to_vec(),
         sent_at: Millis(0),
         visible_from: Millis(0),
-        source_queue: None,
+        source_queue: (queue == Queue::DeadLetter).then(|| Box::new(source_queue())),
         dedup_id: None,
     }
 }
@@ -89,9 +123,9 @@ fn inject_claim(claim: model_record::Claim) -> Claim {
     }
 }
 
-/// The crate's record of a model record, with the fields the model leaves out at the values the
-/// world's clock (always 0) and visibility timeout (0) give them.
-fn inject(record: model_record::Record) -> Option<Record> {
+/// The crate's record of a model record in `queue`, with the fields the model leaves out at the
+/// values the world's clock (always 0) and visibility timeout (0) give them.
+fn inject(queue: Queue, record: model_record::Record) -> Option<Record> {
     let generation = Generation(u32::from(record.generation));
     match record.body {
         model_record::Body::Absent => None,
@@ -106,7 +140,7 @@ fn inject(record: model_record::Record) -> Option<Record> {
         } => Some(Record {
             generation,
             body: Body::Live(Live {
-                birth: birth(generation.0),
+                birth: birth(queue),
                 entered_at: Millis(0),
                 hidden_through: None,
                 held: claim.map(|claim| Held {
@@ -116,7 +150,8 @@ fn inject(record: model_record::Record) -> Option<Record> {
                     received_at: Millis(0),
                 }),
                 receive_count: u32::from(receive_count),
-                first_received_at: claim.map(|_| Millis(0)),
+                // A dead-letter copy keeps its first receive without its claim.
+                first_received_at: (claim.is_some() || receive_count > 0).then_some(Millis(0)),
                 settle: trireme_replication::Settle::Ready,
             }),
         }),
@@ -146,32 +181,45 @@ enum Wire {
     },
 }
 
-/// `(replica, coordinator or 0 when not current, current, request)`, as the model normalises.
-type WireKey = (u8, u8, bool, Wire);
+/// `(replica, coordinator or 0 when not current, current, queue, request)`, as the model
+/// normalises.
+type WireKey = (u8, u8, bool, Queue, Wire);
 
 fn wire_of_model(packet: &Packet) -> WireKey {
-    let wire = match packet.message {
-        Message::Read { .. } => Wire::Read,
-        Message::Write { record, ack, .. } => Wire::Write { record, ack },
+    let (queue, wire) = match packet.message {
+        Message::Read { queue } => (queue, Wire::Read),
+        Message::Write { queue, record, ack } => (queue, Wire::Write { record, ack }),
         Message::Claim {
+            queue,
             generation,
             claim,
             receive_count,
-            ..
-        } => Wire::Claim {
-            generation,
-            claim,
-            receive_count,
-        },
+        } => (
+            queue,
+            Wire::Claim {
+                generation,
+                claim,
+                receive_count,
+            },
+        ),
         Message::Tombstone {
-            generation, expect, ..
-        } => Wire::Tombstone { generation, expect },
-        Message::Drop { generation, .. } => Wire::Drop { generation },
+            queue,
+            generation,
+            expect,
+            ..
+        } => (queue, Wire::Tombstone { generation, expect }),
+        Message::Drop { queue, generation } => (queue, Wire::Drop { generation }),
         Message::ReadReply { .. } | Message::Ack => {
             unreachable!("replies reach coordinators in the step that made them")
         }
     };
-    (packet.replica, packet.coordinator, packet.round == 1, wire)
+    (
+        packet.replica,
+        packet.coordinator,
+        packet.round == 1,
+        queue,
+        wire,
+    )
 }
 
 fn wire_of_request(request: &Request) -> Wire {
@@ -220,6 +268,8 @@ enum Running {
     Send(SendOp),
     Receive(ReceiveOp),
     Handle(HandleOp),
+    Move(MoveOp),
+    Redrive(RedriveOp),
 }
 
 #[derive(Clone, Debug)]
@@ -231,35 +281,57 @@ struct InFlight {
     op: u64,
     /// The operation's round, as the crate numbered it.
     round: u32,
+    queue: Queue,
     request: Request,
 }
 
+/// A handle as the world's clients hold it: the queue it was issued in and the crate's handle.
+type HeldHandle = (Queue, Handle);
+
+/// A read reply a coordinator took: its operation's number and the record.
+type Replied = (u64, Option<Record>);
+
 #[derive(Clone, Debug)]
 struct World {
-    stores: [Option<Record>; REPLICAS],
+    /// Each replica's record per queue, in the model's order (`Queue::index`).
+    stores: [[Option<Record>; QUEUES]; REPLICAS],
     running: [Running; COORDINATORS],
     /// Operations started per coordinator (the current one's number).
     ops: [u64; COORDINATORS],
     /// The current operation's newest round.
     rounds: [u32; COORDINATORS],
-    handles: [Option<Handle>; COORDINATORS],
+    handles: [Option<HeldHandle>; COORDINATORS],
     network: Vec<InFlight>,
     deliveries: Vec<(u8, model_record::Claim, u8)>,
+    /// The read replies each coordinator's current operation took, by replica, with the
+    /// operation's number: what its read repairs are measured against.
+    replied: [[Option<Replied>; REPLICAS]; COORDINATORS],
+    /// The redrive policy's `maxReceiveCount` of the source, when the run has a dead-letter
+    /// queue.
+    max_receive_count: Option<u32>,
     /// A crate rule switched off (self-tests of the comparison only).
     plant: Option<Plant>,
 }
 
 impl World {
-    fn from_model(state: &State) -> World {
+    fn from_model(config: &Config, state: &State) -> World {
         let mut world = World {
-            stores: std::array::from_fn(|r| inject(state.replicas[r].store[0])),
+            stores: std::array::from_fn(|r| {
+                [Queue::Source, Queue::DeadLetter]
+                    .map(|queue| inject(queue, state.replicas[r].store[queue.index()]))
+            }),
             running: [Running::Idle, Running::Idle],
             ops: [0; COORDINATORS],
             rounds: [0; COORDINATORS],
             handles: std::array::from_fn(|c| {
-                state.coordinators[c].handle.map(|handle| Handle {
-                    generation: Generation(u32::from(handle.generation)),
-                    claim: inject_claim(handle.claim),
+                state.coordinators[c].handle.map(|handle| {
+                    (
+                        handle.queue,
+                        Handle {
+                            generation: Generation(u32::from(handle.generation)),
+                            claim: inject_claim(handle.claim),
+                        },
+                    )
                 })
             }),
             network: Vec::new(),
@@ -269,6 +341,10 @@ impl World {
                 .iter()
                 .map(|d| (d.generation, d.claim, d.receive_count))
                 .collect(),
+            replied: Default::default(),
+            max_receive_count: config
+                .dead_letter
+                .then_some(u32::from(config.max_receive_count)),
             plant: None,
         };
         for packet in &state.network {
@@ -276,7 +352,7 @@ impl World {
                 packet.round == 0,
                 "starting points hold only requests nobody awaits"
             );
-            let Message::Write { record, ack, .. } = packet.message else {
+            let Message::Write { queue, record, ack } = packet.message else {
                 panic!("starting points hold only writes in flight");
             };
             world.network.push(InFlight {
@@ -284,9 +360,10 @@ impl World {
                 from: None,
                 op: 0,
                 round: 0,
+                queue,
                 request: Request::Write {
                     write: Box::new(Write::Merge(
-                        inject(record).expect("a write carries a record"),
+                        inject(queue, record).expect("a write carries a record"),
                     )),
                     ack,
                 },
@@ -303,7 +380,8 @@ impl World {
         match &self.running[c] {
             Running::Receive(op) => op.reading(),
             Running::Handle(op) => op.reading(),
-            Running::Idle | Running::Send(_) => false,
+            Running::Redrive(op) => op.reading(),
+            Running::Idle | Running::Send(_) | Running::Move(_) => false,
         }
     }
 
@@ -323,6 +401,7 @@ impl World {
             packet.replica as u8,
             coordinator,
             current,
+            packet.queue,
             wire_of_request(&packet.request),
         )
     }
@@ -351,8 +430,11 @@ impl World {
     /// Takes one step's effects of coordinator `c`: new rounds for its requests, the answer.
     fn absorb<A>(&mut self, c: usize, effects: Effects<A>, on_answer: impl FnOnce(&mut World, A)) {
         for out in effects.sends {
-            assert_eq!(out.key, key(), "one message in the model");
+            assert_eq!(out.key.message, MessageId(1), "one message in the model");
             let repair = matches!(out.request, Request::Write { ack: false, .. });
+            if repair && self.repairs_only_unmodelled_fields(c, &out) {
+                continue;
+            }
             if !repair {
                 self.rounds[c] = self.rounds[c].max(out.round);
             }
@@ -361,12 +443,31 @@ impl World {
                 from: (!repair).then_some(c),
                 op: self.ops[c],
                 round: out.round,
+                queue: queue_of(&out.key),
                 request: out.request,
             });
         }
         if let Some(answer) = effects.answer {
             self.running[c] = Running::Idle;
             on_answer(self, answer);
+        }
+    }
+
+    /// Whether the read repair `out` of coordinator `c` differs from what its replica replied
+    /// only in fields the model leaves out (two tombstones of one generation with different
+    /// reasons or times): the model, which sees them equal, sends none, so the world drops it.
+    fn repairs_only_unmodelled_fields(&self, c: usize, out: &Outgoing) -> bool {
+        let Request::Write { write, .. } = &out.request else {
+            return false;
+        };
+        let Write::Merge(merged) = write.as_ref() else {
+            return false;
+        };
+        match &self.replied[c][usize::from(out.to.0)] {
+            Some((op, reply)) if *op == self.ops[c] => {
+                project(reply.as_ref()) == project(Some(merged))
+            }
+            _ => panic!("coordinator {c} repairs a replica whose reply it did not take"),
         }
     }
 
@@ -377,51 +478,95 @@ impl World {
 
     fn start_send(&mut self, c: usize) {
         self.begin(c);
-        let (op, effects) = SendOp::start(key(), replicas(), Record::sent(birth(0)));
+        let (op, effects) = SendOp::start(
+            key(Queue::Source),
+            replicas(),
+            Record::sent(birth(Queue::Source)),
+        );
         self.running[c] = Running::Send(op);
         self.absorb(c, effects, |_, _: SendAnswer| {});
     }
 
-    fn start_receive(&mut self, c: usize) {
+    fn start_receive(&mut self, c: usize, queue: Queue) {
         let settings = ReceiveSettings {
             me: NodeId(c as u16),
             now: Millis(0),
             visibility_timeout_ms: 0,
-            max_receive_count: None,
+            // Only the source has a redrive policy (spec#7).
+            max_receive_count: self.max_receive_count.filter(|_| queue == Queue::Source),
             nonce: 0,
             purged_through: None,
             // Part 1's model has no retention (section 3 has its own).
             retention_ms: u64::MAX,
         };
         self.begin(c);
-        let (op, effects) = ReceiveOp::start(key(), replicas(), settings);
+        let (op, effects) = ReceiveOp::start(key(queue), replicas(), settings);
         self.running[c] = Running::Receive(op);
-        self.absorb(c, effects, World::on_receive_answer(c));
+        self.absorb(c, effects, World::on_receive_answer(c, queue));
     }
 
-    fn start_delete(&mut self, c: usize) {
-        let handle = self.handles[c].expect("delete is enabled only with a handle");
+    fn start_handle(&mut self, c: usize, action: HandleAction) {
+        let (queue, handle) = self.handles[c].expect("enabled only with a handle");
         self.begin(c);
-        let (op, effects) =
-            HandleOp::start(key(), replicas(), handle, HandleAction::Delete, Millis(0));
+        let (op, effects) = HandleOp::start(key(queue), replicas(), handle, action, Millis(0));
         self.running[c] = Running::Handle(op);
-        self.absorb(c, effects, |_, _: HandleAnswer| {});
+        self.absorb(c, effects, World::on_handle_answer(c));
     }
 
-    fn on_receive_answer(c: usize) -> impl FnOnce(&mut World, ReceiveAnswer) {
-        move |world, answer| {
-            if let ReceiveAnswer::Delivered(record) = answer {
+    /// The move of `record` (the source's merged record a receive or a dead-letter-now read)
+    /// to the dead-letter queue, as the node's driver runs it after either answer.
+    fn start_move(&mut self, c: usize, record: &Record) {
+        self.begin(c);
+        let (op, effects) = MoveOp::start(
+            (key(Queue::Source), replicas()),
+            (key(Queue::DeadLetter), replicas()),
+            record,
+            source_queue(),
+            Millis(0),
+        );
+        self.running[c] = Running::Move(op);
+        self.absorb(c, effects, |_, _| {});
+    }
+
+    fn start_redrive(&mut self, c: usize) {
+        self.begin(c);
+        let (op, effects) = RedriveOp::start(
+            (key(Queue::DeadLetter), replicas()),
+            Some((key(Queue::Source), replicas())),
+            Millis(0),
+            None,
+        );
+        self.running[c] = Running::Redrive(op);
+        self.absorb(c, effects, |_, _| {});
+    }
+
+    fn on_receive_answer(c: usize, queue: Queue) -> impl FnOnce(&mut World, ReceiveAnswer) {
+        move |world, answer| match answer {
+            ReceiveAnswer::Delivered(record) => {
                 let claim = record.claim().expect("a delivery holds its claim");
                 let live = record.live().expect("a delivery is live");
-                world.handles[c] = Some(Handle {
-                    generation: record.generation,
-                    claim,
-                });
+                world.handles[c] = Some((
+                    queue,
+                    Handle {
+                        generation: record.generation,
+                        claim,
+                    },
+                ));
                 world.deliveries.push((
                     u8::try_from(record.generation.0).expect("small"),
                     project_claim(claim),
                     u8::try_from(live.receive_count).expect("small"),
                 ));
+            }
+            ReceiveAnswer::DeadLetter(record) => world.start_move(c, &record),
+            _ => {}
+        }
+    }
+
+    fn on_handle_answer(c: usize) -> impl FnOnce(&mut World, HandleAnswer) {
+        move |world, answer| {
+            if let HandleAnswer::DeadLetterNow(DeadLetterNowAnswer::Current(record)) = answer {
+                world.start_move(c, &record);
             }
         }
     }
@@ -440,6 +585,14 @@ impl World {
                 let effects = op.on_timeout();
                 self.absorb(c, effects, |_, _| {});
             }
+            Running::Move(op) => {
+                let effects = op.on_timeout();
+                self.absorb(c, effects, |_, _| {});
+            }
+            Running::Redrive(op) => {
+                let effects = op.on_timeout();
+                self.absorb(c, effects, |_, _| {});
+            }
             Running::Idle => panic!("only a busy coordinator times out"),
         }
     }
@@ -455,14 +608,15 @@ impl World {
 
     fn deliver(&mut self, key: &WireKey) {
         let packet = self.take(key);
-        let r = packet.replica;
+        let (r, q) = (packet.replica, packet.queue.index());
         let reply = match &packet.request {
-            Request::Read => Some(Reply::Record(self.stores[r].clone())),
+            Request::Read => Some(Reply::Record(self.stores[r][q].clone())),
             Request::Write { write, ack } => {
-                let verdict = planted_verdict(self.plant, self.stores[r].as_ref(), write.as_ref());
+                let verdict =
+                    planted_verdict(self.plant, self.stores[r][q].as_ref(), write.as_ref());
                 let acked = verdict.acks();
                 match verdict {
-                    Verdict::Store(record) => self.stores[r] = record,
+                    Verdict::Store(record) => self.stores[r][q] = record,
                     Verdict::Unchanged | Verdict::Refused => {}
                     Verdict::Diverged(divergence) => panic!("no writer diverges: {divergence}"),
                 }
@@ -478,6 +632,9 @@ impl World {
         if !self.busy(c) || packet.op != self.ops[c] {
             return;
         }
+        if let Reply::Record(record) = &reply {
+            self.replied[c][r] = Some((packet.op, record.clone()));
+        }
         let (from, round) = (NodeId(r as u16), packet.round);
         match &mut self.running[c] {
             Running::Send(op) => {
@@ -485,10 +642,19 @@ impl World {
                 self.absorb(c, effects, |_, _| {});
             }
             Running::Receive(op) => {
+                let queue = packet.queue;
                 let effects = op.on_reply(from, round, &reply);
-                self.absorb(c, effects, World::on_receive_answer(c));
+                self.absorb(c, effects, World::on_receive_answer(c, queue));
             }
             Running::Handle(op) => {
+                let effects = op.on_reply(from, round, &reply);
+                self.absorb(c, effects, World::on_handle_answer(c));
+            }
+            Running::Move(op) => {
+                let effects = op.on_reply(from, round, &reply);
+                self.absorb(c, effects, |_, _| {});
+            }
+            Running::Redrive(op) => {
                 let effects = op.on_reply(from, round, &reply);
                 self.absorb(c, effects, |_, _| {});
             }
@@ -497,10 +663,13 @@ impl World {
     }
 
     fn anti_entropy(&mut self, from: usize, to: usize) {
-        if let Some(record) = self.stores[from].clone()
-            && let Verdict::Store(merged) = accept(self.stores[to].as_ref(), &Write::Merge(record))
-        {
-            self.stores[to] = merged;
+        for q in 0..QUEUES {
+            if let Some(record) = self.stores[from][q].clone()
+                && let Verdict::Store(merged) =
+                    accept(self.stores[to][q].as_ref(), &Write::Merge(record))
+            {
+                self.stores[to][q] = merged;
+            }
         }
     }
 }
@@ -513,11 +682,13 @@ fn model_phase_busy(op: &Op) -> bool {
 
 fn compare(state: &State, world: &World, trace: &[Action]) {
     for r in 0..REPLICAS {
-        assert_eq!(
-            project(world.stores[r].as_ref()),
-            state.replicas[r].store[0],
-            "replica {r} differs after {trace:?}"
-        );
+        for queue in [Queue::Source, Queue::DeadLetter] {
+            assert_eq!(
+                project(world.stores[r][queue.index()].as_ref()),
+                state.replicas[r].store[queue.index()],
+                "replica {r}'s {queue:?} record differs after {trace:?}"
+            );
+        }
     }
     let mut model_keys: Vec<WireKey> = state.network.iter().map(wire_of_model).collect();
     model_keys.sort();
@@ -528,8 +699,8 @@ fn compare(state: &State, world: &World, trace: &[Action]) {
             model_phase_busy(&state.coordinators[c].op),
             "coordinator {c} phase differs after {trace:?}"
         );
-        let handle = world.handles[c].map(|handle| model::Handle {
-            queue: model::Queue::Source,
+        let handle = world.handles[c].map(|(queue, handle)| model::Handle {
+            queue,
             generation: u8::try_from(handle.generation.0).expect("small"),
             claim: project_claim(handle.claim),
         });
@@ -568,12 +739,16 @@ fn apply(world: &mut World, state: &State, action: Action) {
         Action::Crash(_) | Action::Restart(_) => {}
         Action::Abandon(c) => world.abandon(c as usize),
         Action::Send => world.start_send(0),
-        // The runs here leave the dead-letter queue's receives off: every claim is the source's.
-        Action::Claim {
-            coordinator,
-            queue: model::Queue::Source,
-        } => world.start_receive(coordinator as usize),
-        Action::Delete(c) => world.start_delete(c as usize),
+        Action::Claim { coordinator, queue } => world.start_receive(coordinator as usize, queue),
+        Action::Delete(c) => world.start_handle(c as usize, HandleAction::Delete),
+        Action::DeadLetterNow(c) => world.start_handle(
+            c as usize,
+            HandleAction::DeadLetterNow {
+                purged_through: None,
+            },
+        ),
+        // The model's sender redrives (coordinator 0).
+        Action::Redrive => world.start_redrive(0),
         Action::AntiEntropy { a, b } => {
             world.anti_entropy(a as usize, b as usize);
             world.anti_entropy(b as usize, a as usize);
@@ -583,16 +758,17 @@ fn apply(world: &mut World, state: &State, action: Action) {
     world.normalize();
 }
 
-fn walk(config: &Config, seed: u64) -> usize {
+fn walk(config: &Config, seed: u64) -> (usize, State) {
     walk_with(config, seed, None)
 }
 
-fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> usize {
+/// One random walk of at most `STEPS_MAX` steps; its length and the model's last state.
+fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> (usize, State) {
     let model = ReplicationModel::new(config.clone());
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let initial = model.init_states();
     let mut state = initial[rng.random_range(0..initial.len())].clone();
-    let mut world = World::from_model(&state);
+    let mut world = World::from_model(config, &state);
     world.plant = plant;
     let mut trace = Vec::new();
     compare(&state, &world, &trace);
@@ -611,15 +787,23 @@ fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> usize {
             .expect("every enabled action has a next state");
         compare(&state, &world, &trace);
     }
-    trace.len()
+    (trace.len(), state)
 }
 
-fn run(config: Config, sequences: u64) {
+/// Runs `sequences` walks of `config` and checks that some walk reached each of `must_reach`
+/// (the model's scenarios, so the comparison covered what the run is for).
+fn run(config: Config, sequences: u64, must_reach: &[Scenario]) {
     let mut steps = 0;
+    let mut reached = vec![0_u64; must_reach.len()];
     for seed in 0..sequences {
         let result = std::panic::catch_unwind(|| walk(&config, seed));
         match result {
-            Ok(taken) => steps += taken,
+            Ok((taken, last)) => {
+                steps += taken;
+                for (count, scenario) in reached.iter_mut().zip(must_reach) {
+                    *count += u64::from(last.ghost.reached(*scenario));
+                }
+            }
             Err(panic) => {
                 eprintln!(
                     "conformance {:?} failed at seed {seed}; replay: cargo test -p trireme-replication --test it conformance",
@@ -629,11 +813,24 @@ fn run(config: Config, sequences: u64) {
             }
         }
     }
+    let coverage: Vec<String> = must_reach
+        .iter()
+        .zip(&reached)
+        .map(|(scenario, count)| format!("{scenario:?} in {count}"))
+        .collect();
     eprintln!(
-        "conformance {:?}: {sequences} sequences, {steps} compared steps",
-        config.name
+        "conformance {:?}: {sequences} sequences, {steps} compared steps; {}",
+        config.name,
+        coverage.join(", ")
     );
     assert!(steps > sequences as usize, "walks take steps");
+    for (scenario, count) in must_reach.iter().zip(&reached) {
+        assert!(
+            *count > 0,
+            "no walk of {:?} reached {scenario:?}",
+            config.name
+        );
+    }
 }
 
 const SEQUENCES: u64 = 600;
@@ -649,6 +846,7 @@ fn receive_race_conforms() {
             ..Config::quiet("receive race")
         },
         SEQUENCES,
+        &[],
     );
 }
 
@@ -664,6 +862,7 @@ fn faults_conform() {
             ..Config::quiet("faults")
         },
         SEQUENCES,
+        &[Scenario::OrphanClaim],
     );
 }
 
@@ -679,6 +878,7 @@ fn send_conforms() {
             ..Config::quiet("send")
         },
         SEQUENCES,
+        &[],
     );
 }
 
@@ -694,6 +894,105 @@ fn received_start_conforms() {
             ..Config::quiet("received")
         },
         SEQUENCES,
+        &[Scenario::RepairAfterAckedDelete],
+    );
+}
+
+#[test]
+fn dead_letter_move_conforms() {
+    run(
+        Config {
+            start: Start::Received,
+            dead_letter: true,
+            max_receive_count: 1,
+            claims_max: 3,
+            anti_entropy_max: 1,
+            faults_max: 2,
+            ..Config::quiet("dead-letter move")
+        },
+        SEQUENCES,
+        &[Scenario::Moved],
+    );
+}
+
+#[test]
+fn dead_letter_queue_receive_delete_conforms() {
+    run(
+        Config {
+            start: Start::Moved,
+            dead_letter: true,
+            dead_letter_claims: true,
+            max_receive_count: 1,
+            claims_max: 3,
+            deletes_max: 2,
+            anti_entropy_max: 1,
+            faults_max: 1,
+            ..Config::quiet("dead-letter queue receive/delete")
+        },
+        SEQUENCES,
+        &[Scenario::DeletedInDeadLetter],
+    );
+}
+
+#[test]
+fn redrive_conforms() {
+    run(
+        Config {
+            start: Start::DeadLetterReceived,
+            dead_letter: true,
+            dead_letter_claims: true,
+            max_receive_count: 1,
+            claims_max: 2,
+            deletes_max: 1,
+            redrives_max: 2,
+            anti_entropy_max: 1,
+            faults_max: 1,
+            ..Config::quiet("redrive")
+        },
+        SEQUENCES,
+        &[Scenario::Redriven, Scenario::RedrivenAfterReceive],
+    );
+}
+
+#[test]
+fn move_racing_redrive_conforms() {
+    run(
+        Config {
+            start: Start::Received,
+            dead_letter: true,
+            max_receive_count: 1,
+            claims_max: 2,
+            redrives_max: 2,
+            anti_entropy_max: 1,
+            faults_max: 1,
+            ..Config::quiet("move races redrive")
+        },
+        SEQUENCES,
+        &[
+            Scenario::Moved,
+            Scenario::Redriven,
+            Scenario::LateTombstoneOfEarlierLife,
+        ],
+    );
+}
+
+#[test]
+fn dead_letter_now_conforms() {
+    run(
+        Config {
+            start: Start::Received,
+            dead_letter: true,
+            dead_letter_claims: true,
+            max_receive_count: 2,
+            claims_max: 2,
+            deletes_max: 1,
+            dead_letter_nows_max: 2,
+            anti_entropy_max: 1,
+            faults_max: 2,
+            ..Config::quiet("dead-letter now")
+        },
+        SEQUENCES,
+        &[Scenario::MovedNow, Scenario::NowRefused],
     );
 }
 
@@ -704,10 +1003,28 @@ enum Plant {
     ClaimOfEqualSeq,
     /// Replicas accept every conditional tombstone, whatever claim they hold.
     UnconditionalTombstone,
+    /// A replica holding a later life of the message lets a tombstone of an earlier one
+    /// replace it (a move's tombstone arriving after the redrive brought the message back).
+    TombstoneOverLaterLife,
 }
 
 fn planted_verdict(plant: Option<Plant>, held: Option<&Record>, write: &Write) -> Verdict {
     let verdict = accept(held, write);
+    if let (
+        Some(Plant::TombstoneOverLaterLife),
+        Write::Tombstone {
+            generation,
+            tombstone,
+            ..
+        },
+    ) = (plant, write)
+        && held.is_some_and(|held| held.generation > *generation)
+    {
+        return Verdict::Store(Some(Record {
+            generation: *generation,
+            body: Body::Tombstone(*tombstone),
+        }));
+    }
     if verdict != Verdict::Refused {
         return verdict;
     }
@@ -777,5 +1094,21 @@ fn a_replica_accepting_every_tombstone_is_caught() {
     };
     let seed = caught(&config, Plant::UnconditionalTombstone);
     eprintln!("planted unconditional tombstone caught at seed {seed:?}");
+    assert!(seed.is_some(), "the comparison sees the planted rule");
+}
+
+#[test]
+fn a_tombstone_replacing_a_later_life_is_caught() {
+    let config = Config {
+        start: Start::Received,
+        dead_letter: true,
+        max_receive_count: 1,
+        claims_max: 2,
+        redrives_max: 2,
+        anti_entropy_max: 1,
+        ..Config::quiet("planted: tombstone over a later life")
+    };
+    let seed = caught(&config, Plant::TombstoneOverLaterLife);
+    eprintln!("planted tombstone over a later life caught at seed {seed:?}");
     assert!(seed.is_some(), "the comparison sees the planted rule");
 }
