@@ -252,9 +252,11 @@ impl Config {
 pub enum Op {
     Idle,
     /// `floor`: ghost, the greatest lease acknowledged to any client when this receive was
-    /// invoked (a delivery or a change).
+    /// invoked (a delivery or a change). `now`: the coordinator's clock when the receive was
+    /// invoked, the one reading every decision of the operation uses (*Time*).
     ClaimRead {
         floor: Record,
+        now: u8,
         replies: [Option<Record>; REPLICAS],
     },
     /// `early`: ghost, the decision came before every deadline this receive had to honour.
@@ -273,6 +275,7 @@ pub enum Op {
         release: bool,
         stale: bool,
         floor: Record,
+        now: u8,
         replies: [Option<Record>; REPLICAS],
     },
     ChangeWrite {
@@ -553,10 +556,12 @@ impl State {
     pub fn start_claim(&mut self, coordinator: usize) {
         self.used.claims += 1;
         let floor = self.ghost.acked;
+        let now = self.now;
         self.begin(
             coordinator,
             Op::ClaimRead {
                 floor,
+                now,
                 replies: [None; REPLICAS],
             },
         );
@@ -591,6 +596,7 @@ impl State {
                 release,
                 stale,
                 floor,
+                now: self.now,
                 replies: [None; REPLICAS],
             },
         );
@@ -716,9 +722,12 @@ impl State {
 
     /// A read phase has its quorum: decide what to write.
     fn decide(&mut self, config: &Config, c: usize) {
-        let now = self.now;
         match self.coordinators[c].op {
-            Op::ClaimRead { floor, replies } => {
+            Op::ClaimRead {
+                floor,
+                now,
+                replies,
+            } => {
                 let merged = config.join(replies.iter().flatten().copied());
                 for (r, reply) in replies.iter().enumerate() {
                     if let Some(record) = reply
@@ -743,13 +752,14 @@ impl State {
                     return;
                 }
                 // Ghost, V1: some lease the merge orders at or after every acknowledged one
-                // must have reached its deadline by now.
+                // must have reached its deadline by the time of the claim (the clock as it is
+                // now, never behind the coordinator's reading).
                 let early = floor.is_some_and(|floor| {
                     !self
                         .ghost
                         .issued
                         .iter()
-                        .any(|l| *l >= floor && l.deadline <= now)
+                        .any(|l| *l >= floor && l.deadline <= self.now)
                 });
                 let lease = Lease {
                     handle: Handle {
@@ -780,6 +790,7 @@ impl State {
                 release,
                 stale,
                 floor,
+                now,
                 replies,
             } => {
                 let merged = config.join(replies.iter().flatten().copied());
