@@ -14,6 +14,8 @@
 //! answer on refusals is covered by its unit tests), replies arrive in the step that produced
 //! them, and a read its coordinator no longer awaits is dropped from the network.
 
+use std::collections::BTreeMap;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use stateright::Model;
@@ -25,7 +27,7 @@ use trireme_replication::coordinator::{
 };
 use trireme_replication::record::{Birth, Body, Claim, Held, Live, Record, SourceQueue};
 use trireme_replication::replica::{Verdict, Write, accept};
-use trireme_replication::{Generation, NodeId, RecordKey};
+use trireme_replication::{Generation, NodeId, RecordKey, anti_entropy};
 use trireme_spec::replication::protocol::{self as model, Message, Op, Packet, Queue, Scenario};
 use trireme_spec::replication::record as model_record;
 use trireme_spec::replication::{Action, Config, ReplicationModel, Start, State};
@@ -745,13 +747,39 @@ impl World {
         }
     }
 
-    fn anti_entropy(&mut self, from: usize, to: usize) {
-        for q in 0..QUEUES {
-            if let Some(record) = self.stores[from][q].clone()
-                && let Verdict::Store(merged) =
+    /// One anti-entropy round between replicas `a` and `b`, as the node's driver runs it with
+    /// the crate's `anti_entropy`: per-partition digests, the partitions that differ, the
+    /// records each side lacks something of, each merged in by `replica::accept`.
+    fn anti_entropy(&mut self, a: usize, b: usize) {
+        let held = |r: usize| -> BTreeMap<RecordKey, Record> {
+            [Queue::Source, Queue::DeadLetter]
+                .into_iter()
+                .filter_map(|queue| {
+                    self.stores[r][queue.index()]
+                        .clone()
+                        .map(|record| (key(queue), record))
+                })
+                .collect()
+        };
+        let (mine, theirs) = (held(a), held(b));
+        if anti_entropy::differing(
+            &anti_entropy::digests(mine.iter()),
+            &anti_entropy::digests(theirs.iter()),
+        )
+        .is_empty()
+        {
+            return;
+        }
+        let reconciled = anti_entropy::reconcile(&mine, &theirs);
+        assert!(reconciled.diverged.is_empty(), "no writer diverges");
+        for (to, records) in [(b, reconciled.to_peer), (a, reconciled.to_me)] {
+            for (key, record) in records {
+                let q = queue_of(&key).index();
+                if let Verdict::Store(merged) =
                     accept(self.stores[to][q].as_ref(), &Write::Merge(record))
-            {
-                self.stores[to][q] = merged;
+                {
+                    self.stores[to][q] = merged;
+                }
             }
         }
     }
@@ -835,10 +863,7 @@ fn apply(world: &mut World, state: &State, action: Action) {
         Action::Collect(queue) => world.start_collect(1, queue),
         Action::CollectDrop => world.collect_drop(1),
         Action::Horizon => world.pass_horizon(),
-        Action::AntiEntropy { a, b } => {
-            world.anti_entropy(a as usize, b as usize);
-            world.anti_entropy(b as usize, a as usize);
-        }
+        Action::AntiEntropy { a, b } => world.anti_entropy(a as usize, b as usize),
         other => panic!("conformance runs do not enable {other:?}"),
     }
     world.normalize();

@@ -9,6 +9,8 @@
 //! its nonce (it tells one coordinator's two claims of one `seq` apart), so the world draws the
 //! nonce from the receive's tick.
 
+use std::collections::BTreeMap;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use stateright::Model;
@@ -19,7 +21,7 @@ use trireme_replication::coordinator::{
 };
 use trireme_replication::record::{Birth, Body, Claim, Held, Record};
 use trireme_replication::replica::{Verdict, Write, accept};
-use trireme_replication::{Generation, NodeId, RecordKey};
+use trireme_replication::{Generation, NodeId, RecordKey, anti_entropy};
 use trireme_spec::replication::visibility::{
     self as model, Action, CHANGE_TIMEOUT, COORDINATORS, Config, Message, Op, Packet, REPLICAS,
     Scenario, Start, State, VISIBILITY, VISIBILITY_TOTAL_MAX, VisibilityModel,
@@ -453,10 +455,29 @@ impl World {
         }
     }
 
-    fn anti_entropy(&mut self, from: usize, to: usize) {
-        let incoming = Write::Merge(self.stores[from].clone());
-        if let Verdict::Store(Some(merged)) = accept(Some(&self.stores[to]), &incoming) {
-            self.stores[to] = merged;
+    /// One anti-entropy round between replicas `a` and `b` through the crate's
+    /// `anti_entropy` (digests, differing partitions, reconcile), as in `conformance`.
+    fn anti_entropy(&mut self, a: usize, b: usize) {
+        let held = |r: usize| BTreeMap::from([(key(), self.stores[r].clone())]);
+        let (mine, theirs) = (held(a), held(b));
+        if anti_entropy::differing(
+            &anti_entropy::digests(mine.iter()),
+            &anti_entropy::digests(theirs.iter()),
+        )
+        .is_empty()
+        {
+            return;
+        }
+        let reconciled = anti_entropy::reconcile(&mine, &theirs);
+        assert!(reconciled.diverged.is_empty(), "no writer diverges");
+        for (to, records) in [(b, reconciled.to_peer), (a, reconciled.to_me)] {
+            for (_, record) in records {
+                if let Verdict::Store(Some(merged)) =
+                    accept(Some(&self.stores[to]), &Write::Merge(record))
+                {
+                    self.stores[to] = merged;
+                }
+            }
         }
     }
 }
@@ -514,10 +535,7 @@ fn apply(world: &mut World, state: &State, action: Action) {
         Action::Claim(c) => world.start_receive(c as usize),
         Action::Change(c) => world.start_change(c as usize, false),
         Action::Release(c) => world.start_change(c as usize, true),
-        Action::AntiEntropy { a, b } => {
-            world.anti_entropy(a as usize, b as usize);
-            world.anti_entropy(b as usize, a as usize);
-        }
+        Action::AntiEntropy { a, b } => world.anti_entropy(a as usize, b as usize),
         Action::Tick => world.now += 1,
         Action::Heal { .. } => panic!("conformance runs leave the heal out"),
     }
