@@ -82,7 +82,8 @@ impl SmallDisk {
     }
 }
 
-async fn start(data_dir: &Path) -> (Node, Client) {
+/// A node alone on `data_dir`, and a client of it.
+pub(crate) async fn start(data_dir: &Path) -> (Node, Client) {
     let config = Config::with_data_dir(data_dir);
     let storage = trireme_node::open_storage(&config).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

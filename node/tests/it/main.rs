@@ -20,6 +20,7 @@ mod cluster_trace;
 mod console;
 mod crash;
 mod disk_full;
+mod failed_fsync;
 mod harness;
 mod long_poll;
 mod loopback;
