@@ -63,6 +63,12 @@ pub enum EngineError {
     /// command was shed before the engine saw it, so nothing changed and a retry is safe.
     #[error("the node is overloaded: {queued_max} commands are waiting for its engine")]
     Overloaded { queued_max: usize },
+    /// In a cluster: the operation could not make its quorum because replicas answered that
+    /// they are overloaded (their stores' queues full, spec/replication.md#durability, *A
+    /// replica that is overloaded*); it answered at once. As with `Unavailable`, the command may
+    /// have taken effect on one replica; a retry later is the answer. The reason names them.
+    #[error("overloaded: {reason}")]
+    ReplicasOverloaded { reason: String },
 }
 
 /// What a command does when the engine's queue of commands is full.

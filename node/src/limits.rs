@@ -115,6 +115,11 @@ pub const peer_tls_handshake_timeout_ms: u64 = 5_000;
 /// Largest request the replica service decodes: an `Exchange` batch of records (bodies up to
 /// 1 MiB each) or an anti-entropy page (about 2 MiB). tonic's default is 4 MiB.
 pub const peer_request_bytes_max: usize = 64 * 1024 * 1024;
+/// Batches a cluster member's replica store holds waiting for (or inside) its committer before
+/// it sheds: from this many on, a peer's batch is answered *overloaded* at once and the member's
+/// own clients' writes skip its replica (spec/replication.md#durability, *A replica that is
+/// overloaded*). Background work (anti-entropy, collection, move tasks) waits for room instead.
+pub const replica_batches_queued_max: usize = 512;
 /// The tombstone horizon, `HORIZON` (spec/replication.md, constants): a replica refuses a
 /// request older than this by its sender's clock, and collection waits it out.
 pub const horizon_ms: u64 = 24 * 3_600_000;

@@ -345,7 +345,9 @@ pub fn engine_status(error: &EngineError) -> Status {
         EngineError::Unsupported { .. } => {
             refusal(Reason::NotServedByCluster, None, error.to_string())
         }
-        EngineError::Overloaded { .. } => refusal(Reason::Overloaded, None, error.to_string()),
+        EngineError::Overloaded { .. } | EngineError::ReplicasOverloaded { .. } => {
+            refusal(Reason::Overloaded, None, error.to_string())
+        }
     }
 }
 
@@ -360,7 +362,9 @@ pub fn engine_entry_error(id: &str, error: &EngineError) -> BatchEntryError {
         }
         EngineError::Storage { .. } => ("InternalError".to_owned(), false),
         EngineError::Unsupported { .. } => ("UnsupportedOperation".to_owned(), true),
-        EngineError::Overloaded { .. } => crate::sqs::throttled_code(),
+        EngineError::Overloaded { .. } | EngineError::ReplicasOverloaded { .. } => {
+            crate::sqs::throttled_code()
+        }
     };
     let message = match error {
         EngineError::Rejected(reject) => reject_message(reject),
@@ -605,6 +609,9 @@ mod tests {
             .collect();
         statuses.push(engine_status(&EngineError::ShuttingDown));
         statuses.push(engine_status(&EngineError::Overloaded { queued_max: 16 }));
+        statuses.push(engine_status(&EngineError::ReplicasOverloaded {
+            reason: "nodes 1 and 2".to_owned(),
+        }));
         statuses.push(engine_status(&EngineError::Unavailable {
             reason: "one of three replicas answered".to_owned(),
         }));

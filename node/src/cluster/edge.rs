@@ -25,11 +25,13 @@ use trireme_core::{
     ReceiptHandle, Reject, SystemAttributes, check_message, check_system_attributes, check_tags,
     limits, receive_parameters,
 };
+use trireme_replication::coordinator::WRITE_QUORUM;
 use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Handle, MoveAnswer, SendAnswer, VisibilityAnswer,
 };
 use trireme_replication::dedup::DedupSendAnswer;
 use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer, PurgeAnswer};
+use trireme_replication::placement::REPLICAS;
 use trireme_replication::record::Birth;
 use trireme_replication::{Claim, Generation, NodeId, RecordKey};
 
@@ -257,9 +259,28 @@ impl ClusterEdge {
 
     /// An answer of unavailability with the store faults replicas reported (spec/replication.md
     /// #durability): a full disk is named as one, not left for the client to guess.
+    /// An answer of unavailability while two or more replicas' last answer was *overloaded* is
+    /// the throttling refusal instead (spec/replication.md#durability, *A replica that is
+    /// overloaded*): the client is told to come back later, not that replicas are down.
     fn explained<T>(&self, result: Result<T, EngineError>) -> Result<T, EngineError> {
         const MARK: &str = "; replica stores failed: ";
         match result {
+            Err(EngineError::Unavailable { reason })
+                if self.cluster.overloaded_replicas().len() > REPLICAS - WRITE_QUORUM =>
+            {
+                let named: Vec<String> = self
+                    .cluster
+                    .overloaded_replicas()
+                    .iter()
+                    .map(|node| format!("node {}", node.0))
+                    .collect();
+                Err(EngineError::ReplicasOverloaded {
+                    reason: format!(
+                        "{reason}; replicas overloaded, their stores' queues full: {}",
+                        named.join(", ")
+                    ),
+                })
+            }
             Err(EngineError::Unavailable { reason }) if !reason.contains(MARK) => {
                 let faults = self.cluster.replica_faults();
                 if faults.is_empty() {

@@ -160,6 +160,9 @@ pub struct Delivered {
 enum Heard {
     Reply(Reply),
     Fault(RecordKey),
+    /// The replica was overloaded and took nothing (spec/replication.md#durability, *A replica
+    /// that is overloaded*): silence, which counts toward the early answer as a fault does.
+    Overloaded(RecordKey),
 }
 
 /// The replicas whose stores reported a fault to one operation, by record. Two of a record's
@@ -222,6 +225,10 @@ struct Inner {
     /// The store fault each replica last reported (spec/replication.md#durability): an answer
     /// of unavailability names them. A replica's next answer clears its fault.
     faults: Mutex<BTreeMap<NodeId, StoreFault>>,
+    /// The replicas whose last answer to this coordinator was *overloaded* (spec/replication.md
+    /// #durability, *A replica that is overloaded*): an answer of unavailability while two of
+    /// them are is the throttling refusal instead. A replica's next reply clears it.
+    overloaded: Mutex<BTreeSet<NodeId>>,
     /// This node's clock against its peers' (spec/replication.md#clock-monitoring), and the
     /// probes that feed it, which stop with the cluster (`None`: the clock is trusted).
     clock_watch: Option<(Arc<ClockWatch>, Probes)>,
@@ -351,6 +358,7 @@ impl Cluster {
                 clock_watch,
                 membership,
                 faults: Mutex::new(BTreeMap::new()),
+                overloaded: Mutex::new(BTreeSet::new()),
                 replica_sets,
                 long_polls,
                 wake_ups,
@@ -400,6 +408,19 @@ impl Cluster {
         }
     }
 
+    /// The replicas whose last answer to this coordinator was *overloaded*, in node order
+    /// (spec/replication.md#durability, *A replica that is overloaded*).
+    #[must_use]
+    pub fn overloaded_replicas(&self) -> Vec<NodeId> {
+        self.inner
+            .overloaded
+            .lock()
+            .expect("the overload lock is never poisoned")
+            .iter()
+            .copied()
+            .collect()
+    }
+
     /// The store fault each replica last reported, of those that have not answered since
     /// (spec/replication.md#durability), in node order: what an answer of unavailability names.
     /// A failed store refuses everything until its node restarts, so the fault stands until
@@ -431,6 +452,10 @@ impl Cluster {
                 self.note_fault(from, fault);
                 None
             }
+            Ok(Err(PeerError::Overloaded { .. })) => {
+                self.note_overloaded(from, true);
+                None
+            }
             Ok(Err(_)) | Err(_) => None,
         }
     }
@@ -442,6 +467,10 @@ impl Cluster {
             Ok(answers) => {
                 self.clear_fault(me);
                 Some(answers)
+            }
+            Err(error) if matches!(*error, StoreError::Overloaded { .. }) => {
+                self.note_overloaded(me, true);
+                None
             }
             Err(error) => {
                 self.note_fault(me, error.fault());
@@ -462,7 +491,27 @@ impl Cluster {
         faults.insert(node, fault);
     }
 
+    /// Notes whether `node`'s replica answered *overloaded* (`true`) or replied (`false`).
+    fn note_overloaded(&self, node: NodeId, overloaded: bool) {
+        let mut marked = self
+            .inner
+            .overloaded
+            .lock()
+            .expect("the overload lock is never poisoned");
+        if overloaded {
+            if marked.insert(node) {
+                debug!(
+                    node = node.0,
+                    "a replica is overloaded: its writes are shed"
+                );
+            }
+        } else {
+            marked.remove(&node);
+        }
+    }
+
     fn clear_fault(&self, node: NodeId) {
+        self.note_overloaded(node, false);
         let mut faults = self
             .inner
             .faults
@@ -1112,8 +1161,14 @@ impl Cluster {
                         reply.expect("the operation holds a sender of its own replies");
                     match heard {
                         Heard::Reply(reply) => op.on_reply(from, round, &reply),
-                        Heard::Fault(key) if faults.no_quorum(&key, from) => op.on_timeout(),
-                        Heard::Fault(_) => Effects { sends: Vec::new(), answer: None },
+                        Heard::Fault(key) | Heard::Overloaded(key)
+                            if faults.no_quorum(&key, from) =>
+                        {
+                            op.on_timeout()
+                        }
+                        Heard::Fault(_) | Heard::Overloaded(_) => {
+                            Effects { sends: Vec::new(), answer: None }
+                        }
                     }
                 }
                 () = tokio::time::sleep_until(split_at), if split_deadline.is_some() => {
@@ -1177,8 +1232,14 @@ impl Cluster {
                         reply.expect("the operation holds a sender of its own replies");
                     match heard {
                         Heard::Reply(reply) => op.on_record_reply(from, round, &reply),
-                        Heard::Fault(key) if faults.no_quorum(&key, from) => op.on_timeout(),
-                        Heard::Fault(_) => Effects { sends: Vec::new(), answer: None },
+                        Heard::Fault(key) | Heard::Overloaded(key)
+                            if faults.no_quorum(&key, from) =>
+                        {
+                            op.on_timeout()
+                        }
+                        Heard::Fault(_) | Heard::Overloaded(_) => {
+                            Effects { sends: Vec::new(), answer: None }
+                        }
                     }
                 }
                 reply = dedups.recv() => {
@@ -1263,8 +1324,13 @@ impl Cluster {
                 };
                 let cluster = self.clone();
                 tokio::spawn(async move {
-                    let heard = match cluster.heard_locally(store.apply(vec![entry]).await) {
+                    // Shed rather than queued when the store is overloaded: the two other
+                    // replicas carry the operation (spec/replication.md#durability).
+                    let answered = store.apply_or_shed(vec![entry]).await;
+                    let overloaded = matches!(&answered, Err(error) if matches!(**error, StoreError::Overloaded { .. }));
+                    let heard = match cluster.heard_locally(answered) {
                         Some(mut answers) => answers.pop().map(Heard::Reply),
+                        None if overloaded => Some(Heard::Overloaded(key)),
                         None => Some(Heard::Fault(key)),
                     };
                     if let (Some(replies), Some(heard)) = (replies, heard) {
@@ -1278,9 +1344,11 @@ impl Cluster {
                 tokio::spawn(async move {
                     let answered = answered.await;
                     let faulted = matches!(answered, Ok(Err(PeerError::Store { .. })));
+                    let overloaded = matches!(answered, Ok(Err(PeerError::Overloaded { .. })));
                     let heard = match cluster.heard(from, answered) {
                         Some(reply) => Some(Heard::Reply(reply)),
                         None if faulted => Some(Heard::Fault(key)),
+                        None if overloaded => Some(Heard::Overloaded(key)),
                         None => None,
                     };
                     if let (Some(replies), Some(heard)) = (replies, heard) {

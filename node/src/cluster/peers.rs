@@ -65,6 +65,10 @@ pub enum PeerError {
     /// (spec/replication.md#durability).
     #[error("{peer}'s replica store failed: {fault}")]
     Store { peer: NodeId, fault: StoreFault },
+    /// The peer's store was overloaded and took nothing of the batch (spec/replication.md
+    /// #durability, *A replica that is overloaded*): silence, as a slow peer's, and not a fault.
+    #[error("{peer}'s replica store is overloaded and took nothing")]
+    Overloaded { peer: NodeId },
 }
 
 /// One request waiting for a call, with the trace id of the request that caused it
@@ -451,6 +455,13 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Traced>) {
                 retired.send_replace(Some(current));
             }
             let replies = match outcome {
+                Ok(response) if response.get_ref().overloaded => {
+                    debug!(%peer, "peer's replica store is overloaded; it took nothing");
+                    for pending in batch {
+                        pending.fail(PeerError::Overloaded { peer });
+                    }
+                    return;
+                }
                 Ok(response) if response.get_ref().fault.is_some() => {
                     let fault = wire::fault(response.get_ref().fault.as_ref().expect("matched"));
                     debug!(%peer, %fault, "peer's replica store failed the batch");

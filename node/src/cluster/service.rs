@@ -117,6 +117,21 @@ impl ReplicaService {
             dedups = dedups.len(),
             "replica batch"
         );
+        if self.store.overloaded() {
+            // spec/replication.md#durability, *A replica that is overloaded*: answered at once,
+            // nothing taken, so the coordinator hears it as a slow replica's silence instead of
+            // waiting out its call (and taking this node for down).
+            debug!(
+                from = sender.node.0,
+                "replica batch shed: the store is overloaded"
+            );
+            return Ok(Response::new(pb::BatchReply {
+                request_id: batch.request_id,
+                sender: Some(self.me.now().into()),
+                overloaded: true,
+                ..pb::BatchReply::default()
+            }));
+        }
         let now = self.me.clock.now();
         let mut fault = None;
         let (replies, name_replies, task_replies, dedup_replies) =
@@ -162,6 +177,7 @@ impl ReplicaService {
             task_replies: task_replies.iter().map(wire::task_reply).collect(),
             dedup_replies: dedup_replies.iter().map(wire::dedup_reply).collect(),
             fault,
+            overloaded: false,
         }))
     }
 

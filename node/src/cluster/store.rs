@@ -38,6 +38,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use redb::{
@@ -97,8 +98,10 @@ pub const REPLICA_DATABASE_FILE_NAME: &str = "replica.redb";
 const REPLICA_STAGING_FILE_NAME: &str = "replica.redb.new";
 
 /// Batches waiting for the committer; a full queue makes callers wait (backpressure), it never
-/// drops a batch.
+/// drops a batch. Shedding callers ([`ReplicaStore::apply_or_shed`], a peer's batch) are refused
+/// earlier, at the store's shedding bound (`limits::replica_batches_queued_max`).
 const BATCHES_QUEUED_MAX: usize = 1_024;
+const _: () = assert!(crate::limits::replica_batches_queued_max <= BATCHES_QUEUED_MAX);
 /// Requests one group commit takes at most, so one commit's latency stays bounded.
 const GROUP_REQUESTS_MAX: usize = 4_096;
 
@@ -157,6 +160,11 @@ pub enum StoreError {
     /// #durability, *A store that fails*).
     #[error("the replica store refuses every request since it failed ({0}); restart the node")]
     Failed(StoreFault),
+    /// The committer already has `queued_max` batches waiting or committing: a shedding caller's
+    /// batch was not taken, and nothing of it applied (spec/replication.md#durability, *A
+    /// replica that is overloaded*). Not a fault: the next batch may be taken.
+    #[error("the replica store has {queued_max} batches waiting for its disk; it took nothing")]
+    Overloaded { queued_max: usize },
 }
 
 pub use crate::fault::{FaultKind, StoreFault};
@@ -288,6 +296,26 @@ struct Answers {
 struct Job {
     work: Work,
     answer: oneshot::Sender<Result<Answers, Arc<StoreError>>>,
+    /// Counts the job among the store's queued batches until it is answered (dropped).
+    _queued: Queued,
+}
+
+/// One batch counted in [`ReplicaStore`]'s `queued` from its submission until its job is
+/// dropped, answered or not: the count is the batches waiting for or inside the committer.
+struct Queued(Arc<AtomicUsize>);
+
+impl Queued {
+    fn count(queued: &Arc<AtomicUsize>) -> Queued {
+        queued.fetch_add(1, Ordering::SeqCst);
+        Queued(Arc::clone(queued))
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, Ordering::SeqCst);
+        assert!(before >= 1, "a queued batch is counted once");
+    }
 }
 
 /// What the local view knows of one live record.
@@ -712,6 +740,10 @@ pub struct ReplicaStore {
     /// Whether scans run on the calling task rather than tokio's blocking pool: a store on a
     /// backend commits on the current runtime, and so does everything else it does.
     scans_inline: bool,
+    /// Batches submitted and not yet answered (waiting for or inside the committer).
+    queued: Arc<AtomicUsize>,
+    /// From how many queued batches on shedding callers are refused `Overloaded`.
+    shed_at: usize,
 }
 
 impl ReplicaStore {
@@ -816,9 +848,33 @@ impl ReplicaStore {
                 disk_id,
                 db: Arc::new(db),
                 scans_inline,
+                queued: Arc::new(AtomicUsize::new(0)),
+                shed_at: crate::limits::replica_batches_queued_max,
             },
             queue,
         ))
+    }
+
+    /// This store with shedding callers refused from `batches` queued batches on (at least 1, at
+    /// most the queue's own bound) instead of `limits::replica_batches_queued_max`. Set before
+    /// the store is cloned: each clone keeps the bound it was made with.
+    ///
+    /// # Panics
+    /// When `batches` is 0 or beyond the queue's bound.
+    #[must_use]
+    pub fn shedding_at(mut self, batches: usize) -> ReplicaStore {
+        assert!(batches >= 1);
+        assert!(batches <= BATCHES_QUEUED_MAX);
+        self.shed_at = batches;
+        self
+    }
+
+    /// Whether a shedding caller's batch would be refused now: the committer has as many
+    /// batches as the store sheds at (spec/replication.md#durability, *A replica that is
+    /// overloaded*).
+    #[must_use]
+    pub fn overloaded(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) >= self.shed_at
     }
 
     /// Sets the deduplication window this replica refuses late held and void copies by (once;
@@ -980,6 +1036,21 @@ impl ReplicaStore {
             })
             .await?;
         Ok(answers.replies)
+    }
+
+    /// As [`ReplicaStore::apply`], but refused at once, with nothing applied, when the store
+    /// is overloaded instead of waiting for room: a coordinator's own replica under its clients'
+    /// operations, which the two other replicas can carry (spec/replication.md#durability).
+    ///
+    /// # Errors
+    /// `Overloaded` when the store is; otherwise as [`ReplicaStore::apply`].
+    pub async fn apply_or_shed(&self, entries: Vec<Entry>) -> Result<Vec<Reply>, Arc<StoreError>> {
+        if self.overloaded() {
+            return Err(Arc::new(StoreError::Overloaded {
+                queued_max: self.shed_at,
+            }));
+        }
+        self.apply(entries).await
     }
 
     /// Applies name requests in order and answers each, after the fsync that makes them
@@ -1235,8 +1306,13 @@ impl ReplicaStore {
             return Err(Arc::new(StoreError::Failed(first.clone())));
         }
         let (answer, answered) = oneshot::channel();
+        let queued = Queued::count(&self.queued);
         self.jobs
-            .send(Job { work, answer })
+            .send(Job {
+                work,
+                answer,
+                _queued: queued,
+            })
             .await
             .map_err(|_| Arc::new(StoreError::Closed))?;
         answered.await.map_err(|_| Arc::new(StoreError::Closed))?

@@ -719,7 +719,8 @@ impl SqsError {
             EngineError::ShuttingDown => SqsError::ServiceUnavailable,
             EngineError::Unavailable { reason } => SqsError::ReplicasUnavailable { reason },
             EngineError::Unsupported { action } => SqsError::NotServedByCluster { action },
-            overloaded @ EngineError::Overloaded { .. } => SqsError::RequestThrottled {
+            overloaded @ (EngineError::Overloaded { .. }
+            | EngineError::ReplicasOverloaded { .. }) => SqsError::RequestThrottled {
                 reason: overloaded.to_string(),
             },
             other => SqsError::InternalFailure {

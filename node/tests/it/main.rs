@@ -12,6 +12,7 @@ mod cluster_faults;
 mod cluster_long_poll;
 mod cluster_move_tasks;
 mod cluster_names;
+mod cluster_overload;
 mod cluster_process;
 mod cluster_purge;
 mod cluster_retention;
