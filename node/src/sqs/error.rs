@@ -435,6 +435,9 @@ impl SqsError {
                 "PurgeQueueInProgress",
                 "AWS.SimpleQueueService.PurgeQueueInProgress",
             ),
+            // 403 both, as SQS answers them: OverLimit's `httpStatusCode` in botocore's SQS model
+            // while it carried one (query protocol, to 2023), and `RequestThrottled` with HTTP
+            // 403 in SDK reports of real throttling.
             E::OverLimit(_) => (FORBIDDEN, SQS_NAMESPACE, "OverLimit", "OverLimit"),
             E::RequestThrottled { .. } => (
                 FORBIDDEN,
@@ -484,8 +487,9 @@ impl SqsError {
                 "RequestExpiredException",
                 "RequestExpired",
             ),
-            // 403, as Trireme's other authentication refusals; SQS's Common Errors page lists
-            // `AccessDeniedException` with 400, which no recording here confirms.
+            // 403 as SQS answers it (`AccessDenied`, "Access to the resource ... is denied.",
+            // HTTP 403 in SDK reports from 2013 to 2022), though the API reference's generic
+            // Common Errors page lists `AccessDeniedException` with 400.
             E::AccessDenied { .. } => (
                 FORBIDDEN,
                 COMMON_NAMESPACE,
@@ -1035,5 +1039,43 @@ mod tests {
             reject_code(&Reject::InflightLimit { name, max: 1 }),
             ("OverLimit".to_owned(), true)
         );
+    }
+
+    /// AWS answers these three with 403, not the 400 of the API reference's generic Common
+    /// Errors page: SDKs retry or give up by the status, so ours must be AWS's.
+    #[tokio::test]
+    async fn throttling_limits_and_denials_are_403_as_sqs_answers_them() {
+        let cases = [
+            (
+                SqsError::RequestThrottled {
+                    reason: "the engine's queue is full".into(),
+                },
+                "RequestThrottled;Sender",
+                "com.amazonaws.sqs#RequestThrottled",
+            ),
+            (
+                SqsError::OverLimit(Limit::InFlight {
+                    name: "q".into(),
+                    max: 120_000,
+                }),
+                "OverLimit;Sender",
+                "com.amazonaws.sqs#OverLimit",
+            ),
+            (
+                SqsError::AccessDenied {
+                    key_id: "AKID".into(),
+                    queue: "payroll".into(),
+                    prefixes: "orders-".into(),
+                },
+                "AccessDenied;Sender",
+                "com.amazon.coral.service#AccessDeniedException",
+            ),
+        ];
+        for (error, query_code, shape) in cases {
+            let (status, query, body) = parts(error.clone()).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{error:?}");
+            assert_eq!(query, query_code, "{error:?}");
+            assert_eq!(body["__type"], shape, "{error:?}");
+        }
     }
 }
