@@ -288,10 +288,19 @@ impl Call<'_> {
         )?;
         // SQS moves messages out of dead-letter queues only, whether or not a destination is
         // named.
-        if self.backend.dead_letter_sources(&from).await?.is_empty() {
+        let sources = self.backend.dead_letter_sources(&from).await?;
+        if sources.is_empty() {
             return Err(SqsError::InvalidParameterValue(
                 Invalid::NotADeadLetterQueue,
             ));
+        }
+        // Without a destination the messages go back to their sources: a key limited by prefix
+        // may start that only when it may reach every one of them, as it may send to none
+        // outside its prefix (AWS asks for `sqs:SendMessage` on the sources alike).
+        if to.is_none() {
+            for source in &sources {
+                self.allowed(source)?;
+            }
         }
         let task_id = self
             .backend

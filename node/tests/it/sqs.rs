@@ -1326,6 +1326,104 @@ async fn a_key_limited_by_prefix_is_denied_every_other_queue() {
     assert!(untouched.messages().is_empty());
 }
 
+#[tokio::test]
+async fn a_limited_key_cannot_move_its_dead_letters_back_to_sources_outside_its_prefix() {
+    let keys = vec![
+        AccessKey {
+            id: KEY_ID.to_owned(),
+            secret: SECRET.to_owned(),
+            queue_prefixes: Vec::new(),
+        },
+        AccessKey {
+            id: LIMITED_KEY_ID.to_owned(),
+            secret: SECRET.to_owned(),
+            queue_prefixes: vec!["orders-".to_owned()],
+        },
+    ];
+    let h = Harness::start_with_keys(keys).await;
+    let dlq = h.create("orders-dlq").await;
+    let ours = h.create("orders-eu").await;
+    // A queue outside the prefix names the limited key's queue as its dead-letter queue.
+    let theirs = h
+        .client
+        .create_queue()
+        .queue_name("payroll")
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!(
+                r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":"1"}}"#,
+                arn("orders-dlq")
+            ),
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    h.send(&theirs, "salary").await;
+    h.client
+        .receive_message()
+        .queue_url(&theirs)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        h.receive(&theirs).await.messages.is_none(),
+        "moved to the DLQ"
+    );
+    let limited = client(h.address, LIMITED_KEY_ID, SECRET);
+
+    // Back to their sources means into payroll: refused, and nothing moved.
+    let denied = limited
+        .start_message_move_task()
+        .source_arn(arn("orders-dlq"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_parts(&denied).0, "AccessDenied", "{denied:?}");
+    assert_eq!(denied.raw_response().unwrap().status().as_u16(), 403);
+    let listed = limited
+        .list_message_move_tasks()
+        .source_arn(arn("orders-dlq"))
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.results().is_empty(), "no task started");
+    let held = h
+        .client
+        .receive_message()
+        .queue_url(&dlq)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        held.messages()[0].body(),
+        Some("salary"),
+        "still in the DLQ"
+    );
+
+    // To a queue of its own it may.
+    limited
+        .start_message_move_task()
+        .source_arn(arn("orders-dlq"))
+        .destination_arn(arn("orders-eu"))
+        .send()
+        .await
+        .unwrap();
+    let moved = h
+        .client
+        .receive_message()
+        .queue_url(&ours)
+        .wait_time_seconds(10)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(moved.messages()[0].body(), Some("salary"));
+    assert!(h.receive(&theirs).await.messages.is_none());
+}
+
 /// A raw request to `h` presigned by the `aws-sigv4` crate at `signed_at` for `expires_s`: its
 /// path and query, and the body it signed.
 fn presigned_list_queues(
