@@ -551,10 +551,62 @@ pub struct MemberState {
     pub not_joined: Option<String>,
     /// Every peer.
     pub peers: Vec<PeerState>,
-    /// Members that make a quorum (two of three replicas).
+    /// This member's id.
+    pub node: u16,
+    /// Every replica set the ring places messages on (three members each).
+    pub replica_sets: Vec<[u16; 3]>,
+    /// Replicas of a set that make a quorum (two of three).
     pub quorum: usize,
     /// The replica store's failure, if it failed.
     pub store_fault: Option<String>,
+}
+
+impl MemberState {
+    /// The members this one reaches: itself and the peers it takes for up.
+    fn reachable(&self) -> Vec<u16> {
+        std::iter::once(self.node)
+            .chain(
+                self.peers
+                    .iter()
+                    .filter(|peer| peer.up)
+                    .map(|peer| peer.peer),
+            )
+            .collect()
+    }
+
+    /// The replica sets of which fewer than a quorum are reachable: messages placed on one of
+    /// them can be neither written nor read through this member.
+    #[must_use]
+    pub fn sets_without_quorum(&self) -> Vec<[u16; 3]> {
+        let reachable = self.reachable();
+        self.replica_sets
+            .iter()
+            .filter(|set| set.iter().filter(|m| reachable.contains(m)).count() < self.quorum)
+            .copied()
+            .collect()
+    }
+
+    /// `Ok` when every replica set has a quorum reachable from here; else why not. On three
+    /// members that is two of them; on five or more it is a quorum of every set the ring
+    /// places messages on, so two members down together make a member unready whenever some
+    /// set holds both, though most messages are still served.
+    fn quorum_reason(&self) -> Result<(), String> {
+        let short = self.sets_without_quorum();
+        let Some(first) = short.first() else {
+            return Ok(());
+        };
+        let reachable = self.reachable();
+        Err(format!(
+            "{} of {} members reachable (this one included); {} of {} replica sets ({}, ...) have \
+             fewer than the {} replicas a quorum needs",
+            reachable.len(),
+            self.peers.len() + 1,
+            short.len(),
+            self.replica_sets.len(),
+            first.map(|m| m.to_string()).join("-"),
+            self.quorum
+        ))
+    }
 }
 
 /// The node's metrics: what is counted, and where scrape-time figures come from. Built by
@@ -695,15 +747,7 @@ impl Metrics {
         if let Some(reason) = member.not_joined {
             return Err(format!("not joined: {reason}"));
         }
-        let reachable = 1 + member.peers.iter().filter(|peer| peer.up).count();
-        if reachable < member.quorum {
-            return Err(format!(
-                "{reachable} of {} members reachable (this one included), a quorum needs {}",
-                member.peers.len() + 1,
-                member.quorum
-            ));
-        }
-        Ok(())
+        member.quorum_reason()
     }
 }
 
@@ -951,4 +995,69 @@ pub fn probe(url: &str, timeout: Duration) -> Result<(u16, String), ProbeError> 
             ))
         })?;
     Ok((status, body.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use trireme_replication::NodeId;
+    use trireme_replication::placement::Ring;
+
+    use super::{MemberState, PeerState};
+
+    fn member(node: u16, members: u16, down: &[u16]) -> MemberState {
+        let ring = Ring::new((1..=members).map(NodeId)).expect("a ring");
+        MemberState {
+            not_joined: None,
+            peers: (1..=members)
+                .filter(|peer| *peer != node)
+                .map(|peer| PeerState {
+                    peer,
+                    up: !down.contains(&peer),
+                    offset_ms: None,
+                    version: None,
+                })
+                .collect(),
+            node,
+            replica_sets: ring
+                .replica_sets()
+                .into_iter()
+                .map(|set| set.map(|m| m.0))
+                .collect(),
+            quorum: 2,
+            store_fault: None,
+        }
+    }
+
+    #[test]
+    fn three_members_need_two() {
+        assert_eq!(member(1, 3, &[]).quorum_reason(), Ok(()));
+        assert_eq!(member(1, 3, &[2]).quorum_reason(), Ok(()));
+        let reason = member(1, 3, &[2, 3]).quorum_reason().unwrap_err();
+        assert!(
+            reason.starts_with("1 of 3 members reachable") && reason.contains("1 of 1 replica"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn five_members_need_a_quorum_of_every_replica_set() {
+        for down in 1..=5 {
+            let node = if down == 1 { 2 } else { 1 };
+            assert_eq!(
+                member(node, 5, &[down]).quorum_reason(),
+                Ok(()),
+                "one of five down"
+            );
+        }
+        // Three members reachable of five: two down hold two of some set together whenever the
+        // ring puts them in one, which it does for every pair with its virtual nodes.
+        let state = member(1, 5, &[2, 3]);
+        let short = state.sets_without_quorum();
+        assert!(!short.is_empty());
+        assert!(short.iter().all(|set| set.contains(&2) && set.contains(&3)));
+        let reason = state.quorum_reason().unwrap_err();
+        assert!(reason.starts_with("3 of 5 members reachable"), "{reason}");
+        // The old test (members reachable against the quorum of one set) said ready here.
+        assert!(state.reachable().len() >= state.quorum);
+    }
 }

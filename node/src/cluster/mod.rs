@@ -564,6 +564,13 @@ impl Cluster {
         MemberState {
             not_joined: self.join_state().refusal(),
             peers,
+            node: self.inner.me.node.0,
+            replica_sets: self
+                .inner
+                .replica_sets
+                .iter()
+                .map(|set| set.map(|member| member.0))
+                .collect(),
             // Two of a message's three replicas (spec/replication.md: W = R = 2).
             quorum: REPLICAS / 2 + 1,
             store_fault: self.inner.store.failure().map(|fault| fault.to_string()),
