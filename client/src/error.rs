@@ -305,7 +305,8 @@ impl Error {
                 message,
             },
             "PurgeInProgress" => Self::PurgeInProgress { queue, message },
-            // Overloaded: the node shed the call before it did anything.
+            // Overloaded: a node alone shed the call before it did anything; a cluster member
+            // whose call met two overloaded replicas may have written to one (never retried).
             "QueueLimit" | "InflightLimit" | "WaiterLimit" | "RedriveTaskLimit" | "Overloaded" => {
                 Self::ResourceExhausted { message }
             }

@@ -93,7 +93,9 @@ pub enum Reason {
     /// UNAVAILABLE: the node is shutting down and takes no more commands.
     ShuttingDown,
     /// RESOURCE_EXHAUSTED: the node's engine has as many commands waiting as it may; nothing
-    /// changed, and the call may be retried after a pause.
+    /// changed, and the call may be retried after a pause. In a cluster, two of the replicas
+    /// the call needs answered that they are overloaded (spec/replication.md#durability): the
+    /// call may have taken effect on one, as with `ReplicasUnavailable`.
     Overloaded,
     /// UNAVAILABLE: in a cluster, the replicas the call needs did not answer in time; it may
     /// still have taken effect.
