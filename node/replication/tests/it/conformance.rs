@@ -16,9 +16,6 @@
 
 use std::collections::BTreeMap;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use stateright::Model;
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::coordinator::{
     CollectAnswer, CollectOp, DeadLetterNowAnswer, Effects, Handle, HandleAction, HandleAnswer,
@@ -27,15 +24,15 @@ use trireme_replication::coordinator::{
 };
 use trireme_replication::record::{Birth, Body, Claim, Held, Live, Record, SourceQueue};
 use trireme_replication::replica::{Verdict, Write, accept};
-use trireme_replication::{Generation, NodeId, RecordKey, anti_entropy};
+use trireme_replication::{Generation, NodeId, RecordKey};
 use trireme_spec::replication::protocol::{self as model, Message, Op, Packet, Queue, Scenario};
 use trireme_spec::replication::record as model_record;
 use trireme_spec::replication::{Action, Config, ReplicationModel, Start, State};
 
+use super::walks::{self, exchange};
+
 const REPLICAS: usize = 3;
 const COORDINATORS: usize = 2;
-/// Steps per random walk; the model's budgets end most walks sooner.
-const STEPS_MAX: usize = 60;
 
 const QUEUES: usize = 2;
 
@@ -761,17 +758,9 @@ impl World {
                 })
                 .collect()
         };
-        let (mine, theirs) = (held(a), held(b));
-        if anti_entropy::differing(
-            &anti_entropy::digests(mine.iter()),
-            &anti_entropy::digests(theirs.iter()),
-        )
-        .is_empty()
-        {
+        let Some(reconciled) = exchange(&held(a), &held(b)) else {
             return;
-        }
-        let reconciled = anti_entropy::reconcile(&mine, &theirs);
-        assert!(reconciled.diverged.is_empty(), "no writer diverges");
+        };
         for (to, records) in [(b, reconciled.to_peer), (a, reconciled.to_me)] {
             for (key, record) in records {
                 let q = queue_of(&key).index();
@@ -869,36 +858,32 @@ fn apply(world: &mut World, state: &State, action: Action) {
     world.normalize();
 }
 
+impl walks::World<ReplicationModel> for World {
+    fn apply(&mut self, state: &State, action: Action) {
+        apply(self, state, action);
+    }
+
+    fn compare(&self, state: &State, trace: &[Action]) {
+        compare(state, self, trace);
+    }
+}
+
 fn walk(config: &Config, seed: u64) -> (Vec<Action>, State) {
     walk_with(config, seed, None)
 }
 
-/// One random walk of at most `STEPS_MAX` steps: its actions and the model's last state.
+/// One random walk (`walks::walk`), the heal left out, with `plant` in the world.
 fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> (Vec<Action>, State) {
     let model = ReplicationModel::new(config.clone());
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let initial = model.init_states();
-    let mut state = initial[rng.random_range(0..initial.len())].clone();
-    let mut world = World::from_model(config, &state);
-    world.plant = plant;
-    let mut trace = Vec::new();
-    compare(&state, &world, &trace);
-    for _ in 0..STEPS_MAX {
-        let mut actions = Vec::new();
-        model.actions(&state, &mut actions);
-        actions.retain(|action| !matches!(action, Action::Heal { .. }));
-        if actions.is_empty() {
-            break;
-        }
-        let action = actions[rng.random_range(0..actions.len())];
-        trace.push(action);
-        apply(&mut world, &state, action);
-        state = model
-            .next_state(&state, action)
-            .expect("every enabled action has a next state");
-        compare(&state, &world, &trace);
-    }
-    (trace, state)
+    walks::walk(
+        &model,
+        seed,
+        |action| matches!(action, Action::Heal { .. }),
+        |state| World {
+            plant,
+            ..World::from_model(config, state)
+        },
+    )
 }
 
 /// What some walk of a run must have done, so the comparison covered what the run is for.
@@ -921,44 +906,14 @@ impl Goal {
 
 /// Runs `sequences` walks of `config` and checks that some walk met each of `must_reach`.
 fn run(config: Config, sequences: u64, must_reach: &[Goal]) {
-    let mut steps = 0;
-    let mut reached = vec![0_u64; must_reach.len()];
-    for seed in 0..sequences {
-        let result = std::panic::catch_unwind(|| walk(&config, seed));
-        match result {
-            Ok((trace, last)) => {
-                steps += trace.len();
-                for (count, goal) in reached.iter_mut().zip(must_reach) {
-                    *count += u64::from(goal.met(&trace, &last));
-                }
-            }
-            Err(panic) => {
-                eprintln!(
-                    "conformance {:?} failed at seed {seed}; replay: cargo test -p trireme-replication --test it conformance",
-                    config.name
-                );
-                std::panic::resume_unwind(panic);
-            }
-        }
-    }
-    let coverage: Vec<String> = must_reach
-        .iter()
-        .zip(&reached)
-        .map(|(scenario, count)| format!("{scenario:?} in {count}"))
-        .collect();
-    eprintln!(
-        "conformance {:?}: {sequences} sequences, {steps} compared steps; {}",
-        config.name,
-        coverage.join(", ")
+    walks::run(
+        &format!("conformance {:?}", config.name),
+        sequences,
+        "cargo test -p trireme-replication --test it conformance::",
+        |seed| walk(&config, seed),
+        must_reach,
+        |goal, trace, last| goal.met(trace, last),
     );
-    assert!(steps > sequences as usize, "walks take steps");
-    for (scenario, count) in must_reach.iter().zip(&reached) {
-        assert!(
-            *count > 0,
-            "no walk of {:?} reached {scenario:?}",
-            config.name
-        );
-    }
 }
 
 const SEQUENCES: u64 = 600;
@@ -1270,8 +1225,7 @@ fn planted_verdict(plant: Option<Plant>, held: Option<&Record>, write: &Write) -
 }
 
 fn caught(config: &Config, plant: Plant) -> Option<u64> {
-    (0..SEQUENCES)
-        .find(|seed| std::panic::catch_unwind(|| walk_with(config, *seed, Some(plant))).is_err())
+    walks::first_failing(SEQUENCES, |seed| walk_with(config, seed, Some(plant)))
 }
 
 #[test]

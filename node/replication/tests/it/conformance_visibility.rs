@@ -11,9 +11,6 @@
 
 use std::collections::BTreeMap;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use stateright::Model;
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::coordinator::{
     Effects, Handle, HandleAction, HandleAnswer, HandleOp, Outgoing, ReceiveAnswer, ReceiveOp,
@@ -21,15 +18,16 @@ use trireme_replication::coordinator::{
 };
 use trireme_replication::record::{Birth, Body, Claim, Held, Record};
 use trireme_replication::replica::{Verdict, Write, accept};
-use trireme_replication::{Generation, NodeId, RecordKey, anti_entropy};
+use trireme_replication::{Generation, NodeId, RecordKey};
 use trireme_spec::replication::visibility::{
     self as model, Action, CHANGE_TIMEOUT, COORDINATORS, Config, Message, Op, Packet, REPLICAS,
     Scenario, Start, State, VISIBILITY, VISIBILITY_TOTAL_MAX, VisibilityModel,
 };
 
+use super::walks::{self, exchange};
+
 /// One tick of the model on the crate's clock.
 const TICK_MS: u64 = 1_000;
-const STEPS_MAX: usize = 60;
 const SEQUENCES: u64 = 600;
 
 fn key() -> RecordKey {
@@ -459,17 +457,9 @@ impl World {
     /// `anti_entropy` (digests, differing partitions, reconcile), as in `conformance`.
     fn anti_entropy(&mut self, a: usize, b: usize) {
         let held = |r: usize| BTreeMap::from([(key(), self.stores[r].clone())]);
-        let (mine, theirs) = (held(a), held(b));
-        if anti_entropy::differing(
-            &anti_entropy::digests(mine.iter()),
-            &anti_entropy::digests(theirs.iter()),
-        )
-        .is_empty()
-        {
+        let Some(reconciled) = exchange(&held(a), &held(b)) else {
             return;
-        }
-        let reconciled = anti_entropy::reconcile(&mine, &theirs);
-        assert!(reconciled.diverged.is_empty(), "no writer diverges");
+        };
         for (to, records) in [(b, reconciled.to_peer), (a, reconciled.to_me)] {
             for (_, record) in records {
                 if let Verdict::Store(Some(merged)) =
@@ -542,76 +532,42 @@ fn apply(world: &mut World, state: &State, action: Action) {
     world.normalize();
 }
 
-fn walk(config: &Config, seed: u64) -> (usize, State) {
+impl walks::World<VisibilityModel> for World {
+    fn apply(&mut self, state: &State, action: Action) {
+        apply(self, state, action);
+    }
+
+    fn compare(&self, state: &State, trace: &[Action]) {
+        compare(state, self, trace);
+    }
+}
+
+fn walk(config: &Config, seed: u64) -> (Vec<Action>, State) {
     walk_with(config, seed, None)
 }
 
-fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> (usize, State) {
-    let model = VisibilityModel::new(config.clone());
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let initial = model.init_states();
-    let mut state = initial[rng.random_range(0..initial.len())].clone();
-    let mut world = World::from_model(&state);
-    world.plant = plant;
-    let mut trace = Vec::new();
-    compare(&state, &world, &trace);
-    for _ in 0..STEPS_MAX {
-        let mut actions = Vec::new();
-        model.actions(&state, &mut actions);
-        actions.retain(|action| !matches!(action, Action::Heal { .. }));
-        if actions.is_empty() {
-            break;
-        }
-        let action = actions[rng.random_range(0..actions.len())];
-        trace.push(action);
-        apply(&mut world, &state, action);
-        state = model
-            .next_state(&state, action)
-            .expect("every enabled action has a next state");
-        compare(&state, &world, &trace);
-    }
-    (trace.len(), state)
+fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> (Vec<Action>, State) {
+    walks::walk(
+        &VisibilityModel::new(config.clone()),
+        seed,
+        |action| matches!(action, Action::Heal { .. }),
+        |state| World {
+            plant,
+            ..World::from_model(state)
+        },
+    )
 }
 
-/// Runs `sequences` walks and checks that some walk reached each of `must_reach`.
+/// Runs the walks and checks that some walk reached each of `must_reach`.
 fn run(config: Config, must_reach: &[Scenario]) {
-    let mut steps = 0;
-    let mut reached = vec![0_u64; must_reach.len()];
-    for seed in 0..SEQUENCES {
-        match std::panic::catch_unwind(|| walk(&config, seed)) {
-            Ok((taken, last)) => {
-                steps += taken;
-                for (count, scenario) in reached.iter_mut().zip(must_reach) {
-                    *count += u64::from(last.ghost.reached(*scenario));
-                }
-            }
-            Err(panic) => {
-                eprintln!(
-                    "visibility conformance {:?} failed at seed {seed}; replay: cargo test -p trireme-replication --test it conformance_visibility",
-                    config.name
-                );
-                std::panic::resume_unwind(panic);
-            }
-        }
-    }
-    let coverage: Vec<String> = must_reach
-        .iter()
-        .zip(&reached)
-        .map(|(scenario, count)| format!("{scenario:?} in {count}"))
-        .collect();
-    eprintln!(
-        "visibility conformance {:?}: {SEQUENCES} sequences, {steps} compared steps; {}",
-        config.name,
-        coverage.join(", ")
+    walks::run(
+        &format!("visibility conformance {:?}", config.name),
+        SEQUENCES,
+        "cargo test -p trireme-replication --test it conformance_visibility::",
+        |seed| walk(&config, seed),
+        must_reach,
+        |scenario, _, last: &State| last.ghost.reached(scenario),
     );
-    assert!(steps > SEQUENCES as usize, "walks take steps");
-    for (scenario, count) in must_reach.iter().zip(&reached) {
-        assert!(
-            *count > 0,
-            "no walk of {:?} reached {scenario:?}",
-            config.name
-        );
-    }
 }
 
 #[test]
@@ -677,9 +633,8 @@ fn a_replica_taking_every_change_is_caught() {
         ticks_max: 2,
         ..Config::quiet("planted: unconditional change")
     };
-    let seed = (0..SEQUENCES).find(|seed| {
-        std::panic::catch_unwind(|| walk_with(&config, *seed, Some(Plant::UnconditionalChange)))
-            .is_err()
+    let seed = walks::first_failing(SEQUENCES, |seed| {
+        walk_with(&config, seed, Some(Plant::UnconditionalChange))
     });
     eprintln!("planted unconditional change caught at seed {seed:?}");
     assert!(seed.is_some(), "the comparison sees the planted rule");

@@ -3,3 +3,4 @@
 
 mod conformance;
 mod conformance_visibility;
+mod walks;
