@@ -141,6 +141,45 @@ mod tests {
         }
     }
 
+    /// `Birth` as it was stored before its payload was serialized as bytes: a plain `Vec<u8>`,
+    /// which serde writes as a sequence of `u8`.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct BirthAsSequence {
+        payload: Vec<u8>,
+        sent_at: trireme_core::Millis,
+        visible_from: trireme_core::Millis,
+        source_queue: Option<Box<trireme_replication::record::SourceQueue>>,
+        dedup_id: Option<String>,
+    }
+
+    #[test]
+    fn a_payload_as_bytes_is_stored_as_it_was_as_a_sequence() {
+        use trireme_core::Millis;
+        use trireme_replication::record::Birth;
+        // Long enough for a multi-byte length, with every byte value.
+        let payload: Vec<u8> = (0..1_000u32).map(|i| (i % 256) as u8).collect();
+        let birth = Birth {
+            payload: payload.clone(),
+            sent_at: Millis(1_700_000_000_123),
+            visible_from: Millis(0),
+            source_queue: None,
+            dedup_id: Some("order-7".to_owned()),
+        };
+        let old = BirthAsSequence {
+            payload,
+            sent_at: birth.sent_at,
+            visible_from: birth.visible_from,
+            source_queue: None,
+            dedup_id: birth.dedup_id.clone(),
+        };
+        assert_eq!(encode_framed(&birth), encode_framed(&old));
+        assert_eq!(decode_framed::<Birth>(&encode_framed(&old)).unwrap(), birth);
+        assert_eq!(
+            decode_framed::<BirthAsSequence>(&encode_framed(&birth)).unwrap(),
+            old
+        );
+    }
+
     #[test]
     fn framed_value_round_trips() {
         let framed = encode_framed(&sample());
