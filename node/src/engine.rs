@@ -69,6 +69,12 @@ pub enum EngineError {
     /// have taken effect on one replica; a retry later is the answer. The reason names them.
     #[error("overloaded: {reason}")]
     ReplicasOverloaded { reason: String },
+    /// A receive that would wait found the node's long polls at their cap (`long_polls_max`):
+    /// refused at once, nothing received and nothing changed, so a retry later is safe. Not an
+    /// empty answer: a client told "nothing" polls again at once, and a throttling refusal makes
+    /// it back off.
+    #[error("the node is overloaded: {max} long polls are waiting already")]
+    LongPollsFull { max: usize },
 }
 
 /// What a command does when the engine's queue of commands is full.
@@ -813,19 +819,20 @@ impl Task {
         wakeups.extend(step.wakeups);
         match step.result {
             Ok(Outcome::Waiting { waiter }) => {
-                if self.stop_waiting
-                    || reply.is_closed()
-                    || self.parked.len() >= self.settings.long_polls_max
-                {
-                    if !self.stop_waiting && !reply.is_closed() {
-                        warn!(
-                            open = self.parked.len(),
-                            max = self.settings.long_polls_max,
-                            "long poll limit reached; answering empty at once"
-                        );
-                    }
+                if self.stop_waiting || reply.is_closed() {
                     self.cancel_in_core(now, waiter);
                     answers.push(Answer::Command(reply, Ok(Outcome::Received(Vec::new()))));
+                } else if self.parked.len() >= self.settings.long_polls_max {
+                    let max = self.settings.long_polls_max;
+                    warn!(
+                        open = max,
+                        max, "long polls at their cap: a receive refused"
+                    );
+                    self.cancel_in_core(now, waiter);
+                    answers.push(Answer::Command(
+                        reply,
+                        Err(EngineError::LongPollsFull { max }),
+                    ));
                 } else {
                     let previous = self.parked.insert(waiter, reply);
                     assert!(

@@ -384,7 +384,8 @@ impl Node {
         // the node's own database (its handle key).
         let backend = match &member {
             Some(member) => Backend::cluster(
-                ClusterEdge::new(member.cluster.clone(), handles, backend_clock, config.seed),
+                ClusterEdge::new(member.cluster.clone(), handles, backend_clock, config.seed)
+                    .with_long_polls_max(config.long_polls_max),
                 sources.messages.clone(),
             ),
             None => Backend::alone(engine.clone(), sources.messages.clone()),

@@ -39,9 +39,11 @@ pub const commit_batch_commands_max_default: usize = 1_024;
 /// Commands waiting for the engine. A full queue makes callers wait (backpressure), it never
 /// drops a command.
 pub const engine_queue_commands_max_default: usize = 4_096;
-/// Open long polls per node. Beyond it a receive with a wait is answered at once with what is
-/// ready (possibly nothing), as a short poll; the engine logs a warning. (The per-queue cap,
-/// `trireme_core::limits::waiters_per_queue_max`, is refused `WaiterLimit` / SQS `OverLimit`.)
+/// Open long polls per node. Beyond it a receive that finds nothing and would wait is refused
+/// at once with the throttling error (`LongPollsFull`: gRPC `RESOURCE_EXHAUSTED`/`Overloaded`,
+/// SQS `RequestThrottled`), so clients back off instead of polling again at once; a warning is
+/// logged. (The per-queue cap, `trireme_core::limits::waiters_per_queue_max`, is refused
+/// `WaiterLimit` / SQS `OverLimit`; a cluster member's edge enforces both.)
 pub const long_polls_max_default: usize = 10_000;
 
 /// Trace ids one replica call's metadata lists (a batch of the peer links serves up to 512

@@ -347,9 +347,9 @@ pub fn engine_status(error: &EngineError) -> Status {
         EngineError::Unsupported { .. } => {
             refusal(Reason::NotServedByCluster, None, error.to_string())
         }
-        EngineError::Overloaded { .. } | EngineError::ReplicasOverloaded { .. } => {
-            refusal(Reason::Overloaded, None, error.to_string())
-        }
+        EngineError::Overloaded { .. }
+        | EngineError::ReplicasOverloaded { .. }
+        | EngineError::LongPollsFull { .. } => refusal(Reason::Overloaded, None, error.to_string()),
     }
 }
 
@@ -364,9 +364,9 @@ pub fn engine_entry_error(id: &str, error: &EngineError) -> BatchEntryError {
         }
         EngineError::Storage { .. } => ("InternalError".to_owned(), false),
         EngineError::Unsupported { .. } => ("UnsupportedOperation".to_owned(), true),
-        EngineError::Overloaded { .. } | EngineError::ReplicasOverloaded { .. } => {
-            crate::sqs::throttled_code()
-        }
+        EngineError::Overloaded { .. }
+        | EngineError::ReplicasOverloaded { .. }
+        | EngineError::LongPollsFull { .. } => crate::sqs::throttled_code(),
     };
     let message = match error {
         EngineError::Rejected(reject) => reject_message(reject),

@@ -12,6 +12,7 @@
 //! running alone, looks the queue up, and calls the coordinator.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,6 +79,41 @@ pub struct ClusterEdge {
     clock: Arc<dyn Clock>,
     /// Message ids.
     ids: Arc<Mutex<ChaCha20Rng>>,
+    /// Long polls under way through this edge, in all and per queue.
+    long_polls: Arc<LongPollCounts>,
+    /// The node's cap on long polls in all (`long_polls_max`).
+    long_polls_max: usize,
+}
+
+/// Long polls waiting through one edge: in all, and per queue (the single node's
+/// `waiters_per_queue_max`, which its core enforces).
+#[derive(Debug, Default)]
+struct LongPollCounts {
+    all: AtomicUsize,
+    by_queue: Mutex<BTreeMap<QueueName, usize>>,
+}
+
+/// A long poll's place under the caps, given back when the poll ends however it ends.
+struct LongPollSlot {
+    counts: Arc<LongPollCounts>,
+    queue: QueueName,
+}
+
+impl Drop for LongPollSlot {
+    fn drop(&mut self) {
+        self.counts.all.fetch_sub(1, Ordering::AcqRel);
+        let mut by_queue = self
+            .counts
+            .by_queue
+            .lock()
+            .expect("the long polls' lock is never poisoned");
+        if let Some(count) = by_queue.get_mut(&self.queue) {
+            *count -= 1;
+            if *count == 0 {
+                by_queue.remove(&self.queue);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for ClusterEdge {
@@ -168,7 +204,54 @@ impl ClusterEdge {
             handles,
             clock,
             ids: Arc::new(Mutex::new(ids)),
+            long_polls: Arc::default(),
+            long_polls_max: crate::limits::long_polls_max_default,
         }
+    }
+
+    /// The same edge with at most `max` long polls waiting at once (the node's
+    /// `long_polls_max`); a receive that would wait beyond is refused
+    /// [`EngineError::LongPollsFull`].
+    #[must_use]
+    pub fn with_long_polls_max(mut self, max: usize) -> ClusterEdge {
+        assert!(max >= 1, "a cap of at least one long poll");
+        self.long_polls_max = max;
+        self
+    }
+
+    /// Long polls waiting through this edge now.
+    #[must_use]
+    pub fn long_polls(&self) -> usize {
+        self.long_polls.all.load(Ordering::Acquire)
+    }
+
+    /// A place for one more long poll on `queue`, or the refusal when the queue's waiters are
+    /// at `waiters_per_queue_max` (`WaiterLimit`, as the single node's core refuses it) or the
+    /// node's long polls at `long_polls_max` (`LongPollsFull`).
+    fn long_poll_slot(&self, queue: &QueueName) -> Result<LongPollSlot, EngineError> {
+        let mut by_queue = self
+            .long_polls
+            .by_queue
+            .lock()
+            .expect("the long polls' lock is never poisoned");
+        let waiting = by_queue.get(queue).copied().unwrap_or(0);
+        if waiting >= limits::waiters_per_queue_max {
+            return Err(EngineError::Rejected(Reject::WaiterLimit {
+                name: queue.clone(),
+                max: limits::waiters_per_queue_max,
+            }));
+        }
+        let max = self.long_polls_max;
+        if self.long_polls.all.fetch_add(1, Ordering::AcqRel) >= max {
+            self.long_polls.all.fetch_sub(1, Ordering::AcqRel);
+            warn!(max, "long polls at their cap: a receive refused");
+            return Err(EngineError::LongPollsFull { max });
+        }
+        by_queue.insert(queue.clone(), waiting + 1);
+        Ok(LongPollSlot {
+            counts: Arc::clone(&self.long_polls),
+            queue: queue.clone(),
+        })
     }
 
     /// The cluster this edge serves.
@@ -705,6 +788,12 @@ impl ClusterEdge {
             None => None,
         };
         let until = tokio::time::Instant::now() + Duration::from_secs(u64::from(wait_s));
+        // Held for the whole wait; a short poll takes none.
+        let _slot = if wait_s == 0 {
+            None
+        } else {
+            Some(self.long_poll_slot(&queue)?)
+        };
         let wait = Wait {
             max: max as usize,
             visibility_timeout_ms: u64::from(visibility_s) * 1_000,

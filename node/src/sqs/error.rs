@@ -724,7 +724,8 @@ impl SqsError {
             EngineError::Unavailable { reason } => SqsError::ReplicasUnavailable { reason },
             EngineError::Unsupported { action } => SqsError::NotServedByCluster { action },
             overloaded @ (EngineError::Overloaded { .. }
-            | EngineError::ReplicasOverloaded { .. }) => SqsError::RequestThrottled {
+            | EngineError::ReplicasOverloaded { .. }
+            | EngineError::LongPollsFull { .. }) => SqsError::RequestThrottled {
                 reason: overloaded.to_string(),
             },
             other => SqsError::InternalFailure {

@@ -387,3 +387,76 @@ async fn an_overloaded_member_sheds_with_a_typed_refusal_and_loses_nothing_ackno
         }
     );
 }
+
+/// A member's long polls have the node's cap (`long_polls_max`): beyond it a receive that would
+/// wait is refused at once with the throttling refusal (`LongPollsFull`: `RESOURCE_EXHAUSTED`
+/// `Overloaded`), a short poll is still served, and the place frees when a wait ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_long_polls_beyond_the_cap_are_throttled() {
+    let members = start().await;
+    let handles = HandleCodec::new(b"cluster-overload-handle-key-0001").expect("a key");
+    let edge = ClusterEdge::new(
+        members[0].cluster.clone(),
+        handles,
+        Arc::new(SystemClock),
+        Some(11),
+    )
+    .with_long_polls_max(1);
+    edge.execute(Command::CreateQueue {
+        name: queue(),
+        attributes: QueueAttributes::default(),
+        tags: BTreeMap::new(),
+    })
+    .await
+    .expect("the queue is created");
+
+    let waiting = {
+        let edge = edge.clone();
+        tokio::spawn(async move { edge.receive(queue(), 1, Some(600), Some(20)).await })
+    };
+    // The first wait holds the one place from its start.
+    tokio::time::timeout(AT_ONCE, async {
+        while edge.long_polls() < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the first long poll waits");
+    let refused = tokio::time::timeout(AT_ONCE, edge.receive(queue(), 1, Some(600), Some(20)))
+        .await
+        .expect("refused at once")
+        .expect_err("a second long poll is over the cap");
+    assert!(
+        matches!(refused, EngineError::LongPollsFull { max: 1 }),
+        "{refused:?}"
+    );
+    let status = trireme_node::status::engine_status(&refused);
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert_eq!(status.metadata().get(REASON_KEY).unwrap(), "Overloaded");
+    assert!(
+        edge.receive(queue(), 1, Some(600), Some(0))
+            .await
+            .expect("a short poll takes no place")
+            .is_empty()
+    );
+
+    // A send ends the first wait, and its place is free again.
+    edge.execute(send(&members[0], "for the waiter"))
+        .await
+        .expect("sent");
+    let delivered = tokio::time::timeout(AT_ONCE, waiting)
+        .await
+        .expect("the waiter is answered")
+        .unwrap()
+        .expect("received");
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].body, "for the waiter");
+    edge.execute(send(&members[0], "for the next"))
+        .await
+        .expect("sent");
+    let next = tokio::time::timeout(AT_ONCE, edge.receive(queue(), 1, Some(600), Some(20)))
+        .await
+        .expect("answered")
+        .expect("a long poll has a place again");
+    assert_eq!(next.len(), 1);
+}

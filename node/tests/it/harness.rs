@@ -44,7 +44,18 @@ impl TestNode {
 
     /// A node on the data directory `dir`, reading time from `clock`.
     pub async fn start_with(dir: Arc<TempDir>, clock: Arc<dyn Clock>) -> TestNode {
-        let config = Config::with_data_dir(dir.path());
+        TestNode::start_configured(dir, clock, |_| {}).await
+    }
+
+    /// A node on the data directory `dir`, reading time from `clock`, with the settings
+    /// `configure` changes from the defaults.
+    pub async fn start_configured(
+        dir: Arc<TempDir>,
+        clock: Arc<dyn Clock>,
+        configure: impl FnOnce(&mut Config),
+    ) -> TestNode {
+        let mut config = Config::with_data_dir(dir.path());
+        configure(&mut config);
         let storage = trireme_node::open_storage(&config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();

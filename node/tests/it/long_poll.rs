@@ -6,6 +6,12 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use trireme_proto::v1 as pb;
 
+use std::sync::Arc;
+
+use tempfile::TempDir;
+use trireme_node::clock::SystemClock;
+use trireme_node::status::REASON_KEY;
+
 use crate::harness::{Client, TestNode, connect};
 
 fn long_poll(queue: &str, wait_s: u32) -> pb::ReceiveMessagesRequest {
@@ -129,5 +135,77 @@ async fn shutdown_answers_open_long_polls_empty() {
     tokio::time::timeout(HANG_GUARD, shutdown)
         .await
         .expect("shutdown hung")
+        .unwrap();
+}
+
+/// Beyond `long_polls_max` a receive that would wait is shed with the throttling refusal, not
+/// answered empty (a client told "nothing" polls again at once); a short poll still works, and
+/// a place frees when a long poll ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_beyond_the_cap_is_throttled() {
+    let dir = Arc::new(TempDir::new().unwrap());
+    let mut node = TestNode::start_configured(dir, Arc::new(SystemClock), |config| {
+        config.long_polls_max = 2;
+    })
+    .await;
+    node.create("capped").await;
+    node.create("other").await;
+    let first = spawn_long_poll(node.client.clone(), "capped");
+    let second = spawn_long_poll(node.client.clone(), "other");
+    node.await_waiters("capped", 1).await;
+    node.await_waiters("other", 1).await;
+
+    let refused = tokio::time::timeout(
+        HANG_GUARD,
+        node.client
+            .clone()
+            .receive_messages(long_poll("capped", 20)),
+    )
+    .await
+    .expect("a refusal comes at once")
+    .expect_err("a third long poll is over the cap");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused
+            .metadata()
+            .get(REASON_KEY)
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "Overloaded"
+    );
+    assert!(refused.message().contains("2 long polls"), "{refused:?}");
+    // Nothing waits for it, and a short poll is served.
+    node.await_waiters("capped", 1).await;
+    assert!(node.receive("capped", 10, 30).await.is_empty());
+
+    // A message ends the first wait; its place is free for the next long poll.
+    let id = node.send("capped", "for the first").await;
+    let answer = tokio::time::timeout(HANG_GUARD, first)
+        .await
+        .expect("the first waiter is answered")
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.messages[0].message_id, id);
+    let third = spawn_long_poll(node.client.clone(), "capped");
+    node.await_waiters("capped", 1).await;
+    node.send("capped", "for the third").await;
+    let answer = tokio::time::timeout(HANG_GUARD, third)
+        .await
+        .expect("the third waiter is answered")
+        .unwrap()
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.messages.len(), 1);
+    node.send("other", "for the second").await;
+    tokio::time::timeout(HANG_GUARD, second)
+        .await
+        .expect("the second waiter is answered")
+        .unwrap()
         .unwrap();
 }
