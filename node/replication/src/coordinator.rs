@@ -235,6 +235,16 @@ pub(crate) enum Progress {
 }
 
 impl WritePhase {
+    /// Replicas that acked the write so far.
+    pub(crate) fn acked(&self) -> usize {
+        self.acks.len()
+    }
+
+    /// Replicas that refused the write so far.
+    pub(crate) fn refused(&self) -> usize {
+        self.refusals.len()
+    }
+
     pub(crate) fn new(replicas: [NodeId; REPLICAS]) -> WritePhase {
         WritePhase {
             replicas,
@@ -809,7 +819,28 @@ impl HandleOp {
                 already_gone,
             } => {
                 let already_gone = *already_gone;
-                match write.take(from, reply) {
+                let progress = write.take(from, reply);
+                if self.action == HandleAction::Delete
+                    && progress != Progress::Quorum
+                    && !planted(Bug::StaleAtTwoRefusals)
+                {
+                    // A refused tombstone is not a refused delete (spec/replication.md#delete,
+                    // step 4, and *Considerations*, F3): a replica that took it holds a
+                    // tombstone that dominates every live copy of the generation, so the
+                    // delete took effect, and a refusal can only say "nothing written" once
+                    // all three refused. Otherwise it answers as its deadline does.
+                    return match (write.acked(), write.refused()) {
+                        (0, REPLICAS) => {
+                            let answer = self.stale();
+                            self.finish(answer)
+                        }
+                        (1.., refused) if refused > REPLICAS - WRITE_QUORUM => {
+                            self.finish(HandleAnswer::Delete(DeleteAnswer::Unavailable))
+                        }
+                        _ => Effects::none(),
+                    };
+                }
+                match progress {
                     Progress::Quorum => {
                         let answer = match self.action {
                             HandleAction::Delete if already_gone => {
@@ -1817,6 +1848,41 @@ mod tests {
         assert_eq!(
             op.on_reply(R[2], 2, &Reply::Ack).answer,
             Some(HandleAnswer::Delete(DeleteAnswer::Deleted))
+        );
+    }
+
+    /// F3 (spec/replication.md, *Considerations*): a delete's tombstone that one replica took
+    /// and two refused (a receive claimed the message between the delete's read and its write)
+    /// took effect, since the tombstone dominates there; it is answered as at the deadline,
+    /// never as superseded. Only three refusals wrote nothing.
+    #[test]
+    fn a_delete_whose_tombstone_a_replica_took_is_never_answered_superseded() {
+        let (record, handle) = delivered();
+        let unavailable = Some(HandleAnswer::Delete(DeleteAnswer::Unavailable));
+        let (mut op, _) = handle_op(&record, handle, HandleAction::Delete);
+        assert_eq!(op.on_reply(R[0], 2, &Reply::Ack).answer, None);
+        assert_eq!(op.on_reply(R[1], 2, &Reply::Refused).answer, None);
+        assert_eq!(op.on_reply(R[2], 2, &Reply::Refused).answer, unavailable);
+        // Two refusals first: the third replica decides.
+        let (mut op, _) = handle_op(&record, handle, HandleAction::Delete);
+        assert_eq!(op.on_reply(R[0], 2, &Reply::Refused).answer, None);
+        assert_eq!(op.on_reply(R[1], 2, &Reply::Refused).answer, None);
+        assert_eq!(op.on_reply(R[2], 2, &Reply::Ack).answer, unavailable);
+        let (mut op, _) = handle_op(&record, handle, HandleAction::Delete);
+        op.on_reply(R[0], 2, &Reply::Refused);
+        op.on_reply(R[1], 2, &Reply::Refused);
+        assert_eq!(
+            op.on_reply(R[2], 2, &Reply::Refused).answer,
+            Some(HandleAnswer::Delete(DeleteAnswer::Stale)),
+            "three refusals: nothing written"
+        );
+        let (mut op, _) = handle_op(&record, handle, HandleAction::Delete);
+        op.on_reply(R[0], 2, &Reply::Refused);
+        op.on_reply(R[1], 2, &Reply::Refused);
+        assert_eq!(
+            op.on_timeout().answer,
+            unavailable,
+            "the third never answered"
         );
     }
 

@@ -22,6 +22,10 @@ pub enum Bug {
     /// and the replicas, so a claim that lost the race for a version refuses its holder and
     /// brings the message back at its own deadline.
     WholeClaimFirst,
+    /// The driver before spec/replication.md's F3: a delete whose conditional tombstone two
+    /// replicas refused answers `Stale` ("nothing written") even when the third took it, so a
+    /// message a delete removed looks lost to every client.
+    StaleAtTwoRefusals,
 }
 
 #[cfg(feature = "sim-bugs")]

@@ -31,6 +31,7 @@ pub mod move_task;
 pub mod names;
 pub mod peers;
 pub mod service;
+pub mod signal;
 pub mod skew;
 pub mod store;
 pub mod tls;
@@ -899,14 +900,16 @@ impl Cluster {
         let now = self.inner.me.clock.now();
         let known_watermark = self.known_watermark(queue, incarnation);
         candidates.truncate(max);
-        let (watermark_read, watermark) = tokio::sync::watch::channel(None);
+        // Every claim below waits for the watermark: a `Signal` resumes them in a fixed order.
+        let watermark = Arc::new(signal::Signal::new(None));
+        let watermark_read = Arc::clone(&watermark);
         let reader = self.clone();
         let name = queue.clone();
         // The receive's tasks carry its trace id to the replicas they ask (`crate::trace`).
         let watermark_task = tokio::spawn(crate::trace::inherit(async move {
             let answer = reader.queue_watermark(&name, incarnation).await;
             // Every claim may have ended already (each has its own deadline): nobody listens.
-            let _ = watermark_read.send(Some(answer));
+            watermark_read.set(Some(answer));
         }));
         let mut claims = JoinSet::new();
         for id in candidates {
@@ -927,20 +930,14 @@ impl Cluster {
             };
             let cluster = self.clone();
             let dead_letter = dead_letter.cloned();
-            let mut watermark = watermark.clone();
+            let watermark = Arc::clone(&watermark);
             claims.spawn(crate::trace::inherit(async move {
                 let (op, effects) = ReceiveOp::start_reading_watermark(
                     key.clone(),
                     cluster.replicas(&key),
                     settings,
                 );
-                let read = async move {
-                    watermark
-                        .wait_for(Option::is_some)
-                        .await
-                        .ok()
-                        .and_then(|answer| *answer)
-                };
+                let read = async move { watermark.wait_for(Option::is_some).await };
                 let with_watermark = |op: &mut ReceiveOp, answer: Option<WatermarkAnswer>| {
                     match answer {
                         Some(WatermarkAnswer::Read(watermark)) => op.on_watermark(watermark),

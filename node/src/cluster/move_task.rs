@@ -226,6 +226,8 @@ impl Cluster {
                     }
                 }
                 tokio::select! {
+                    // Either starts the next scan; no random draw for the simulation.
+                    biased;
                     () = tokio::time::sleep(settings.scan_period) => {}
                     () = cluster.inner.move_tasks.wake.notified() => {}
                 }

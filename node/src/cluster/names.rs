@@ -130,6 +130,8 @@ impl Sweeper {
             loop {
                 // The senders live in the store this task holds: `changed` never fails here.
                 let changed = tokio::select! {
+                    // Either wakes the same walk; no random draw for the simulation.
+                    biased;
                     changed = deletions.changed() => changed,
                     changed = purges.changed() => changed,
                 };

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tonic::transport::Channel;
 use tracing::{error, info, warn};
@@ -21,6 +21,7 @@ use trireme_replication::NodeId;
 use trireme_replication::skew::{Sample, SkewMonitor, SkewSettings, Standing};
 
 use super::peers::Identity;
+use super::signal::Signal;
 use super::wire;
 
 /// `SKEW_PROBE_PERIOD`: between two probes of one peer.
@@ -30,8 +31,9 @@ pub const SKEW_PROBE_PERIOD: Duration = Duration::from_secs(1);
 pub(super) struct ClockWatch {
     me: Identity,
     monitor: Mutex<Watched>,
-    /// Bumped after every sample, for a gate waiting for a standing.
-    sampled: watch::Sender<u64>,
+    /// Bumped after every sample, for a gate waiting for a standing (many calls may wait at
+    /// once: a [`Signal`] resumes them in a fixed order).
+    sampled: Signal<u64>,
     /// Wakes every probe loop for a probe now.
     probe_now: Notify,
 }
@@ -63,7 +65,7 @@ impl ClockWatch {
                 coordinating: None,
                 versions: BTreeMap::new(),
             }),
-            sampled: watch::Sender::new(0),
+            sampled: Signal::new(0),
             probe_now: Notify::new(),
         })
     }
@@ -127,7 +129,7 @@ impl ClockWatch {
                 }
                 drop(watched);
                 self.assess();
-                self.sampled.send_modify(|count| *count += 1);
+                self.sampled.modify(|count| *count += 1);
             }
             tokio::select! {
                 // The first branch first: a deterministic choice, for the simulation.
@@ -194,9 +196,10 @@ impl ClockWatch {
     /// # Errors
     /// The standing that does not coordinate.
     pub(super) async fn gate(&self, wait: Duration) -> Result<(), Standing> {
-        let mut sampled = self.sampled.subscribe();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
+            // Read before assessing: a sample taken after the assessment wakes the wait below.
+            let seen = self.sampled.get();
             let standing = self.assess();
             match standing {
                 Standing::Within { .. } => return Ok(()),
@@ -207,9 +210,9 @@ impl ClockWatch {
                 // settle it (spec/replication.md#clock-monitoring, *Assess*).
                 Standing::Beyond { .. } | Standing::Unmeasured { .. } => {
                     self.probe_now.notify_waiters();
-                    match tokio::time::timeout_at(deadline, sampled.changed()).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(_)) | Err(_) => return Err(standing),
+                    let sampled = self.sampled.wait_for(|count| *count != seen);
+                    if tokio::time::timeout_at(deadline, sampled).await.is_err() {
+                        return Err(standing);
                     }
                 }
             }
