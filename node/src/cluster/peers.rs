@@ -2,13 +2,11 @@
 //!
 //! One link per peer, connected lazily, with `TCP_NODELAY`, HTTP/2 keepalive, a connect timeout
 //! and a per-call timeout. Requests to one peer (about messages' records, queue names' own
-//! records, move tasks' records and deduplication records alike) are batched: whatever is
-//! waiting when a call can go is sent as one `Exchange`, its reads as a call of their own (the
-//! peer answers a call that only reads from its last commit, without waiting for a group
-//! commit), and several calls may be in flight at once, so a slow call does not hold the next
-//! batch. A dead peer costs its requests a failed answer at the call's timeout (or at once when
-//! the connection is refused), never a wait of the operation beyond its own deadline:
-//! coordinators decide on the first two replicas that answer. Each call's
+//! records, move tasks' records and deduplication records alike) are batched: whatever is waiting when a call
+//! can go is sent as one `Exchange`, and several calls may be in flight at once, so a slow call
+//! does not hold the next batch. A dead peer costs its requests a failed answer at the call's
+//! timeout (or at once when the connection is refused), never a wait of the operation beyond
+//! its own deadline: coordinators decide on the first two replicas that answer. Each call's
 //! metadata lists the trace ids of the requests its batch serves (`crate::trace`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -104,15 +102,6 @@ enum Pending {
 }
 
 impl Pending {
-    /// Whether it only reads (a record's or a name's read).
-    fn reads(&self) -> bool {
-        match self {
-            Pending::Record { request, .. } => *request == Request::Read,
-            Pending::Name { request, .. } => matches!(request, NameRequest::Read),
-            Pending::Task { .. } | Pending::Dedup { .. } => false,
-        }
-    }
-
     fn fail(self, error: PeerError) {
         // Whoever sent it may have stopped listening; the failure is silence to it anyway.
         match self {
@@ -399,45 +388,6 @@ pub(super) fn retired_by(status: &tonic::Status) -> Option<u64> {
 }
 
 async fn run_link(link: Link, mut waiting: mpsc::Receiver<Traced>) {
-    let calls = Arc::new(Semaphore::new(CALLS_IN_FLIGHT_MAX));
-    while let Some(first) = waiting.recv().await {
-        // The permit first, then whatever waits: while every call is in flight the next
-        // batch grows instead of waiting as it was.
-        let permit = Arc::clone(&calls)
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        let mut batch = vec![first];
-        while batch.len() < BATCH_REQUESTS_MAX {
-            match waiting.try_recv() {
-                Ok(traced) => batch.push(traced),
-                Err(_) => break,
-            }
-        }
-        // Reads go in a call of their own: a replica answers a call that only reads from its
-        // last commit at once (`ReplicaStore`), while a call with writes waits for their
-        // group commit, and its reads with it.
-        let (reads, writes): (Vec<Traced>, Vec<Traced>) =
-            batch.into_iter().partition(|traced| traced.pending.reads());
-        let mut permit = Some(permit);
-        for part in [reads, writes] {
-            if part.is_empty() {
-                continue;
-            }
-            let permit = match permit.take() {
-                Some(permit) => permit,
-                None => Arc::clone(&calls)
-                    .acquire_owned()
-                    .await
-                    .expect("the semaphore is never closed"),
-            };
-            call(&link, part, permit);
-        }
-    }
-}
-
-/// Sends `batch` to the link's peer as one `Exchange` and answers each of its requests.
-fn call(link: &Link, batch: Vec<Traced>, permit: tokio::sync::OwnedSemaphorePermit) {
     let Link {
         peer,
         client,
@@ -446,121 +396,133 @@ fn call(link: &Link, batch: Vec<Traced>, permit: tokio::sync::OwnedSemaphorePerm
         request_ids,
         down,
     } = link;
-    let peer = *peer;
-    let traces: Vec<TraceId> = batch
-        .iter()
-        .filter_map(|traced| traced.trace)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let batch: Vec<Pending> = batch.into_iter().map(|traced| traced.pending).collect();
-    let mut client = client.clone();
-    let (mut entries, mut names, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
-    let mut dedups = Vec::new();
-    for pending in &batch {
-        match pending {
-            Pending::Record { key, request, .. } => entries.push(wire::entry(key, request)),
-            Pending::Name { name, request, .. } => {
-                names.push(wire::name_entry(name, request));
-            }
-            Pending::Task { key, request, .. } => tasks.push(wire::task_entry(key, request)),
-            Pending::Dedup { key, request, .. } => {
-                dedups.push(wire::dedup_entry(key, request));
+    let calls = Arc::new(Semaphore::new(CALLS_IN_FLIGHT_MAX));
+    while let Some(first) = waiting.recv().await {
+        let mut traces = BTreeSet::new();
+        traces.extend(first.trace);
+        let mut batch = vec![first.pending];
+        while batch.len() < BATCH_REQUESTS_MAX {
+            match waiting.try_recv() {
+                Ok(traced) => {
+                    traces.extend(traced.trace);
+                    batch.push(traced.pending);
+                }
+                Err(_) => break,
             }
         }
-    }
-    let (sent, names_sent, tasks_sent) = (entries.len(), names.len(), tasks.len());
-    let dedups_sent = dedups.len();
-    let mut request = tonic::Request::new(pb::Batch {
-        request_id: request_ids.fetch_add(1, Ordering::Relaxed),
-        sender: Some(identity.now().into()),
-        entries,
-        names,
-        tasks,
-        dedups,
-    });
-    if let Some(value) = trace::ids_value(&traces) {
-        request.metadata_mut().insert(trace::TRACE_IDS_KEY, value);
-    }
-    let down = Arc::clone(down);
-    let retired = Arc::clone(retired);
-    tokio::spawn(async move {
-        let outcome = client.exchange(request).await;
-        drop(permit);
-        down.store(outcome.is_err(), Ordering::Relaxed);
-        if let Err(status) = &outcome
-            && let Some(current) = retired_by(status)
-        {
-            retired.send_replace(Some(current));
+        let traces: Vec<TraceId> = traces.into_iter().collect();
+        let permit = Arc::clone(&calls)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let mut client = client.clone();
+        let (mut entries, mut names, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
+        let mut dedups = Vec::new();
+        for pending in &batch {
+            match pending {
+                Pending::Record { key, request, .. } => entries.push(wire::entry(key, request)),
+                Pending::Name { name, request, .. } => {
+                    names.push(wire::name_entry(name, request));
+                }
+                Pending::Task { key, request, .. } => tasks.push(wire::task_entry(key, request)),
+                Pending::Dedup { key, request, .. } => {
+                    dedups.push(wire::dedup_entry(key, request));
+                }
+            }
         }
-        let replies = match outcome {
-            Ok(response) if response.get_ref().overloaded => {
-                debug!(%peer, "peer's replica store is overloaded; it took nothing");
-                for pending in batch {
-                    pending.fail(PeerError::Overloaded { peer });
+        let (sent, names_sent, tasks_sent) = (entries.len(), names.len(), tasks.len());
+        let dedups_sent = dedups.len();
+        let mut request = tonic::Request::new(pb::Batch {
+            request_id: request_ids.fetch_add(1, Ordering::Relaxed),
+            sender: Some(identity.now().into()),
+            entries,
+            names,
+            tasks,
+            dedups,
+        });
+        if let Some(value) = trace::ids_value(&traces) {
+            request.metadata_mut().insert(trace::TRACE_IDS_KEY, value);
+        }
+        let down = Arc::clone(&down);
+        let retired = Arc::clone(&retired);
+        tokio::spawn(async move {
+            let outcome = client.exchange(request).await;
+            drop(permit);
+            down.store(outcome.is_err(), Ordering::Relaxed);
+            if let Err(status) = &outcome
+                && let Some(current) = retired_by(status)
+            {
+                retired.send_replace(Some(current));
+            }
+            let replies = match outcome {
+                Ok(response) if response.get_ref().overloaded => {
+                    debug!(%peer, "peer's replica store is overloaded; it took nothing");
+                    for pending in batch {
+                        pending.fail(PeerError::Overloaded { peer });
+                    }
+                    return;
                 }
-                return;
-            }
-            Ok(response) if response.get_ref().fault.is_some() => {
-                let fault = wire::fault(response.get_ref().fault.as_ref().expect("matched"));
-                debug!(%peer, %fault, "peer's replica store failed the batch");
-                for pending in batch {
-                    pending.fail(PeerError::Store {
-                        peer,
-                        fault: fault.clone(),
-                    });
+                Ok(response) if response.get_ref().fault.is_some() => {
+                    let fault = wire::fault(response.get_ref().fault.as_ref().expect("matched"));
+                    debug!(%peer, %fault, "peer's replica store failed the batch");
+                    for pending in batch {
+                        pending.fail(PeerError::Store {
+                            peer,
+                            fault: fault.clone(),
+                        });
+                    }
+                    return;
                 }
-                return;
-            }
-            Ok(response) => {
-                let response = response.into_inner();
-                wire::replies(&response.replies, sent)
-                    .and_then(|replies| {
-                        let names = wire::name_replies(&response.name_replies, names_sent)?;
-                        let tasks = wire::task_replies(&response.task_replies, tasks_sent)?;
-                        let dedups = wire::dedup_replies(&response.dedup_replies, dedups_sent)?;
-                        Ok((replies, names, tasks, dedups))
-                    })
-                    .map_err(|error| error.to_string())
-            }
-            Err(status) => Err(format!("{}: {}", status.code(), status.message())),
-        };
-        match replies {
-            Ok((replies, names, tasks, dedups)) => {
-                let (mut replies, mut names, mut tasks) =
-                    (replies.into_iter(), names.into_iter(), tasks.into_iter());
-                let mut dedups = dedups.into_iter();
-                for pending in batch {
-                    match pending {
-                        Pending::Record { answer, .. } => {
-                            let reply = replies.next().expect("one reply per entry, counted");
-                            let _ = answer.send(Ok(reply));
-                        }
-                        Pending::Name { answer, .. } => {
-                            let reply = names.next().expect("one reply per name, counted");
-                            let _ = answer.send(Ok(reply));
-                        }
-                        Pending::Task { answer, .. } => {
-                            let reply = tasks.next().expect("one reply per task, counted");
-                            let _ = answer.send(Ok(reply));
-                        }
-                        Pending::Dedup { answer, .. } => {
-                            let reply =
-                                dedups.next().expect("one reply per deduplication, counted");
-                            let _ = answer.send(Ok(reply));
+                Ok(response) => {
+                    let response = response.into_inner();
+                    wire::replies(&response.replies, sent)
+                        .and_then(|replies| {
+                            let names = wire::name_replies(&response.name_replies, names_sent)?;
+                            let tasks = wire::task_replies(&response.task_replies, tasks_sent)?;
+                            let dedups = wire::dedup_replies(&response.dedup_replies, dedups_sent)?;
+                            Ok((replies, names, tasks, dedups))
+                        })
+                        .map_err(|error| error.to_string())
+                }
+                Err(status) => Err(format!("{}: {}", status.code(), status.message())),
+            };
+            match replies {
+                Ok((replies, names, tasks, dedups)) => {
+                    let (mut replies, mut names, mut tasks) =
+                        (replies.into_iter(), names.into_iter(), tasks.into_iter());
+                    let mut dedups = dedups.into_iter();
+                    for pending in batch {
+                        match pending {
+                            Pending::Record { answer, .. } => {
+                                let reply = replies.next().expect("one reply per entry, counted");
+                                let _ = answer.send(Ok(reply));
+                            }
+                            Pending::Name { answer, .. } => {
+                                let reply = names.next().expect("one reply per name, counted");
+                                let _ = answer.send(Ok(reply));
+                            }
+                            Pending::Task { answer, .. } => {
+                                let reply = tasks.next().expect("one reply per task, counted");
+                                let _ = answer.send(Ok(reply));
+                            }
+                            Pending::Dedup { answer, .. } => {
+                                let reply =
+                                    dedups.next().expect("one reply per deduplication, counted");
+                                let _ = answer.send(Ok(reply));
+                            }
                         }
                     }
                 }
-            }
-            Err(reason) => {
-                debug!(%peer, %reason, "peer call failed");
-                for pending in batch {
-                    pending.fail(PeerError::Call {
-                        peer,
-                        reason: reason.clone(),
-                    });
+                Err(reason) => {
+                    debug!(%peer, %reason, "peer call failed");
+                    for pending in batch {
+                        pending.fail(PeerError::Call {
+                            peer,
+                            reason: reason.clone(),
+                        });
+                    }
                 }
             }
-        }
-    });
+        });
+    }
 }

@@ -4,9 +4,7 @@
 //! node's and its peers') queue up for it; it takes every batch waiting, applies their requests
 //! in order in one write transaction (each checked against the state that includes the requests
 //! before it, spec/replication.md §13), commits once, and only then answers any of them: group
-//! commit, with fsync before every ack. A request that only reads joins no group: it is
-//! answered from the last commit, which is fsynced (spec/replication.md §13, *Reads wait for no
-//! group commit*); one that mixes reads and writes is applied in order. A failed commit answers
+//! commit, with fsync before every ack and before every read answer. A failed commit answers
 //! every batch of the group with the error, so nothing unsynced is ever acknowledged, and from
 //! then on the store refuses everything, reads and scans included, with that first failure's
 //! fault (`StoreFault`: a full disk is not corruption) until the node restarts and opens it again
@@ -1307,24 +1305,6 @@ impl ReplicaStore {
         if let Some(first) = self.views.failed.get() {
             return Err(Arc::new(StoreError::Failed(first.clone())));
         }
-        if let Work::Apply {
-            entries,
-            names,
-            tasks,
-            dedups,
-        } = &work
-            && tasks.is_empty()
-            && dedups.is_empty()
-            && !(entries.is_empty() && names.is_empty())
-            && entries.iter().all(|entry| entry.request == Request::Read)
-            && names
-                .iter()
-                .all(|entry| matches!(entry.request, NameRequest::Read))
-        {
-            let keys = entries.iter().map(|entry| entry.key.clone()).collect();
-            let names = names.iter().map(|entry| entry.name.clone()).collect();
-            return self.read_committed(keys, names).await;
-        }
         let (answer, answered) = oneshot::channel();
         let queued = Queued::count(&self.queued);
         self.jobs
@@ -1336,70 +1316,6 @@ impl ReplicaStore {
             .await
             .map_err(|_| Arc::new(StoreError::Closed))?;
         answered.await.map_err(|_| Arc::new(StoreError::Closed))?
-    }
-
-    /// Answers work that only reads (records and names) from the last commit, off the
-    /// committer: a read waits for no group and no fsync, since the last commit is exactly
-    /// what this replica has fsynced (redb shows a durable commit to readers only after its
-    /// flush, and this store commits nothing non-durably), which is all a read may answer
-    /// from (spec/replication.md#durability, and §13: reads need no fsync). Work that mixes
-    /// reads with writes still goes through the committer, where a read sees the writes
-    /// before it in the same batch. A read that fails fails the store as a failed group does.
-    async fn read_committed(
-        &self,
-        keys: Vec<RecordKey>,
-        names: Vec<QueueName>,
-    ) -> Result<Answers, Arc<StoreError>> {
-        let store = self.clone();
-        let read = self
-            .scan_off(move || -> Result<Answers, StoreError> {
-                let txn = store.read_txn()?;
-                let mut replies = Vec::with_capacity(keys.len());
-                if !keys.is_empty() {
-                    let table = txn.open_table(RECORDS)?;
-                    for key in &keys {
-                        let held = match table.get(key.encode().as_slice())? {
-                            Some(value) => {
-                                Some(codec::decode_framed(value.value()).map_err(|source| {
-                                    StoreError::Corrupt {
-                                        key: format!("{key:?}"),
-                                        source,
-                                    }
-                                })?)
-                            }
-                            None => None,
-                        };
-                        replies.push(Reply::Record(held));
-                    }
-                }
-                let mut name_replies = Vec::with_capacity(names.len());
-                if !names.is_empty() {
-                    let table = txn.open_table(NAMES)?;
-                    for name in &names {
-                        let name = name.as_str();
-                        let held = match table.get(name)? {
-                            Some(value) => decode_name_row(name, value.value())?.1,
-                            None => NameRecord::default(),
-                        };
-                        name_replies.push(NameReply::Record(held));
-                    }
-                }
-                Ok(Answers {
-                    replies,
-                    names: name_replies,
-                    tasks: Vec::new(),
-                    dedups: Vec::new(),
-                })
-            })
-            .await;
-        read.map_err(|error| {
-            if !matches!(error, StoreError::Failed(_)) {
-                let fault = error.fault();
-                tracing::error!(%fault, "replica read failed; the store refuses everything until the node restarts");
-                let _ = self.views.failed.set(fault);
-            }
-            Arc::new(error)
-        })
     }
 
     /// A counter of the deletions this store learned, bumped after each commit that learned
@@ -2410,110 +2326,6 @@ mod tests {
             },
             request: Request::Read,
         }
-    }
-
-    /// A disk in memory whose fsync waits while its gate is closed, and says when one waits.
-    #[derive(Debug)]
-    struct GatedDisk {
-        inner: InMemoryBackend,
-        /// (closed, syncs waiting)
-        gate: Arc<(Mutex<(bool, usize)>, std::sync::Condvar)>,
-    }
-
-    impl StorageBackend for GatedDisk {
-        fn len(&self) -> std::io::Result<u64> {
-            self.inner.len()
-        }
-        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-            self.inner.read(offset, out)
-        }
-        fn set_len(&self, len: u64) -> std::io::Result<()> {
-            self.inner.set_len(len)
-        }
-        fn sync_data(&self) -> std::io::Result<()> {
-            let (lock, opened) = &*self.gate;
-            let mut gate = lock.lock().expect("the gate lock is never poisoned");
-            gate.1 += 1;
-            while gate.0 {
-                gate = opened.wait(gate).expect("the gate lock is never poisoned");
-            }
-            gate.1 -= 1;
-            drop(gate);
-            self.inner.sync_data()
-        }
-        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-            self.inner.write(offset, data)
-        }
-    }
-
-    /// spec/replication.md §13, *Reads wait for no group commit*: a request that only reads is
-    /// answered from the last commit while a group is still in its fsync, and that answer never
-    /// shows the group's writes; once the group is durable, a read shows them.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_read_is_answered_from_the_last_commit_while_a_group_syncs() {
-        let gate = Arc::new((Mutex::new((false, 0)), std::sync::Condvar::new()));
-        let disk = GatedDisk {
-            inner: InMemoryBackend::new(),
-            gate: Arc::clone(&gate),
-        };
-        let (store, committer) = ReplicaStore::open_backend(disk, 1024 * 1024, NodeId(1), 42)
-            .expect("the store opens on memory");
-        let acked = store.apply(vec![merge(1, "durable")]).await;
-        assert_eq!(acked.expect("the first group commits"), vec![Reply::Ack]);
-
-        gate.0.lock().expect("the gate lock").0 = true;
-        // Opens the gate however the test ends, so no worker stays blocked in the fsync.
-        struct Opens(Arc<(Mutex<(bool, usize)>, std::sync::Condvar)>);
-        impl Drop for Opens {
-            fn drop(&mut self) {
-                let (lock, opened) = &*self.0;
-                if let Ok(mut gate) = lock.lock() {
-                    gate.0 = false;
-                }
-                opened.notify_all();
-            }
-        }
-        let opens = Opens(Arc::clone(&gate));
-        let writer = store.clone();
-        let write = tokio::spawn(async move { writer.apply(vec![merge(2, "syncing")]).await });
-        // Until the second group's fsync is waiting at the gate.
-        while gate.0.lock().expect("the gate lock").1 == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        let answered = tokio::time::timeout(
-            std::time::Duration::from_secs(20),
-            store.apply(vec![read(1), read(2)]),
-        )
-        .await
-        .expect("a read does not wait for the group in its fsync")
-        .expect("the read is answered");
-        let Reply::Record(Some(first)) = &answered[0] else {
-            panic!("the committed record is read: {answered:?}");
-        };
-        assert_eq!(
-            first.live().map(|live| live.birth.payload.as_slice()),
-            Some(&b"durable"[..])
-        );
-        assert_eq!(
-            answered[1],
-            Reply::Record(None),
-            "a group not yet fsynced is not read"
-        );
-        assert!(!write.is_finished(), "the group is still in its fsync");
-
-        drop(opens);
-        let acked = write.await.expect("the writer does not panic");
-        assert_eq!(acked.expect("the second group commits"), vec![Reply::Ack]);
-        let answered = store
-            .apply(vec![read(2)])
-            .await
-            .expect("the read is answered");
-        assert!(
-            matches!(&answered[0], Reply::Record(Some(_))),
-            "{answered:?}"
-        );
-        drop(store);
-        committer.await.expect("the committer ends");
     }
 
     /// spec/replication.md#durability, *A store that fails*: the failed group is acked to no one,
