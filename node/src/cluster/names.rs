@@ -488,6 +488,13 @@ impl Cluster {
 
     /// Merges a settled record into this node's view.
     async fn learn(&self, name: &QueueName, record: &NameRecord) {
+        if self.inner.store.overloaded() {
+            // Learning waits for the committer the store sheds from: the request that read the
+            // record would wait behind it. The view stays as it was; the next request reads
+            // again (spec/replication.md#durability, *A replica that is overloaded*).
+            debug!(queue = %name.as_str(), "the replica store sheds: the name view learns later");
+            return;
+        }
         let learned = self
             .inner
             .store
