@@ -169,8 +169,15 @@ pub enum Op {
         replies: [Option<u8>; REPLICAS],
         spread: bool,
     },
-    /// A sender confirms the winner and voids its own copy if it lost.
-    Settle { winner: u8, acks: u8 },
+    /// A sender confirms the winner and voids its own copy if it lost. The settle request
+    /// carries both writes; each is acked on its own (`acks` the confirm's, `voids` the void's,
+    /// `None` when there is no void), and the sender waits for two acks of each (a replica whose
+    /// window ended refuses the void as a late copy while it may still ack the confirm).
+    Settle {
+        winner: u8,
+        acks: u8,
+        voids: Option<u8>,
+    },
 }
 
 impl Op {
@@ -491,7 +498,14 @@ impl State {
             self.ghost.reach(Scenario::ConfirmedOthers);
         }
         let void = (winner as usize != c && !config.has(Bug::LoserKeepsCopy)).then_some(c as u8);
-        self.begin(c, Op::Settle { winner, acks: 0 });
+        self.begin(
+            c,
+            Op::Settle {
+                winner,
+                acks: 0,
+                voids: void.map(|_| 0),
+            },
+        );
         self.broadcast(
             c,
             Request::Settle {
@@ -674,6 +688,9 @@ impl State {
             }
             Request::Settle { confirm, void } => {
                 let replica = &mut self.replicas[r];
+                // A void after the window's end is refused as a late copy (the copy it would
+                // void was dropped there at the window's end): no ack for it.
+                let voided = void.is_some() && !expired;
                 if let Some(void) = void
                     && !expired
                 {
@@ -686,13 +703,16 @@ impl State {
                     *held = (*held).max(loser);
                 }
                 let record = &mut replica.messages[confirm as usize];
-                match *record {
+                let confirmed = match *record {
                     // No body here to make receivable; a void copy is never the winner.
-                    MessageRecord::Absent | MessageRecord::Void => return,
-                    MessageRecord::Held => *record = MessageRecord::Ready,
-                    MessageRecord::Ready | MessageRecord::Tombstone => {}
-                }
-                self.on_ack(config, &packet);
+                    MessageRecord::Absent | MessageRecord::Void => false,
+                    MessageRecord::Held => {
+                        *record = MessageRecord::Ready;
+                        true
+                    }
+                    MessageRecord::Ready | MessageRecord::Tombstone => true,
+                };
+                self.on_settle_reply(config, &packet, confirmed, voided);
             }
         }
     }
@@ -718,14 +738,59 @@ impl State {
         }
         match op {
             Op::Write { .. } => self.decide_write(config, c),
-            Op::Settle { winner, .. } => {
-                if !(config.has(Bug::AnswerBeforeConfirm) && winner as usize == c) {
-                    self.answer(c, winner);
-                }
-                self.finish(c);
-            }
-            _ => unreachable!("acks are counted only in write phases"),
+            _ => unreachable!("on_ack counts the write's acks; a settle's go to on_settle_reply"),
         }
+    }
+
+    /// A replica's answer to a settle request: `confirmed` when it acked the confirm, `voided`
+    /// when it took the void.
+    fn on_settle_reply(&mut self, config: &Config, packet: &Packet, confirmed: bool, voided: bool) {
+        if !self.current(packet) {
+            return;
+        }
+        let c = packet.coordinator as usize;
+        let Op::Settle {
+            winner,
+            mut acks,
+            mut voids,
+        } = self.coordinators[c].op
+        else {
+            return;
+        };
+        let r = bit(packet.replica as usize);
+        if confirmed {
+            acks |= r;
+        }
+        if let Some(voids) = voids.as_mut()
+            && voided
+        {
+            *voids |= r;
+        }
+        self.coordinators[c].op = Op::Settle {
+            winner,
+            acks,
+            voids,
+        };
+        self.settled(config, c);
+    }
+
+    /// Step 5, once the confirm and the void (if any) have two acks each.
+    fn settled(&mut self, config: &Config, c: usize) {
+        let Op::Settle {
+            winner,
+            acks,
+            voids,
+        } = self.coordinators[c].op
+        else {
+            unreachable!("settled only in the settle phase");
+        };
+        if count(acks) < WRITE_QUORUM || voids.is_some_and(|voids| count(voids) < WRITE_QUORUM) {
+            return;
+        }
+        if !(config.has(Bug::AnswerBeforeConfirm) && winner as usize == c) {
+            self.answer(c, winner);
+        }
+        self.finish(c);
     }
 
     /// Sender `c` reads the deduplication record from replicas `a` and `b`, in one step.
@@ -842,7 +907,10 @@ impl State {
         let r = packet.replica as usize;
         match self.coordinators[packet.coordinator as usize].op {
             Op::Idle => false,
-            Op::Write { acks, .. } | Op::Settle { acks, .. } => acks & bit(r) == 0,
+            Op::Write { acks, .. } => acks & bit(r) == 0,
+            Op::Settle { acks, voids, .. } => {
+                acks & bit(r) == 0 || voids.is_some_and(|voids| voids & bit(r) == 0)
+            }
             Op::Put { replies, .. } => replies[r].is_none(),
         }
     }
