@@ -272,6 +272,8 @@ struct Ledger {
     successes: Vec<(usize, Call, Instant)>,
     /// Answered receives: member, when it was sent, how long it took, messages returned.
     receives: Vec<(usize, Instant, Duration, usize)>,
+    /// Acknowledged sends: member, when it was sent, how long it took.
+    sends: Vec<(usize, Instant, Duration)>,
 }
 
 /// The ledger, the logical clock, and the flags the test steers the load with.
@@ -343,6 +345,7 @@ async fn sender_task(shared: Arc<Shared>, index: usize, task: usize) {
             return;
         }
         let body = format!("m{index}-t{task}-{step}");
+        let sent_at = Instant::now();
         match client
             .send_message(pb::SendMessageRequest {
                 queue: QUEUE.to_owned(),
@@ -354,7 +357,9 @@ async fn sender_task(shared: Arc<Shared>, index: usize, task: usize) {
             Ok(reply) => {
                 shared.succeeded(index, Call::Send);
                 let id = reply.into_inner().message_id;
-                shared.ledger.lock().unwrap().sent.insert(id);
+                let mut ledger = shared.ledger.lock().unwrap();
+                ledger.sent.insert(id);
+                ledger.sends.push((index, sent_at, sent_at.elapsed()));
             }
             Err(status) => {
                 shared.failed(index, Call::Send, &status);
@@ -856,23 +861,6 @@ async fn with_a_member_killed_for_good_the_other_two_keep_serving() {
             .filter(|(index, _, at, _)| *index != 2 && *at >= killed_at)
             .map(|(index, call, _, code)| (index + 1, *call, *code))
             .collect();
-        let live_after = |call: Option<Call>| -> Vec<Instant> {
-            ledger
-                .successes
-                .iter()
-                .filter(|(index, kind, _)| *index != 2 && call.is_none_or(|call| *kind == call))
-                .map(|(_, _, at)| *at)
-                .collect()
-        };
-        let gap = |call: Option<Call>| longest_gap(killed_at, &mut live_after(call));
-        // The same measure over the second before the kill, for comparison on a noisy machine.
-        let mut all_before: Vec<Instant> = ledger
-            .successes
-            .iter()
-            .map(|(_, _, at)| *at)
-            .filter(|at| *at < killed_at)
-            .collect();
-        let baseline = longest_gap(killed_at - Duration::from_secs(1), &mut all_before);
         println!(
             "cluster_faults one down: {}; load ran {:?} after the kill",
             summary(&ledger),
@@ -888,28 +876,92 @@ async fn with_a_member_killed_for_good_the_other_two_keep_serving() {
             live.len(),
             live
         );
-        let receives_after: Vec<(Duration, usize)> = ledger
-            .receives
-            .iter()
-            .filter(|(index, at, _, _)| *index != 2 && *at >= killed_at)
-            .map(|(_, _, took, count)| (*took, *count))
-            .collect();
+        let receives = |after: bool| -> Vec<(Duration, usize)> {
+            ledger
+                .receives
+                .iter()
+                .filter(|(index, at, _, _)| *index != 2 && (*at >= killed_at) == after)
+                .map(|(_, _, took, count)| (*took, *count))
+                .collect()
+        };
+        let receives_after = receives(true);
         println!(
-            "cluster_faults one down: {} receives through the live members after the kill, {} empty, {} messages, longest {:?}",
+            "cluster_faults one down: {} receives through the live members after the kill, {} empty, {} messages, longest {:?} (before the kill: {} receives, longest {:?})",
             receives_after.len(),
             receives_after
                 .iter()
                 .filter(|(_, count)| *count == 0)
                 .count(),
             receives_after.iter().map(|(_, count)| count).sum::<usize>(),
-            receives_after.iter().map(|(took, _)| *took).max()
+            receives_after.iter().map(|(took, _)| *took).max(),
+            receives(false).len(),
+            receives(false).iter().map(|(took, _)| *took).max()
+        );
+        // The gaps are measured while the senders ran (after the last send only the consumers
+        // run, and a gap there is a receive's or a delete's latency, not a stall), beside the
+        // same measure over the same two members before the kill (fewer callers make longer
+        // gaps, and a longer window a longer longest one), and beside the sends' latency, which
+        // sets the load's pace: gaps of a send's latency are that pace, not the kill's doing.
+        // Deletes have no gap of their own: the half of the messages the load keeps come back
+        // every LOAD_VISIBILITY_S and fill whole receives with nothing to delete, so their gaps
+        // follow what the receives returned.
+        let live_times = |call: Option<Call>| -> Vec<Instant> {
+            let mut times: Vec<Instant> = ledger
+                .successes
+                .iter()
+                .filter(|(index, kind, _)| *index != 2 && call.is_none_or(|call| *kind == call))
+                .map(|(_, _, at)| *at)
+                .collect();
+            times.sort();
+            times
+        };
+        let sends_ended = *live_times(Some(Call::Send))
+            .last()
+            .expect("sends through the live members");
+        let load_began = live_times(None)[0];
+        let second = Duration::from_secs(1);
+        let gap = |call: Option<Call>, from: Instant, to: Instant| -> Duration {
+            let mut times: Vec<Instant> = live_times(call)
+                .into_iter()
+                .filter(|at| *at <= to)
+                .collect();
+            longest_gap(from, &mut times)
+        };
+        let latencies = |after: bool| -> String {
+            let mut took: Vec<Duration> = ledger
+                .sends
+                .iter()
+                .filter(|(index, at, _)| *index != 2 && (*at >= killed_at) == after)
+                .map(|(_, _, took)| *took)
+                .collect();
+            took.sort();
+            if took.is_empty() {
+                return "none".to_owned();
+            }
+            let at = |per_cent: usize| took[(took.len() * per_cent / 100).min(took.len() - 1)];
+            format!(
+                "{} sends, p50 {:?}, p99 {:?}, max {:?}",
+                took.len(),
+                at(50),
+                at(99),
+                at(100)
+            )
+        };
+        println!(
+            "cluster_faults one down: sends through the live members before the kill: {}; after: {}",
+            latencies(false),
+            latencies(true)
         );
         println!(
-            "cluster_faults one down: longest gap between successful calls through the live members after the kill: any {:?}, send {:?}, delete {:?}; longest gap in the second before the kill (all members) {:?}",
-            gap(None),
-            gap(Some(Call::Send)),
-            gap(Some(Call::Delete)),
-            baseline
+            "cluster_faults one down: longest gap between successful calls through the live members, while the senders ran: the second after the kill {:?} (the second before {:?}); from the kill to the last send ({:?}) {:?} (the load before the kill, {:?}: {:?}); between sends alone, after the kill {:?} (before {:?})",
+            gap(None, killed_at, killed_at + second),
+            gap(None, killed_at - second, killed_at),
+            sends_ended - killed_at,
+            gap(None, killed_at, sends_ended),
+            killed_at - load_began,
+            gap(None, load_began, killed_at),
+            gap(Some(Call::Send), killed_at, sends_ended),
+            gap(Some(Call::Send), load_began, killed_at)
         );
     }
     // Each live member creates, sends, receives and deletes within a bounded number of
