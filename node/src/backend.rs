@@ -3,7 +3,8 @@
 //! so the edges never ask which one they have.
 
 use trireme_core::{
-    Command, Delivery, MessageId, MessageState, Millis, Outcome, QueueName, QueueView,
+    Command, Delivery, MessageId, MessageState, Millis, Outcome, QueueName, QueuePrefixes,
+    QueueView,
 };
 
 use crate::cluster::edge::ClusterEdge;
@@ -265,7 +266,9 @@ impl Backend {
     }
 
     /// Starts a message move task out of the dead-letter queue `from` (spec/queue-core.md
-    /// #redrived-to-max; in a cluster spec/replication.md §8); returns the task's handle.
+    /// #redrived-to-max; in a cluster spec/replication.md §8); returns the task's handle. With
+    /// `allowed` (the restriction of the access key that starts it) the task moves a message
+    /// only into a queue within it, for its whole life.
     ///
     /// # Errors
     /// As `RedriveTasks::start`; in a cluster, `Engine` (`Unavailable`) without a quorum.
@@ -274,10 +277,11 @@ impl Backend {
         from: QueueName,
         to: Option<QueueName>,
         rate_per_s: Option<u32>,
+        allowed: Option<QueuePrefixes>,
     ) -> Result<String, RedriveError> {
         match &self.service {
-            Service::Alone { redrives, .. } => redrives.start(from, to, rate_per_s).await,
-            Service::Cluster(edge) => edge.start_move_task(from, to, rate_per_s).await,
+            Service::Alone { redrives, .. } => redrives.start(from, to, rate_per_s, allowed).await,
+            Service::Cluster(edge) => edge.start_move_task(from, to, rate_per_s, allowed).await,
         }
     }
 

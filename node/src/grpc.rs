@@ -1329,7 +1329,8 @@ impl QueueService for GrpcService {
             };
             let task_handle = self
                 .backend
-                .start_move_task(from, to, rate)
+                // The API's tokens are not limited to queues: the task is not either.
+                .start_move_task(from, to, rate, None)
                 .await
                 .map_err(|error| status::redrive_status(&error))?;
             Ok(Response::new(pb::StartRedriveResponse { task_handle }))

@@ -16,7 +16,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
-use trireme_core::{Command, Millis, Outcome, QueueName, limits as core_limits};
+use trireme_core::{Command, Millis, Outcome, QueueName, QueuePrefixes, limits as core_limits};
 
 use crate::engine::{Engine, EngineError};
 use crate::limits;
@@ -63,7 +63,8 @@ pub struct RedriveProgress {
     pub rate_per_s: Option<u32>,
     /// Messages moved so far.
     pub moved: u64,
-    /// Messages that could not be moved (their target queue is missing).
+    /// Messages that could not be moved: their target queue is missing, or outside the
+    /// restriction of the key that started the task.
     pub failed: u64,
     /// Ready messages in the dead-letter queue when the task started.
     pub to_move: u64,
@@ -142,7 +143,8 @@ impl RedriveTasks {
     }
 
     /// Starts moving the ready messages of the dead-letter queue `from` to `to` (or to each
-    /// message's source), at most `rate_per_s` per second (`None`: as fast as the node allows).
+    /// message's source), at most `rate_per_s` per second (`None`: as fast as the node allows),
+    /// only into queues within `allowed` if given (the others stay, counted as failed).
     /// Returns the task's handle.
     ///
     /// # Errors
@@ -154,6 +156,7 @@ impl RedriveTasks {
         from: QueueName,
         to: Option<QueueName>,
         rate_per_s: Option<u32>,
+        allowed: Option<QueuePrefixes>,
     ) -> Result<String, RedriveError> {
         if let Some(rate) = rate_per_s
             && !(1..=limits::redrive_rate_per_s_max).contains(&rate)
@@ -231,7 +234,16 @@ impl RedriveTasks {
         info!(task = %handle, from = %from, to = ?to.as_ref().map(QueueName::as_str), ?rate_per_s, "redrive started");
         let span = info_span!("redrive", task = %handle, queue = %from);
         tokio::spawn(
-            run_task(self.clone(), order, from, to, rate_per_s, cancelled).instrument(span),
+            run_task(
+                self.clone(),
+                order,
+                from,
+                to,
+                rate_per_s,
+                allowed,
+                cancelled,
+            )
+            .instrument(span),
         );
         Ok(handle)
     }
@@ -346,6 +358,7 @@ async fn run_task(
     from: QueueName,
     to: Option<QueueName>,
     rate_per_s: Option<u32>,
+    allowed: Option<QueuePrefixes>,
     mut cancelled: watch::Receiver<bool>,
 ) {
     let (step, pause) = pacing(rate_per_s, limits::redrive_step_messages_max);
@@ -369,11 +382,17 @@ async fn run_task(
             from: from.clone(),
             to: to.clone(),
             max,
+            allowed: allowed.clone(),
         };
         match tasks.engine.execute(command).await {
-            // A task with a destination fails only when that queue is missing: it was deleted
-            // while the task ran, and the task stops as SQS's does.
-            Ok(Outcome::Redriven { failed, .. }) if failed > 0 && to.is_some() => {
+            // A task with a destination within its restriction fails only when that queue is
+            // missing: it was deleted while the task ran, and the task stops as SQS's does.
+            Ok(Outcome::Redriven { failed, .. })
+                if failed > 0
+                    && to
+                        .as_ref()
+                        .is_some_and(|to| allowed.as_ref().is_none_or(|a| a.allows(to))) =>
+            {
                 let name = to.clone().expect("checked just above");
                 warn!(destination = %name, "redrive stopped: destination deleted");
                 break RedriveStatus::Failed(RedriveFailure::DestinationDeleted { name });

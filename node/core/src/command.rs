@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::attributes::{AttributeChanges, QueueAttributes};
 use crate::error::Reject;
-use crate::ids::{DedupId, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
+use crate::ids::{DedupId, MessageId, Millis, QueueName, QueuePrefixes, ReceiptHandle, WaiterId};
 use crate::message::{AttributeValue, SystemAttributes};
 
 /// One action of spec/queue-core.md#actions, as the edge built it from a request.
@@ -76,11 +76,13 @@ pub enum Command {
         handle: ReceiptHandle,
     },
     /// Move up to `max` ready messages out of the dead-letter queue `from`, to `to` or to each
-    /// message's source.
+    /// message's source; with `allowed`, only into queues within it (the others stay, counted
+    /// as failed).
     Redrive {
         from: QueueName,
         to: Option<QueueName>,
         max: u32,
+        allowed: Option<QueuePrefixes>,
     },
 }
 

@@ -90,6 +90,37 @@ impl QueueName {
     }
 }
 
+/// The queues an access key limited by name prefix may reach, as a move task it started keeps
+/// them for its whole life (spec/queue-core.md, *A move task moves only into queues its starter
+/// may reach*): a queue is within when its bare name (without its region, as the key's check
+/// at the edge reads it) begins with one of the prefixes. [`QueuePrefixes::new`] never makes an
+/// empty one: an unrestricted key has no `QueuePrefixes` at all.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct QueuePrefixes(Vec<String>);
+
+impl QueuePrefixes {
+    /// The restriction of a key limited to `prefixes`; `None` when there are none (the key
+    /// reaches every queue).
+    #[must_use]
+    pub fn new(prefixes: Vec<String>) -> Option<QueuePrefixes> {
+        (!prefixes.is_empty()).then_some(QueuePrefixes(prefixes))
+    }
+
+    /// Whether the queue `name` is within the restriction.
+    #[must_use]
+    pub fn allows(&self, name: &QueueName) -> bool {
+        self.0
+            .iter()
+            .any(|prefix| name.bare().starts_with(prefix.as_str()))
+    }
+
+    /// The prefixes, in the key's order.
+    #[must_use]
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+}
+
 fn refuse_name(reason: String) -> Reject {
     Reject::InvalidParameter {
         parameter: "QueueName",

@@ -23,8 +23,8 @@ pub use attributes::{
 pub use command::{Command, Delivery, Outcome, Step, Wakeup};
 pub use error::{HandleProblem, Reject};
 pub use ids::{
-    ClaimTag, DedupId, Incarnation, MessageId, Millis, QueueName, ReceiptHandle, WaiterId,
-    region_is_legal,
+    ClaimTag, DedupId, Incarnation, MessageId, Millis, QueueName, QueuePrefixes, ReceiptHandle,
+    WaiterId, region_is_legal,
 };
 pub use message::{
     AttributeValue, MessageState, MessageView, SystemAttributes, body_char_allowed, check_message,

@@ -11,7 +11,9 @@ use std::ops::Bound;
 use crate::attributes::{AttributeChanges, QueueAttributes};
 use crate::command::{Command, Delivery, Outcome, Step, Wakeup};
 use crate::error::{HandleProblem, Reject};
-use crate::ids::{ClaimTag, DedupId, MessageId, Millis, QueueName, ReceiptHandle, WaiterId};
+use crate::ids::{
+    ClaimTag, DedupId, MessageId, Millis, QueueName, QueuePrefixes, ReceiptHandle, WaiterId,
+};
 use crate::limits;
 use crate::message::{
     AttributeValue, Message, MessageState, MessageView, SystemAttributes, check_message,
@@ -499,7 +501,12 @@ impl Queues {
                 timeout_s,
             } => self.change_visibility(at, &queue, &handle, timeout_s),
             Command::DeadLetterNow { queue, handle } => self.dead_letter_now(at, &queue, &handle),
-            Command::Redrive { from, to, max } => self.redrive(at, &from, to.as_ref(), max),
+            Command::Redrive {
+                from,
+                to,
+                max,
+                allowed,
+            } => self.redrive(at, &from, to.as_ref(), max, allowed.as_ref()),
         }
     }
 
@@ -1232,6 +1239,7 @@ impl Queues {
         from: &QueueName,
         to: Option<&QueueName>,
         max: u32,
+        allowed: Option<&QueuePrefixes>,
     ) -> Result<Outcome, Reject> {
         let queue = self.queue_ref(from)?;
         if !(1..=limits::redrive_messages_max).contains(&max) {
@@ -1257,7 +1265,10 @@ impl Queues {
             let target = to
                 .cloned()
                 .or_else(|| self.messages[&id].source.clone())
-                .filter(|target| self.queues.contains_key(target));
+                .filter(|target| self.queues.contains_key(target))
+                // spec/queue-core.md, *A move task moves only into queues its starter may
+                // reach*: outside the restriction is as a missing target.
+                .filter(|target| allowed.is_none_or(|allowed| allowed.allows(target)));
             let Some(target) = target else {
                 failed += 1;
                 continue;

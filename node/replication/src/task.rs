@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use trireme_core::{Incarnation, Millis, QueueName};
+use trireme_core::{Incarnation, Millis, QueueName, QueuePrefixes};
 
 use crate::coordinator::{Effects, READ_QUORUM, WRITE_QUORUM};
 use crate::ids::NodeId;
@@ -161,6 +161,10 @@ pub struct TaskParams {
     /// The source's approximate count of ready messages at the start
     /// (`ApproximateNumberOfMessagesToMove`).
     pub to_move: u64,
+    /// The restriction of the access key that started the task; `None`: unrestricted. A runner
+    /// moves a message only into a queue within it (spec §8, *Fail*; spec/queue-core.md, *A
+    /// move task moves only into queues its starter may reach*).
+    pub allowed: Option<QueuePrefixes>,
 }
 
 /// Why a task failed (`FailureReason`); the order decides which of two a merge keeps.
@@ -977,6 +981,7 @@ mod tests {
             rate_per_s: None,
             started_at: Millis(1_000),
             to_move,
+            allowed: None,
         }
     }
 

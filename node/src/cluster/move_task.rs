@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{Instrument, debug, info, info_span, warn};
-use trireme_core::MessageId;
+use trireme_core::{MessageId, QueueName};
 use trireme_replication::RecordKey;
 use trireme_replication::coordinator::{Effects, RedriveAnswer, RedriveOp};
 use trireme_replication::name::WatermarkAnswer;
@@ -370,7 +370,7 @@ impl Cluster {
                 }
                 match self.redrive_one(key, &params, id).await {
                     Redriven::Moved => moved += 1,
-                    Redriven::SourceMissing => {
+                    Redriven::SourceMissing | Redriven::Outside => {
                         failed += 1;
                         passed.insert(id);
                     }
@@ -478,6 +478,9 @@ impl Cluster {
     /// Redrives the message `id` of the task's source to the named destination or to the
     /// queue its dead-letter copy came from (which the redrive's quorum read tells).
     async fn redrive_one(&self, key: &TaskKey, params: &TaskParams, id: MessageId) -> Redriven {
+        // spec §8, *Fail*: a target outside the starter's restriction is skipped before anything
+        // is written, as a missing one is.
+        let within = |name: &QueueName| params.allowed.as_ref().is_none_or(|a| a.allows(name));
         let source = RecordKey {
             queue: key.queue.clone(),
             incarnation: key.incarnation,
@@ -493,6 +496,9 @@ impl Cluster {
         let now = self.inner.me.clock.now();
         let (target, answer) = match &params.destination {
             Some(destination) => {
+                if !within(&destination.name) {
+                    return Redriven::Outside;
+                }
                 let target = RecordKey {
                     queue: destination.name.clone(),
                     incarnation: destination.incarnation,
@@ -520,6 +526,10 @@ impl Cluster {
                     // A message sent to the dead-letter queue itself has no source to go back to.
                     return Redriven::SourceMissing;
                 };
+                if !within(&origin.name) {
+                    debug!(message = %id, source = %origin.name, "move task: source outside the starter's restriction, left in place");
+                    return Redriven::Outside;
+                }
                 // As on one node, the source queue is found by name.
                 let target = match self.queue(&origin.name).await {
                     Ok(Some(state)) => RecordKey {
@@ -630,6 +640,9 @@ enum Redriven {
     Moved,
     /// Its own source queue is missing: skipped, counted as failed (as on one node).
     SourceMissing,
+    /// Its target is outside the restriction of the key that started the task: skipped,
+    /// counted as failed (as on one node).
+    Outside,
     /// Not moved and not taken again by this run (claimed, gone, or a duplicate now).
     Passed,
     /// No quorum: the batch stops and tries again.

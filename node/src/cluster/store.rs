@@ -2204,6 +2204,8 @@ mod tests {
             rate_per_s: None,
             started_at: Millis(3),
             to_move: 2,
+            // The restriction of a limited key is part of what a restart must keep.
+            allowed: trireme_core::QueuePrefixes::new(vec!["orders-".to_owned()]),
         };
         let record =
             start(&TaskRecord::default(), Starter::default(), params).expect("nothing runs yet");

@@ -827,7 +827,7 @@ async fn redrive(
     }
     match console
         .backend
-        .start_move_task(queue.clone(), None, None)
+        .start_move_task(queue.clone(), None, None, None)
         .await
     {
         Ok(handle) => {

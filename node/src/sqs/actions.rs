@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use trireme_core::{
-    AttributeChanges, Command, QueueAttributes, QueueName, QueueView, RedriveAllow,
+    AttributeChanges, Command, QueueAttributes, QueueName, QueuePrefixes, QueueView, RedriveAllow,
 };
 
 use super::attributes::{
@@ -302,9 +302,16 @@ impl Call<'_> {
                 self.allowed(source)?;
             }
         }
+        // The check above reads the sources of now; a message's source is where it was
+        // dead-lettered from, so the task keeps the key's restriction and checks each message
+        // (spec/queue-core.md, *A move task moves only into queues its starter may reach*).
+        let allowed = self
+            .scope
+            .as_ref()
+            .and_then(|key| QueuePrefixes::new(key.queue_prefixes.clone()));
         let task_id = self
             .backend
-            .start_move_task(from.clone(), to.clone(), rate)
+            .start_move_task(from.clone(), to.clone(), rate, allowed)
             .await
             .map_err(|error| move_task_error(error, &from))?;
         Ok(StartMessageMoveTaskResponse {

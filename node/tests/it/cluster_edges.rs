@@ -33,6 +33,8 @@ pub(crate) struct Member {
     pub(crate) sqs: SocketAddr,
     config: Config,
     clock: Arc<dyn Clock>,
+    /// The SQS endpoint's access keys (none: unauthenticated).
+    access_keys: Vec<trireme_node::sqs::AccessKey>,
 }
 
 /// Members on loopback (three unless a test asks for more).
@@ -48,6 +50,7 @@ impl Member {
         config: Config,
         peer: Option<std::net::TcpListener>,
         clock: Arc<dyn Clock>,
+        access_keys: Vec<trireme_node::sqs::AccessKey>,
     ) -> Member {
         let peer_address = config.cluster.as_ref().unwrap().peer_listen;
         let storage = trireme_node::open_storage(&config).unwrap();
@@ -67,6 +70,7 @@ impl Member {
         let settings = trireme_node::sqs::SqsSettings {
             advertised_host: "127.0.0.1".to_owned(),
             advertised_port: sqs_address.port(),
+            access_keys: access_keys.clone(),
             ..trireme_node::sqs::SqsSettings::default()
         };
         node.serve_sqs(sqs, settings);
@@ -76,6 +80,7 @@ impl Member {
             sqs: sqs_address,
             config,
             clock,
+            access_keys,
         }
     }
 }
@@ -102,8 +107,22 @@ impl EdgeCluster {
         EdgeCluster::start_members(vec![system; usize::from(members)]).await
     }
 
+    /// Three members on the system clock whose SQS endpoints take only `keys`.
+    pub(crate) async fn start_with_keys(keys: Vec<trireme_node::sqs::AccessKey>) -> EdgeCluster {
+        let system: Arc<dyn Clock> = Arc::new(SystemClock);
+        EdgeCluster::start_keyed(vec![system; usize::from(MEMBERS)], keys).await
+    }
+
     /// One member per clock, member `i` reading `clocks[i]`.
     async fn start_members(clocks: Vec<Arc<dyn Clock>>) -> EdgeCluster {
+        EdgeCluster::start_keyed(clocks, Vec::new()).await
+    }
+
+    /// One member per clock, member `i` reading `clocks[i]`, SQS endpoints taking `keys`.
+    async fn start_keyed(
+        clocks: Vec<Arc<dyn Clock>>,
+        keys: Vec<trireme_node::sqs::AccessKey>,
+    ) -> EdgeCluster {
         let count = u16::try_from(clocks.len()).expect("a few members");
         let peers = loopback::reserve(1..=count);
         let peer_addresses = loopback::addresses(&peers);
@@ -130,7 +149,7 @@ impl EdgeCluster {
                 peer_security: PeerSecurity::Plaintext,
             });
             let clock = Arc::clone(&clocks[usize::from(id - 1)]);
-            members.push(Member::start(config, peers.remove(&id), clock).await);
+            members.push(Member::start(config, peers.remove(&id), clock, keys.clone()).await);
             dirs.push(dir);
         }
         // New databases join first: every peer must answer before any of them serves.
@@ -159,7 +178,8 @@ impl EdgeCluster {
         );
         let config = self.members[index].config.clone();
         let clock = Arc::clone(&self.members[index].clock);
-        self.members[index] = Member::start(config, None, clock).await;
+        let keys = self.members[index].access_keys.clone();
+        self.members[index] = Member::start(config, None, clock, keys).await;
     }
 
     /// How many members the cluster has (running or not).

@@ -413,3 +413,171 @@ async fn with_five_members_a_task_moves_the_dead_letters_every_member_holds() {
     .await;
     cluster.shutdown().await;
 }
+
+/// An SQS client of member `sqs` signing with the key `id` (secret `MOVER_SECRET`).
+fn sqs_client(sqs: std::net::SocketAddr, id: &str) -> aws_sdk_sqs::Client {
+    use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(id, MOVER_SECRET, None, None, "tests"))
+        .endpoint_url(format!("http://{sqs}"))
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+const MOVER_SECRET: &str = "s3cret";
+/// A key limited to queues whose names begin with `orders-`.
+const LIMITED_KEY_ID: &str = "AKIDORDERSONLY";
+
+/// Sends `bodies` to `queue` through member 0 and moves each to its dead-letter queue
+/// (maxReceiveCount 1) by receives through the members in turn.
+async fn dead_letter_from(cluster: &mut EdgeCluster, queue: &str, bodies: &[&str]) {
+    let mut sent = BTreeSet::new();
+    for body in bodies {
+        let reply = cluster
+            .at(0)
+            .send_message(send_request(queue, body))
+            .await
+            .unwrap()
+            .into_inner();
+        sent.insert(reply.message_id);
+    }
+    let mut received = BTreeSet::new();
+    for attempt in 0..200 {
+        if received == sent {
+            break;
+        }
+        for message in receive(cluster.at(attempt), queue, 0).await {
+            received.insert(message.message_id);
+        }
+    }
+    assert_eq!(received, sent);
+    let clients: Vec<Client> = (0..cluster.len()).map(|i| cluster.at(i).clone()).collect();
+    let queue = queue.to_owned();
+    eventually("the source holds no ready message on any member", || {
+        let (clients, queue) = (clients.clone(), queue.clone());
+        async move {
+            let mut left = 0;
+            for mut client in clients {
+                receive(&mut client, &queue, 0).await;
+                left += ready(&mut client, &queue).await;
+            }
+            left == 0
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_keys_task_leaves_in_the_dlq_what_would_go_outside_its_prefix_across_restarts() {
+    let keys = vec![trireme_node::sqs::AccessKey {
+        id: LIMITED_KEY_ID.to_owned(),
+        secret: MOVER_SECRET.to_owned(),
+        queue_prefixes: vec!["orders-".to_owned()],
+    }];
+    let mut cluster = EdgeCluster::start_with_keys(keys).await;
+    create(cluster.at(0), "orders-dlq", pb::QueueAttributes::default()).await;
+    create(cluster.at(1), "payroll", redrive_to("orders-dlq", 1)).await;
+    create(cluster.at(2), "orders-eu", redrive_to("orders-dlq", 1)).await;
+    // The salary last: the runner takes the oldest first, so it meets the salary after the
+    // restart, under the record's prefixes alone. (A message skipped by one run is counted again
+    // by the next, so it is not made to meet it twice.)
+    dead_letter_from(&mut cluster, "orders-eu", &["order-0", "order-1"]).await;
+    dead_letter_from(&mut cluster, "payroll", &["salary"]).await;
+    let clients: Vec<Client> = (0..3).map(|i| cluster.at(i).clone()).collect();
+    eventually("the three dead letters counted on their replicas", || {
+        let clients = clients.clone();
+        async move {
+            let mut counted = 0;
+            for mut client in clients {
+                counted += ready(&mut client, "orders-dlq").await;
+            }
+            counted == 3 * 3
+        }
+    })
+    .await;
+    // payroll no longer names the dead-letter queue, so the start's check lets the key start;
+    // the salary's source is still payroll.
+    cluster
+        .at(1)
+        .set_queue_attributes(pb::SetQueueAttributesRequest {
+            name: "payroll".to_owned(),
+            attributes: Some(pb::QueueAttributes {
+                clear_redrive_policy: true,
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let limited = sqs_client(cluster.members[0].sqs, LIMITED_KEY_ID);
+    let source = "arn:aws:sqs:us-east-1:000000000000:orders-dlq";
+    for _ in 0..5 {
+        // One a second, so the restart below comes while it runs.
+        let started = limited
+            .start_message_move_task()
+            .source_arn(source)
+            .max_number_of_messages_per_second(1)
+            .send()
+            .await;
+        match started {
+            Ok(_) => break,
+            Err(error) => {
+                use aws_sdk_sqs::error::ProvideErrorMetadata;
+                // A start answered unavailable may have taken effect; the list below tells.
+                assert_eq!(error.code(), Some("ServiceUnavailable"), "{error:?}");
+            }
+        }
+    }
+    // Every member forgets what it ran; the task, and the key's prefixes, are only in the
+    // replicas' records now.
+    for index in 0..3 {
+        cluster.stop(index).await;
+    }
+    for index in 0..3 {
+        cluster.restart(index).await;
+    }
+    let client = cluster.at(2).clone();
+    eventually_within("the task ends", TASK_END_MAX, || {
+        let mut client = client.clone();
+        async move {
+            let listed = tasks(&mut client, "orders-dlq").await;
+            listed.len() == 1 && listed[0].status != TaskStatus::Running as i32
+        }
+    })
+    .await;
+    let done = tasks(cluster.at(2), "orders-dlq").await.remove(0);
+    assert_eq!(done.status, TaskStatus::Completed as i32, "{done:?}");
+    assert_eq!(
+        (done.moved, done.failed, done.to_move),
+        (2, 1, 3),
+        "{done:?}"
+    );
+    for index in 0..3 {
+        assert!(
+            receive(cluster.at(index), "payroll", 30).await.is_empty(),
+            "nothing went into payroll"
+        );
+    }
+    let mut back = BTreeSet::new();
+    let mut held = Vec::new();
+    for attempt in 0..200 {
+        if back.len() == 2 && !held.is_empty() {
+            break;
+        }
+        for message in receive(cluster.at(attempt), "orders-eu", 30).await {
+            back.insert(message.body);
+        }
+        if held.is_empty() {
+            held = receive(cluster.at(attempt), "orders-dlq", 30).await;
+        }
+    }
+    assert_eq!(
+        back,
+        BTreeSet::from(["order-0".to_owned(), "order-1".to_owned()])
+    );
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].body, "salary", "still in the dead-letter queue");
+    cluster.shutdown().await;
+}

@@ -1424,6 +1424,109 @@ async fn a_limited_key_cannot_move_its_dead_letters_back_to_sources_outside_its_
     assert!(h.receive(&theirs).await.messages.is_none());
 }
 
+/// Sends `body` to `url` and moves it to the queue's dead-letter queue (maxReceiveCount 1) by
+/// two receives.
+async fn dead_letter(h: &Harness, url: &str, body: &str) {
+    h.send(url, body).await;
+    let first = h
+        .client
+        .receive_message()
+        .queue_url(url)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.messages().len(), 1);
+    assert!(h.receive(url).await.messages.is_none(), "moved to the DLQ");
+}
+
+#[tokio::test]
+async fn a_limited_keys_move_task_leaves_in_the_dlq_what_would_go_outside_its_prefix() {
+    let keys = vec![
+        AccessKey {
+            id: KEY_ID.to_owned(),
+            secret: SECRET.to_owned(),
+            queue_prefixes: Vec::new(),
+        },
+        AccessKey {
+            id: LIMITED_KEY_ID.to_owned(),
+            secret: SECRET.to_owned(),
+            queue_prefixes: vec!["orders-".to_owned()],
+        },
+    ];
+    let h = Harness::start_with_keys(keys).await;
+    let dlq = h.create("orders-dlq").await;
+    let policy = format!(
+        r#"{{"deadLetterTargetArn":"{}","maxReceiveCount":"1"}}"#,
+        arn("orders-dlq")
+    );
+    let mut urls = Vec::new();
+    for name in ["payroll", "orders-eu"] {
+        let url = h
+            .client
+            .create_queue()
+            .queue_name(name)
+            .attributes(QueueAttributeName::RedrivePolicy, &policy)
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        urls.push(url);
+    }
+    let (theirs, ours) = (&urls[0], &urls[1]);
+    dead_letter(&h, theirs, "salary").await;
+    dead_letter(&h, ours, "order").await;
+    // payroll no longer names the DLQ: the start's check sees only orders-eu, and lets the key
+    // start; the salary's source is still payroll.
+    h.client
+        .set_queue_attributes()
+        .queue_url(theirs)
+        .attributes(QueueAttributeName::RedrivePolicy, "")
+        .send()
+        .await
+        .unwrap();
+    let limited = client(h.address, LIMITED_KEY_ID, SECRET);
+    limited
+        .start_message_move_task()
+        .source_arn(arn("orders-dlq"))
+        .send()
+        .await
+        .unwrap();
+    let newest = || async {
+        limited
+            .list_message_move_tasks()
+            .source_arn(arn("orders-dlq"))
+            .send()
+            .await
+            .unwrap()
+            .results()[0]
+            .clone()
+    };
+    crate::harness::eventually("the task ends", || async {
+        newest().await.status() != Some("RUNNING")
+    })
+    .await;
+    let task = newest().await;
+    // It completes: the message it may not move is skipped, not a failure of the task.
+    assert_eq!(task.status(), Some("COMPLETED"), "{task:?}");
+    assert_eq!(task.failure_reason(), None);
+    assert_eq!(task.approximate_number_of_messages_to_move(), Some(2));
+    assert_eq!(task.approximate_number_of_messages_moved(), 1, "{task:?}");
+    assert!(
+        h.receive(theirs).await.messages.is_none(),
+        "nothing went into payroll"
+    );
+    let back = h.receive(ours).await;
+    assert_eq!(back.messages()[0].body(), Some("order"));
+    let held = h.receive(&dlq).await;
+    assert_eq!(
+        held.messages()[0].body(),
+        Some("salary"),
+        "still in the DLQ"
+    );
+}
+
 /// A raw request to `h` presigned by the `aws-sigv4` crate at `signed_at` for `expires_s`: its
 /// path and query, and the body it signed.
 fn presigned_list_queues(

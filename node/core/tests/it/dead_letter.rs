@@ -167,6 +167,52 @@ fn redrive_counts_failures_when_the_target_is_missing() {
 }
 
 #[test]
+fn a_restricted_redrive_leaves_messages_bound_outside_it_in_the_dead_letter_queue() {
+    let mut node = Node::new();
+    let dlq = node.create("orders-dlq");
+    let ours = node.create_with_dlq("orders-eu", &dlq, 1);
+    let theirs = node.create_with_dlq("payroll", &dlq, 1);
+    let salary = node.send(&theirs, "salary");
+    let order = node.send(&ours, "order");
+    node.receive_with(&theirs, 1, Some(0));
+    node.receive_with(&ours, 1, Some(0));
+    node.at(secs(1));
+    assert!(node.receive(&theirs, 1).is_empty());
+    assert!(node.receive(&ours, 1).is_empty());
+    // The message bound outside the prefix stays; the other one still goes.
+    assert_eq!(
+        node.redrive_within(&dlq, None, 10, &["orders-"]),
+        Ok(Outcome::Redriven {
+            moved: 1,
+            failed: 1
+        })
+    );
+    assert!(
+        node.view(&dlq, salary).is_some(),
+        "outside the prefix: stays"
+    );
+    assert_eq!(node.view(&theirs, salary), None);
+    assert!(node.view(&ours, order).is_some());
+    // A named destination outside the restriction is refused message by message too.
+    assert_eq!(
+        node.redrive_within(&dlq, Some(&theirs), 10, &["orders-", "billing-"]),
+        Ok(Outcome::Redriven {
+            moved: 0,
+            failed: 1
+        })
+    );
+    // Unrestricted, it goes home.
+    assert_eq!(
+        node.redrive(&dlq, None, 10),
+        Ok(Outcome::Redriven {
+            moved: 1,
+            failed: 0
+        })
+    );
+    assert!(node.view(&theirs, salary).is_some());
+}
+
+#[test]
 fn redrive_of_a_message_without_source_and_without_destination_fails() {
     let mut node = Node::new();
     let dlq = node.create("dlq");

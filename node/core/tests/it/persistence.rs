@@ -80,6 +80,7 @@ fn busy_trace(node: &mut Node) -> Vec<(Millis, Command)> {
             from: dlq.clone(),
             to: None,
             max: 1,
+            allowed: None,
         },
     ));
     trace.push((

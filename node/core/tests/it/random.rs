@@ -269,6 +269,7 @@ fn run(ops: Vec<Op>) {
                 from: queue_name(2),
                 to: (!to_source).then(|| queue_name(1)),
                 max: 5,
+                allowed: None,
             },
             Op::Purge { queue } => Command::PurgeQueue {
                 name: queue_name(queue),

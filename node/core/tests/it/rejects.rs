@@ -71,6 +71,7 @@ fn queue_not_found_for_every_command_naming_a_queue() {
             from: missing.clone(),
             to: None,
             max: 1,
+            allowed: None,
         },
     ] {
         refused(&mut node, command, &expected);

@@ -249,6 +249,25 @@ impl Node {
             from: from.clone(),
             to: to.cloned(),
             max,
+            allowed: None,
+        })
+    }
+
+    /// A redrive started by a key limited to `prefixes`.
+    pub fn redrive_within(
+        &mut self,
+        from: &QueueName,
+        to: Option<&QueueName>,
+        max: u32,
+        prefixes: &[&str],
+    ) -> Result<Outcome, Reject> {
+        self.run(Command::Redrive {
+            from: from.clone(),
+            to: to.cloned(),
+            max,
+            allowed: trireme_core::QueuePrefixes::new(
+                prefixes.iter().map(|p| (*p).to_owned()).collect(),
+            ),
         })
     }
 

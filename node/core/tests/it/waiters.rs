@@ -144,6 +144,7 @@ fn waiter_is_served_by_a_redrive_arrival() {
         from: dlq.clone(),
         to: None,
         max: 10,
+        allowed: None,
     });
     assert_eq!(
         step.result,

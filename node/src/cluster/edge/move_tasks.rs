@@ -4,7 +4,7 @@
 //! `NotADeadLetterQueue`, `AlreadyRunning`, `TaskNotFound`, `NotRunning`), then the replicated
 //! task record through `Cluster`. It must never decide a protocol question.
 
-use trireme_core::{QueueName, Reject};
+use trireme_core::{QueueName, QueuePrefixes, Reject};
 use trireme_replication::task::{
     CancelRefused, Destination, FailureReason, Task, TaskHandle, TaskKey, TaskParams, TaskStatus,
 };
@@ -18,8 +18,8 @@ use crate::redrive::{RedriveError, RedriveFailure, RedriveProgress, RedriveStatu
 
 impl ClusterEdge {
     /// Starts moving the ready messages of the dead-letter queue `from` to `to` (or each to its
-    /// source), at most `rate_per_s` per second; returns the task's handle. As
-    /// `RedriveTasks::start` on one node.
+    /// source), at most `rate_per_s` per second, only into queues within `allowed` if given;
+    /// returns the task's handle. As `RedriveTasks::start` on one node.
     ///
     /// # Errors
     /// `RateOutOfRange`, `QueueNotFound` (for `from` or `to`), `NotADeadLetterQueue`,
@@ -30,6 +30,7 @@ impl ClusterEdge {
         from: QueueName,
         to: Option<QueueName>,
         rate_per_s: Option<u32>,
+        allowed: Option<QueuePrefixes>,
     ) -> Result<String, RedriveError> {
         self.coordinating().await?;
         if let Some(rate) = rate_per_s
@@ -74,6 +75,7 @@ impl ClusterEdge {
             rate_per_s,
             started_at: self.clock.now(),
             to_move,
+            allowed,
         };
         match self.cluster.start_task(&key, params).await {
             StartAnswer::Started(handle) => Ok(handle.encode()),

@@ -399,6 +399,9 @@ impl Pair {
                 from: self.name(from),
                 to: to.map(|q| self.name(q)),
                 max: u32::from(max),
+                // The model has no restriction: the filter only routes a message to the
+                // branch of one without a target (spec/queue-core.md, Considerations).
+                allowed: None,
             },
             Action::Purge { queue } => Command::PurgeQueue {
                 name: self.name(queue),
