@@ -245,6 +245,16 @@ pub struct Args {
     #[arg(long, env = "TRIREME_LONG_POLLS_MAX", value_name = "COUNT")]
     pub long_polls_max: Option<usize>,
 
+    /// Client connections the gRPC port serves at once (1 to 65536); the next waits, unaccepted,
+    /// until one closes. [default: 4096]
+    #[arg(long, env = "TRIREME_GRPC_CONNECTIONS_MAX", value_name = "COUNT")]
+    pub grpc_connections_max: Option<usize>,
+
+    /// Client connections the SQS port serves at once (1 to 65536); the next waits, unaccepted,
+    /// until one closes. [default: 4096]
+    #[arg(long, env = "TRIREME_SQS_CONNECTIONS_MAX", value_name = "COUNT")]
+    pub sqs_connections_max: Option<usize>,
+
     /// Commands applied per group commit (one fsync). [default: 1024]
     #[arg(long, env = "TRIREME_COMMIT_BATCH_COMMANDS_MAX", value_name = "COUNT")]
     pub commit_batch_commands_max: Option<usize>,
@@ -302,6 +312,8 @@ struct FileConfig {
     grpc_response_bytes_max: Option<usize>,
     request_timeout_s: Option<u64>,
     long_polls_max: Option<usize>,
+    grpc_connections_max: Option<usize>,
+    sqs_connections_max: Option<usize>,
     commit_batch_commands_max: Option<usize>,
     engine_queue_commands_max: Option<usize>,
     shutdown_grace_s: Option<u64>,
@@ -513,6 +525,10 @@ pub struct Config {
     pub request_timeout_s: u64,
     /// Open long polls allowed at once.
     pub long_polls_max: usize,
+    /// Client connections the gRPC port serves at once.
+    pub grpc_connections_max: usize,
+    /// Client connections the SQS port serves at once.
+    pub sqs_connections_max: usize,
     /// Commands per group commit.
     pub commit_batch_commands_max: usize,
     /// Commands queued for the engine.
@@ -761,6 +777,14 @@ impl Config {
                 .long_polls_max
                 .or(file.long_polls_max)
                 .unwrap_or(limits::long_polls_max_default),
+            grpc_connections_max: args
+                .grpc_connections_max
+                .or(file.grpc_connections_max)
+                .unwrap_or(limits::grpc_connections_max_default),
+            sqs_connections_max: args
+                .sqs_connections_max
+                .or(file.sqs_connections_max)
+                .unwrap_or(limits::sqs_connections_max_default),
             commit_batch_commands_max: args
                 .commit_batch_commands_max
                 .or(file.commit_batch_commands_max)
@@ -808,6 +832,20 @@ impl Config {
                 + 256 * 1024,
         )?;
         at_least("long_polls_max", self.long_polls_max as u64, 1)?;
+        for (setting, value) in [
+            ("grpc_connections_max", self.grpc_connections_max),
+            ("sqs_connections_max", self.sqs_connections_max),
+        ] {
+            if !(1..=limits::connections_max_ceiling).contains(&value) {
+                return Err(ConfigError::Invalid {
+                    setting,
+                    reason: format!(
+                        "is {value}, it must be 1 to {} (connections served at once)",
+                        limits::connections_max_ceiling
+                    ),
+                });
+            }
+        }
         if let Some(cluster) = &self.cluster {
             at_least("operation_timeout_ms", cluster.operation_timeout_ms, 10)?;
             if cluster.operation_timeout_ms > limits::operation_timeout_ms_max {
@@ -1241,6 +1279,49 @@ mod tests {
             config.commit_batch_commands_max,
             limits::commit_batch_commands_max_default
         );
+    }
+
+    #[test]
+    fn connection_caps_are_set_by_flag_variable_or_file_and_bad_ones_refused() {
+        let defaults = Config::load(parse(&[])).unwrap();
+        assert_eq!(
+            (defaults.grpc_connections_max, defaults.sqs_connections_max),
+            (4_096, 4_096)
+        );
+        let flags = Config::load(parse(&[
+            "--grpc-connections-max",
+            "2",
+            "--sqs-connections-max",
+            "65536",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (flags.grpc_connections_max, flags.sqs_connections_max),
+            (2, 65_536)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, "grpc_connections_max = 7\nsqs_connections_max = 9\n").unwrap();
+        let file = Config::load(parse(&["--config", path.to_str().unwrap()])).unwrap();
+        assert_eq!(
+            (file.grpc_connections_max, file.sqs_connections_max),
+            (7, 9)
+        );
+        for (flag, setting) in [
+            ("--grpc-connections-max", "grpc_connections_max"),
+            ("--sqs-connections-max", "sqs_connections_max"),
+        ] {
+            for bad in ["0", "65537", "18446744073709551615"] {
+                let error = Config::load(parse(&[flag, bad])).unwrap_err();
+                assert!(
+                    matches!(error, ConfigError::Invalid { setting: s, .. } if s == setting),
+                    "{flag} {bad}: {error:?}"
+                );
+                assert!(error.to_string().contains("1 to 65536"), "{error}");
+            }
+            // Not a number at all: clap refuses it before the node starts.
+            assert!(Args::try_parse_from(["trireme-node", flag, "many"]).is_err());
+        }
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! Caps on the client connections a node serves at once (`limits::grpc_connections_max`,
-//! `limits::sqs_connections_max`). Every served connection holds a permit of its listener's
-//! semaphore for as long as it is open; with none left the node accepts no more connections
-//! until one closes, and the kernel's backlog holds the callers (a connection that is not
-//! accepted cannot be answered with an error; its client sees a slow connect and its own
-//! timeout). Requests beyond the engine's capacity on the connections served are shed with the
-//! throttling refusal instead (`engine::EngineError::Overloaded`).
+//! Caps on the connections a node serves at once (`Config::grpc_connections_max`,
+//! `Config::sqs_connections_max`, `limits::peer_connections_max`). Every served connection
+//! holds a permit of its listener's semaphore for as long as it is open; with none left the
+//! node accepts no more connections until one closes, and the kernel's backlog holds the
+//! callers (a connection that is not accepted cannot be answered with an error; its client sees
+//! a slow connect and its own timeout). Requests beyond the engine's capacity on the
+//! connections served are shed with the throttling refusal instead
+//! (`engine::EngineError::Overloaded`).
 //!
 //! This module must never read or write a connection's bytes; it only counts connections.
 

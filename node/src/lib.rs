@@ -133,6 +133,8 @@ pub struct Node {
     console: bool,
     /// The SQS endpoint's keys, which the console's login takes (none until it is served).
     console_keys: Vec<sqs::AccessKey>,
+    /// Client connections the SQS endpoint serves at once (`Config::sqs_connections_max`).
+    sqs_connections_max: usize,
     /// Where both edges' requests get their trace ids: the node's seed's stream if it has one.
     trace_ids: trace::TraceIds,
 }
@@ -417,10 +419,11 @@ impl Node {
                 ),
                 ApiAuth::new(tokens),
             ));
+        let grpc_connections_max = config.grpc_connections_max;
         let server = tokio::spawn(async move {
             router
                 .serve_with_incoming_shutdown(
-                    connections::capped_incoming(incoming, limits::grpc_connections_max),
+                    connections::capped_incoming(incoming, grpc_connections_max),
                     stopped(stop),
                 )
                 .await
@@ -437,6 +440,7 @@ impl Node {
             shutdown_grace: Duration::from_secs(config.shutdown_grace_s),
             console: config.console,
             console_keys: Vec::new(),
+            sqs_connections_max: config.sqs_connections_max,
             trace_ids,
         })
     }
@@ -453,7 +457,7 @@ impl Node {
         let app = sqs::router(self.backend.clone(), settings);
         let stop = self.stop_accepting.subscribe();
         let listener =
-            connections::CappedListener::new(sqs_incoming(listener), limits::sqs_connections_max);
+            connections::CappedListener::new(sqs_incoming(listener), self.sqs_connections_max);
         self.servers.push(tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(stopped(stop))
@@ -520,7 +524,7 @@ impl Node {
         self.servers.push(tokio::spawn(async move {
             router
                 .serve_with_incoming_shutdown(
-                    connections::capped_incoming(incoming, limits::grpc_connections_max),
+                    connections::capped_incoming(incoming, limits::peer_connections_max),
                     stopped(stop),
                 )
                 .await

@@ -13,10 +13,19 @@ pub const grpc_request_bytes_max_default: usize = 2 * 1024 * 1024;
 pub const grpc_response_bytes_max_default: usize = 12 * 1024 * 1024;
 /// Client connections the gRPC port serves at once; beyond, the node accepts no more until one
 /// closes (`connections`). Each carries up to `grpc_streams_per_connection_max` calls.
-pub const grpc_connections_max: usize = 4_096;
+pub const grpc_connections_max_default: usize = 4_096;
 /// Client connections the SQS port serves at once; beyond, the node accepts no more until one
 /// closes.
-pub const sqs_connections_max: usize = 4_096;
+pub const sqs_connections_max_default: usize = 4_096;
+/// The most either connection cap may be configured to. Each served connection holds a file
+/// descriptor and its buffers; a cap above the descriptors a process may open (commonly 1,024
+/// to 1,048,576) caps nothing, and one above tokio's semaphore maximum (`usize::MAX >> 3`)
+/// would panic at start. 65,536 is the client ports one address can take from another.
+pub const connections_max_ceiling: usize = 65_536;
+/// Connections the peer port serves at once: the other members' links (at most
+/// `cluster_members_max - 1` of them, each a few connections), never clients, so not
+/// configurable with the client caps.
+pub const peer_connections_max: usize = 4_096;
 /// Concurrent HTTP/2 streams per client connection.
 pub const grpc_streams_per_connection_max: u32 = 1_024;
 /// HTTP/2 keepalive ping interval: finds dead peers of idle long-poll connections.
@@ -144,3 +153,9 @@ const _: () = assert!(operation_timeout_ms_default < request_timeout_s_default *
 const _: () = assert!(horizon_ms > 500 + operation_timeout_ms_max * 2);
 const _: () = assert!(operation_timeout_ms_default <= operation_timeout_ms_max);
 const _: () = assert!(cluster_members_max <= u16::MAX as usize);
+const _: () = assert!(grpc_connections_max_default >= 1);
+const _: () = assert!(sqs_connections_max_default >= 1);
+const _: () = assert!(grpc_connections_max_default <= connections_max_ceiling);
+const _: () = assert!(sqs_connections_max_default <= connections_max_ceiling);
+const _: () = assert!(connections_max_ceiling <= usize::MAX >> 3);
+const _: () = assert!(peer_connections_max >= cluster_members_max * 4);

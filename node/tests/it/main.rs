@@ -18,6 +18,7 @@ mod cluster_purge;
 mod cluster_retention;
 mod cluster_tls;
 mod cluster_trace;
+mod connection_caps;
 mod console;
 mod crash;
 mod disk_full;
