@@ -436,3 +436,18 @@ fn a_read_quorum_of_one_is_caught_within_30_seeds() {
     let (_, report) = caught_within(Bug::ReadQuorumOfOne, 30);
     assert!(report.error.is_none(), "the run itself finished");
 }
+
+#[test]
+fn a_tombstone_that_does_not_dominate_its_live_copies_is_caught_within_4_seeds() {
+    // A replica that missed a delete keeps its live copy; reads and anti-entropy spread it over
+    // the tombstones: a delivery after an acknowledged delete, or a message deleted twice.
+    let (_, report) = caught_within(Bug::TombstoneNotDominant, 4);
+    assert!(report.error.is_none(), "the run itself finished");
+}
+
+#[test]
+fn anti_entropy_that_skips_tombstones_is_caught_within_8_seeds() {
+    // A replica that missed a delete is never told: the replicas stay apart after the heal.
+    let (_, report) = caught_within(Bug::AntiEntropySkipsTombstones, 8);
+    assert!(report.error.is_none(), "the run itself finished");
+}

@@ -23,6 +23,7 @@ use crate::ids::NodeId;
 use crate::key::RecordKey;
 use crate::name::NameRecord;
 use crate::placement::{Placement, Ring};
+use crate::planted::{Bug, planted};
 use crate::record::{Record, merge_held};
 
 /// What two replicas compare for one partition: how many records, and the sum of their hashes.
@@ -222,7 +223,11 @@ pub fn reconcile(
     let keys: BTreeSet<&RecordKey> = mine.keys().chain(theirs.keys()).collect();
     let mut reconciled = Reconciled::default();
     for key in keys {
-        let (held, peer) = (mine.get(key), theirs.get(key));
+        let (mut held, mut peer) = (mine.get(key), theirs.get(key));
+        if planted(Bug::AntiEntropySkipsTombstones) {
+            held = held.filter(|record| !record.is_tombstone());
+            peer = peer.filter(|record| !record.is_tombstone());
+        }
         match merge_held(held, peer) {
             Err(_) => reconciled.diverged.push(key.clone()),
             Ok(merged) => {

@@ -26,6 +26,15 @@ pub enum Bug {
     /// replicas refused answers `Stale` ("nothing written") even when the third took it, so a
     /// message a delete removed looks lost to every client.
     StaleAtTwoRefusals,
+    /// A live copy merged into a record holding the tombstone of its own generation replaces it
+    /// (spec/replication.md#tombstones-and-their-collection: a tombstone dominates every live
+    /// copy of its generation): a replica that missed a delete brings the message back to the
+    /// others through read repair and anti-entropy.
+    TombstoneNotDominant,
+    /// Anti-entropy leaves tombstones out of what it sends (spec/replication.md#read-repair-and-
+    /// anti-entropy): a replica that missed a delete keeps its live copy, the three never
+    /// converge, and the tombstones are never collected.
+    AntiEntropySkipsTombstones,
 }
 
 #[cfg(feature = "sim-bugs")]

@@ -408,6 +408,9 @@ impl Record {
                 reason: a.reason.min(b.reason),
                 at: a.at.min(b.at),
             }),
+            (Body::Tombstone(_), Body::Live(live)) if planted(Bug::TombstoneNotDominant) => {
+                Body::Live(live.clone())
+            }
             (Body::Tombstone(t), Body::Live(_)) | (Body::Live(_), Body::Tombstone(t)) => {
                 Body::Tombstone(*t)
             }
