@@ -128,8 +128,23 @@ async fn three_member_processes_join_each_other() {
     for (node, dir) in (1..=3).zip(&dirs) {
         // A pass a second, so the record below spreads soon after it is written.
         let flags = member_flags(node, 3, peer_base, &["--anti-entropy-period-s", "1"]);
-        members.push(spawn_node_with(dir.path(), "warn", false, &flags).await);
+        members.push(spawn_node_with(dir.path(), "warn", node == 1, &flags).await);
     }
+    // Plaintext between members is what the flag asked for, and it is said loudly at start.
+    let mut log = members[0].stderr.take().unwrap();
+    tokio::time::timeout(PROCESS_GUARD, async {
+        loop {
+            let line = log.next_line().await.unwrap().expect("node 1 exited");
+            if line.contains("WARN")
+                && line.contains("PEER TRAFFIC IS PLAINTEXT AND UNAUTHENTICATED")
+            {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("node 1 warns that its peer traffic is plaintext");
+    drain(log);
     let peer = |node: u16| -> SocketAddr {
         format!("127.0.0.1:{}", peer_base + node - 1)
             .parse()
