@@ -24,12 +24,15 @@ mod replication {
         "after heal, every acknowledged send was delivered, deleted or dead-lettered";
     const MOVED_AT_MAX: &str = "dead-letter move only past maxReceiveCount";
     const HOLDER_REFUSED: &str = "delivered claim's holder refused only by a later receive";
+    const STALE_WROTE_NOTHING: &str = "a delete answered stale wrote nothing";
 
     const ORPHAN: &str = "claim reached one replica, then its coordinator died";
     const CONCURRENT: &str = "two coordinators claim one version at once";
     const SPLIT: &str =
         "split claim: one replica acked it, another holds a rival claim of its version";
     const DELETE_RACE: &str = "delete races a receive after the visibility timeout";
+    const STALE_AT_THREE: &str =
+        "delete answered stale after all three replicas refused its tombstone";
     const REPAIRED: &str = "acknowledged delete, stale replica fixed by read repair";
     const ANTI_ENTROPY: &str = "acknowledged delete, stale replica fixed by anti-entropy";
     const REJOIN: &str = "replica rejoins holding old copies";
@@ -228,6 +231,7 @@ mod replication {
                 SPLIT,
                 ORPHAN,
                 DELETE_RACE,
+                STALE_AT_THREE,
                 REPAIRED,
                 ANTI_ENTROPY,
                 CONCURRENT_DELETE,
@@ -425,6 +429,21 @@ mod replication {
             ..Config::quiet("handle by whole claim")
         };
         finds(with(Bug::HandleByWholeClaim, config), HOLDER_REFUSED);
+    }
+
+    /// spec/replication.md F3: the holder's delete reads its claim and sends its conditional
+    /// tombstone; a receive claims the next version on two replicas, which refuse the tombstone;
+    /// the third takes it. Answered stale at the second refusal, the delete wrote a tombstone
+    /// that dominates every live copy.
+    #[test]
+    fn stale_at_two_refusals_answers_stale_for_a_delete_that_wrote() {
+        let config = Config {
+            start: Start::Received,
+            claims_max: 1,
+            deletes_max: 1,
+            ..Config::quiet("stale at two refusals")
+        };
+        finds(with(Bug::StaleAtTwoRefusals, config), STALE_WROTE_NOTHING);
     }
 
     #[test]

@@ -281,6 +281,9 @@ impl Model for ReplicationModel {
                 "delivered claim's holder refused only by a later receive",
                 |_, s: &State| !s.ghost.violated(Violation::HolderRefused),
             ),
+            Property::always("a delete answered stale wrote nothing", |_, s: &State| {
+                !s.ghost.violated(Violation::StaleDeleteWrote)
+            }),
             Property::always("after heal, replicas converge", |_, s: &State| {
                 !s.healed || converged(s)
             }),
@@ -303,6 +306,10 @@ impl Model for ReplicationModel {
             Property::sometimes(
                 "delete races a receive after the visibility timeout",
                 |_, s: &State| delete_races_receive(s),
+            ),
+            Property::sometimes(
+                "delete answered stale after all three replicas refused its tombstone",
+                |_, s: &State| s.ghost.reached(Scenario::DeleteStaleAtThreeRefusals),
             ),
             Property::sometimes(
                 "acknowledged delete, stale replica fixed by read repair",

@@ -102,6 +102,10 @@ pub enum Bug {
     /// spec/replication.md's F1): a claim that lost the race for the holder's version refuses the
     /// holder.
     HandleByWholeClaim,
+    /// A delete answers `StaleReceiptHandle` ("nothing written") at the second replica that
+    /// refuses its conditional tombstone, as the driver did before spec/replication.md's F3,
+    /// although the third replica may take (or have taken) the tombstone.
+    StaleAtTwoRefusals,
 }
 
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
@@ -288,12 +292,14 @@ pub enum Op {
         replies: [Option<Record>; REPLICAS],
     },
     /// `conditional`: writing the tombstone under the handle; otherwise making an existing
-    /// tombstone durable on a quorum before answering "already gone".
+    /// tombstone durable on a quorum before answering "already gone". `refused`: the replicas
+    /// that refused the conditional tombstone (spec#delete, step 4).
     DeleteWrite {
         handle: Handle,
         stale_at_invocation: bool,
         conditional: bool,
         acks: u8,
+        refused: u8,
     },
     /// The quorum read of a dead-letter-now with the caller's handle.
     NowRead {
@@ -430,19 +436,29 @@ pub enum Message {
         record: Record,
     },
     Ack,
+    /// A replica refused a conditional tombstone (it holds a newer claim, or a later life).
+    Refused,
 }
 
 impl Message {
     fn is_request(self) -> bool {
-        !matches!(self, Message::ReadReply { .. } | Message::Ack)
+        !matches!(
+            self,
+            Message::ReadReply { .. } | Message::Ack | Message::Refused
+        )
     }
 }
 
 /// Why a tombstone is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Reason {
-    /// A client's delete. Ghost: whether its handle was superseded before it was invoked.
-    Delete { stale_at_invocation: bool },
+    /// A client's delete. Ghost: whether its handle was superseded before it was invoked, and
+    /// whether the delete was already answered `StaleReceiptHandle` (set on the packets still
+    /// in flight when it was).
+    Delete {
+        stale_at_invocation: bool,
+        answered_stale: bool,
+    },
     /// The message moved to the other queue (dead-letter move or redrive).
     Move,
     /// Dead-letter-now. Ghost: whether its handle was superseded before it was invoked.
@@ -483,6 +499,9 @@ pub enum Violation {
     /// superseded, or its conditional tombstone refused by a replica) where no claim of a
     /// greater `seq` of that generation was stored.
     HolderRefused = 8,
+    /// A delete answered `StaleReceiptHandle` ("nothing written") whose conditional tombstone a
+    /// replica took, before the answer or after it (spec#delete, step 4, F3).
+    StaleDeleteWrote = 9,
 }
 
 /// Scenarios the issue requires the checker to reach, one bit each.
@@ -516,6 +535,9 @@ pub enum Scenario {
     MovedNow = 14,
     /// Dead-letter-now was refused because its handle had been superseded.
     NowRefused = 15,
+    /// A delete was answered `StaleReceiptHandle` because all three replicas refused its
+    /// conditional tombstone (spec#delete, step 4).
+    DeleteStaleAtThreeRefusals = 16,
 }
 
 /// What only the model knows: what clients were told, and what went wrong.
@@ -536,7 +558,7 @@ pub struct Ghost {
     /// Broken invariants (`Violation` bits).
     pub violations: u16,
     /// Scenarios reached (`Scenario` bits).
-    pub scenarios: u16,
+    pub scenarios: u32,
 }
 
 impl Ghost {
@@ -545,7 +567,7 @@ impl Ghost {
     }
 
     fn reach(&mut self, scenario: Scenario) {
-        self.scenarios |= 1 << scenario as u16;
+        self.scenarios |= 1 << scenario as u32;
     }
 
     /// Whether `violation` happened on the way to this state.
@@ -555,7 +577,7 @@ impl Ghost {
 
     /// Whether `scenario` happened on the way to this state.
     pub fn reached(&self, scenario: Scenario) -> bool {
-        self.scenarios & (1 << scenario as u16) != 0
+        self.scenarios & (1 << scenario as u32) != 0
     }
 }
 
@@ -903,6 +925,7 @@ impl State {
                 stale_at_invocation: stale,
                 conditional: true,
                 acks: 0,
+                refused: 0,
             },
         );
         self.broadcast(
@@ -913,6 +936,7 @@ impl State {
                 expect: Some(handle.claim),
                 reason: Reason::Delete {
                     stale_at_invocation: stale,
+                    answered_stale: false,
                 },
             },
         );
@@ -1258,15 +1282,24 @@ impl State {
                 {
                     self.refused_holder(generation, handle, held);
                 }
+                if !accept {
+                    // The refusal is answered (spec#delete, step 4): a delete's answer depends
+                    // on it; the other writers of conditional tombstones ignore it.
+                    self.reply(config, &packet, Message::Refused);
+                }
                 if accept {
                     let first = held != Record::tombstone(generation);
                     match reason {
                         Reason::Delete {
                             stale_at_invocation,
+                            answered_stale,
                         } if first => {
                             self.ghost.deleted = true;
                             if stale_at_invocation {
                                 self.ghost.violate(Violation::StaleHandleTookEffect);
+                            }
+                            if answered_stale {
+                                self.ghost.violate(Violation::StaleDeleteWrote);
                             }
                         }
                         Reason::Now {
@@ -1301,7 +1334,9 @@ impl State {
                     }
                 }
             }
-            Message::ReadReply { .. } | Message::Ack => unreachable!("replies go to coordinators"),
+            Message::ReadReply { .. } | Message::Ack | Message::Refused => {
+                unreachable!("replies go to coordinators")
+            }
         }
     }
 
@@ -1346,10 +1381,80 @@ impl State {
                 };
                 if have >= needed {
                     self.complete_write(config, c);
+                } else {
+                    self.delete_refusals(config, c);
+                }
+            }
+            Message::Refused => {
+                if let Op::DeleteWrite {
+                    conditional: true,
+                    refused,
+                    ..
+                } = &mut op
+                {
+                    *refused |= bit(r);
+                    self.coordinators[c].op = op;
+                    self.delete_refusals(config, c);
                 }
             }
             _ => unreachable!("requests go to replicas"),
         }
+    }
+
+    /// A delete short of its quorum, after a reply, answers from its refusals (spec#delete,
+    /// step 4, F3): `StaleReceiptHandle` ("nothing written") only when all three replicas
+    /// refused its conditional tombstone; unavailable ("it may have taken effect") when a
+    /// replica took it and two refused. Otherwise it waits, and its deadline is `Abandon`.
+    fn delete_refusals(&mut self, config: &Config, c: usize) {
+        let Op::DeleteWrite {
+            conditional: true,
+            acks,
+            refused,
+            ..
+        } = self.coordinators[c].op
+        else {
+            return;
+        };
+        let refusals = count(refused);
+        if config.has(Bug::StaleAtTwoRefusals) {
+            if refusals > REPLICAS - WRITE_QUORUM {
+                self.answer_stale(c);
+            }
+        } else if refusals == REPLICAS && acks == 0 {
+            self.answer_stale(c);
+        } else if refusals > REPLICAS - WRITE_QUORUM && acks != 0 {
+            // Unavailable: the client learns nothing definite, as at the deadline.
+            self.finish(c);
+        }
+    }
+
+    /// The delete of coordinator `c` answers `StaleReceiptHandle` after its write phase. Ghost:
+    /// a replica that took its tombstone breaks "a delete answered stale wrote nothing", and
+    /// the tombstones still in flight are marked, so a replica taking one later breaks it too.
+    fn answer_stale(&mut self, c: usize) {
+        let Op::DeleteWrite { acks, refused, .. } = self.coordinators[c].op else {
+            unreachable!("only a delete's write phase answers stale here");
+        };
+        if acks != 0 {
+            self.ghost.violate(Violation::StaleDeleteWrote);
+        }
+        if count(refused) == REPLICAS {
+            self.ghost.reach(Scenario::DeleteStaleAtThreeRefusals);
+        }
+        let round = self.coordinators[c].round;
+        for packet in &mut self.network {
+            if packet.coordinator as usize == c
+                && packet.round == round
+                && let Message::Tombstone {
+                    reason: Reason::Delete { answered_stale, .. },
+                    ..
+                } = &mut packet.message
+            {
+                *answered_stale = true;
+            }
+        }
+        self.network.sort();
+        self.finish(c);
     }
 
     /// Sends read repairs: the merged record to every replica that replied with less.
@@ -1465,6 +1570,7 @@ impl State {
                             stale_at_invocation,
                             conditional: false,
                             acks: 0,
+                            refused: 0,
                         },
                     );
                     self.broadcast(

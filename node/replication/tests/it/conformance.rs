@@ -10,9 +10,11 @@
 //! with `replica::accept`, coordinators that are `coordinator::*Op`, a multiset network). The
 //! world keeps the model's two records per replica: the message in the source queue and its
 //! dead-letter copy, one message id under two queue names. The
-//! model's reductions are mirrored, not re-implemented: a refusal is silent (the crate's early
-//! answer on refusals is covered by its unit tests), replies arrive in the step that produced
-//! them, and a read its coordinator no longer awaits is dropped from the network.
+//! model's reductions are mirrored, not re-implemented: a refusal is silent but a delete's
+//! refused conditional tombstone, which the model answers (spec/replication.md, *Delete* step 4,
+//! F3: the delete answers from its refusals; the other operations' early answers on refusals are
+//! covered by the crate's unit tests), replies arrive in the step that produced them, and a read
+//! its coordinator no longer awaits is dropped from the network.
 
 use std::collections::BTreeMap;
 
@@ -209,7 +211,7 @@ fn wire_of_model(packet: &Packet) -> WireKey {
             ..
         } => (queue, Wire::Tombstone { generation, expect }),
         Message::Drop { queue, generation } => (queue, Wire::Drop { generation }),
-        Message::ReadReply { .. } | Message::Ack => {
+        Message::ReadReply { .. } | Message::Ack | Message::Refused => {
             unreachable!("replies reach coordinators in the step that made them")
         }
     };
@@ -690,13 +692,25 @@ impl World {
                 let verdict =
                     planted_verdict(self.plant, self.stores[r][q].as_ref(), write.as_ref());
                 let acked = verdict.acks();
+                let refused = verdict == Verdict::Refused;
                 match verdict {
                     Verdict::Store(record) => self.stores[r][q] = record,
                     Verdict::Unchanged | Verdict::Refused => {}
                     Verdict::Diverged(divergence) => panic!("no writer diverges: {divergence}"),
                 }
-                // A refusal is silent, as in the model; nobody waits for a repair's ack.
-                (acked && *ack).then_some(Reply::Ack)
+                // As in the model, a delete hears its conditional tombstone refused (in part 1
+                // only a delete's handle operation writes one) and every other refusal is
+                // silent; nobody waits for a repair's ack.
+                let delete_refused = refused
+                    && matches!(write.as_ref(), Write::Tombstone { .. })
+                    && packet
+                        .from
+                        .is_some_and(|c| matches!(self.running[c], Running::Handle(_)));
+                if delete_refused {
+                    Some(Reply::Refused)
+                } else {
+                    (acked && *ack).then_some(Reply::Ack)
+                }
             }
         };
         let (Some(reply), Some(c)) = (reply, packet.from) else {
