@@ -44,7 +44,6 @@ use tokio::task::JoinHandle;
 use tokio_stream::Stream;
 use tonic::transport::server::Connected;
 use tracing::{info, warn};
-use trireme_proto::replica::v1::replica_server::ReplicaServer;
 
 use crate::auth::{ApiAuth, ApiTokens, TokenFileError};
 use crate::backend::Backend;
@@ -234,11 +233,7 @@ impl Member {
             .http2_keepalive_interval(Some(Duration::from_secs(limits::grpc_keepalive_interval_s)))
             .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
             .max_concurrent_streams(Some(limits::grpc_streams_per_connection_max))
-            .add_service(
-                ReplicaServer::new(service)
-                    .max_decoding_message_size(limits::peer_request_bytes_max)
-                    .max_encoding_message_size(limits::peer_request_bytes_max),
-            );
+            .add_service(service.into_server());
         let anti_entropy = AntiEntropySettings {
             period: Duration::from_secs(config.anti_entropy_period_s),
             ..AntiEntropySettings::default()

@@ -123,9 +123,32 @@ pub const peer_tls_handshakes_max: usize = 64;
 /// How long a connection to the peer port may take to finish its TLS handshake before it is
 /// closed and logged.
 pub const peer_tls_handshake_timeout_ms: u64 = 5_000;
-/// Largest request the replica service decodes: an `Exchange` batch of records (bodies up to
-/// 1 MiB each) or an anti-entropy page (about 2 MiB). tonic's default is 4 MiB.
+/// Largest message either end of a replica call decodes or encodes: the server's requests and
+/// replies, and the clients' (`cluster::peers::replica_client`) alike. An `Exchange` batch
+/// (cut by `peer_batch_requests_max` and `peer_batch_bytes_max`) or an anti-entropy page (about
+/// 2 MiB) fits with room to spare. tonic's default decoding limit is 4 MiB, which a batch of
+/// four reads of 1 MiB messages already exceeds, so both ends set this one.
 pub const peer_request_bytes_max: usize = 64 * 1024 * 1024;
+/// Requests one `Exchange` call to a peer carries at most.
+pub const peer_batch_requests_max: usize = 512;
+/// Bytes of one replica record besides its message's body and attributes (which
+/// `message_bytes_max` bounds): key, ids, stamps, claim, source queue, deduplication id, trace
+/// header and the codec's framing are far below this. A queue's name record (policy, tags,
+/// attributes), a move task's and a deduplication record are smaller than a message's.
+pub const peer_record_overhead_bytes_max: usize = 64 * 1024;
+/// What a request that a peer answers with a record (a read, a name vote, a deduplication
+/// put) counts toward its call's bytes: the largest record, since the reply's size is not known
+/// when the request is sent. A write counts its encoded size.
+pub const peer_read_bytes: usize =
+    core::message_bytes_max as usize + peer_record_overhead_bytes_max;
+/// Bytes of requests (and of the records their replies may carry) one `Exchange` call counts at
+/// most (spec/replication.md §13, *Batching*): with `peer_read_bytes` per read, 52 reads.
+pub const peer_batch_bytes_max: usize = 56 * 1024 * 1024;
+/// Protobuf framing of one entry of a batch or its reply (tags and lengths), at most.
+pub const peer_entry_framing_bytes_max: usize = 64;
+/// The rest of a call's message besides its entries (request id, sender, trace metadata is a
+/// header), at most.
+pub const peer_call_framing_bytes_max: usize = 64 * 1024;
 /// Batches a cluster member's replica store holds waiting for (or inside) its committer before
 /// it sheds: from this many on, a peer's batch is answered *overloaded* at once and the member's
 /// own clients' writes skip its replica (spec/replication.md#durability, *A replica that is
@@ -159,3 +182,22 @@ const _: () = assert!(grpc_connections_max_default <= connections_max_ceiling);
 const _: () = assert!(sqs_connections_max_default <= connections_max_ceiling);
 const _: () = assert!(connections_max_ceiling <= usize::MAX >> 3);
 const _: () = assert!(peer_connections_max >= cluster_members_max * 4);
+// A batch cut by count and bytes fits the message limit at both ends: its request (writes at
+// their encoded size, reads' keys) and its reply (reads' records at most `peer_read_bytes`
+// each, writes' acks within the framing).
+const _: () = assert!(
+    peer_batch_bytes_max
+        + peer_batch_requests_max * peer_entry_framing_bytes_max
+        + peer_call_framing_bytes_max
+        <= peer_request_bytes_max
+);
+// One read alone always fits a call, and so does one send batch's writes (each record is its
+// message plus less than `peer_record_overhead_bytes_max`).
+const _: () = assert!(peer_read_bytes <= peer_batch_bytes_max);
+const _: () = assert!(
+    batch_payload_bytes_max as usize
+        + core::batch_entries_max as usize * peer_record_overhead_bytes_max
+        <= peer_batch_bytes_max
+);
+// A receive's reads of `batch_entries_max` messages of the largest size go in one call.
+const _: () = assert!(core::batch_entries_max as usize * peer_read_bytes <= peer_batch_bytes_max);

@@ -8,6 +8,12 @@
 //! timeout (or at once when the connection is refused), never a wait of the operation beyond
 //! its own deadline: coordinators decide on the first two replicas that answer. Each call's
 //! metadata lists the trace ids of the requests its batch serves (`crate::trace`).
+//!
+//! A batch is cut by count and by bytes (spec/replication.md §13, *Batching*): a write counts
+//! its encoded size, a request answered with a record (a read) the largest record, so that the
+//! call and its reply both fit the message limit every client here and the peer's server set
+//! explicitly (`limits::peer_request_bytes_max`; with tonic's default of 4 MiB, every call
+//! whose reply passed it failed whole, so a receive of ten 1 MiB messages delivered none).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,13 +35,12 @@ use trireme_replication::{NodeId, RecordKey};
 use super::store::StoreFault;
 use super::wire::{self, Sender};
 use crate::clock::Clock;
+use crate::limits;
 use crate::trace::{self, TraceId};
 
 /// Requests waiting for one peer; a full queue fails the request at once (the operation then
 /// counts that replica as silent), it never blocks the coordinator.
 const PEER_QUEUE_MAX: usize = 8_192;
-/// Requests one call carries at most.
-const BATCH_REQUESTS_MAX: usize = 512;
 /// Calls in flight to one peer at once.
 const CALLS_IN_FLIGHT_MAX: usize = 16;
 
@@ -200,13 +205,13 @@ impl Peers {
                 .keep_alive_timeout(settings.keepalive_timeout)
                 .keep_alive_while_idle(true);
             let channel = channel(*peer, &endpoint);
-            clients.insert(*peer, ReplicaClient::new(channel.clone()));
+            clients.insert(*peer, replica_client(channel.clone()));
             let (queue, waiting) = mpsc::channel(PEER_QUEUE_MAX);
             let peer_down = Arc::new(AtomicBool::new(false));
             tokio::spawn(run_link(
                 Link {
                     peer: *peer,
-                    client: ReplicaClient::new(channel),
+                    client: replica_client(channel),
                     identity: identity.clone(),
                     request_ids: Arc::clone(&request_ids),
                     down: Arc::clone(&peer_down),
@@ -353,6 +358,104 @@ impl Peers {
     }
 }
 
+/// A client of a peer's internal service over `channel`, with its message limits set at both
+/// ends (`limits::peer_request_bytes_max`, the peer's server's own:
+/// `ReplicaService::into_server`) instead of tonic's defaults. Every client of the peers is
+/// made here.
+#[must_use]
+pub fn replica_client(channel: Channel) -> ReplicaClient<Channel> {
+    ReplicaClient::new(channel)
+        .max_decoding_message_size(limits::peer_request_bytes_max)
+        .max_encoding_message_size(limits::peer_request_bytes_max)
+}
+
+/// One request taken for a call, encoded as the call carries it.
+struct Taken {
+    pending: Pending,
+    trace: Option<TraceId>,
+    entry: WireEntry,
+    /// What it counts toward its call's bytes: its encoded size, and the largest record
+    /// (`limits::peer_read_bytes`) if the peer answers it with one.
+    bytes: usize,
+}
+
+enum WireEntry {
+    Record(pb::Entry),
+    Name(pb::NameEntry),
+    Task(pb::TaskEntry),
+    Dedup(pb::DedupEntry),
+}
+
+impl Taken {
+    fn new(traced: Traced) -> Taken {
+        let Traced { pending, trace } = traced;
+        let (entry, size_bytes, answered_with_record) = match &pending {
+            Pending::Record { key, request, .. } => {
+                let entry = wire::entry(key, request);
+                let size = entry.key.len() + entry.request.len();
+                (
+                    WireEntry::Record(entry),
+                    size,
+                    matches!(request, Request::Read),
+                )
+            }
+            Pending::Name { name, request, .. } => {
+                let entry = wire::name_entry(name, request);
+                let size = entry.name.len() + entry.request.len();
+                let record = matches!(request, NameRequest::Read | NameRequest::Vote { .. });
+                (WireEntry::Name(entry), size, record)
+            }
+            Pending::Task { key, request, .. } => {
+                let entry = wire::task_entry(key, request);
+                let size = entry.key.len() + entry.request.len();
+                (
+                    WireEntry::Task(entry),
+                    size,
+                    matches!(request, TaskRequest::Read),
+                )
+            }
+            Pending::Dedup { key, request, .. } => {
+                let entry = wire::dedup_entry(key, request);
+                let size = entry.key.len() + entry.request.len();
+                let record = matches!(request, DedupRequest::Read | DedupRequest::Put { .. });
+                (WireEntry::Dedup(entry), size, record)
+            }
+        };
+        let reply_bytes = if answered_with_record {
+            limits::peer_read_bytes
+        } else {
+            0
+        };
+        Taken {
+            pending,
+            trace,
+            entry,
+            bytes: size_bytes + reply_bytes,
+        }
+    }
+}
+
+/// The next call's batch: `first`, then whatever is waiting, up to
+/// `limits::peer_batch_requests_max` requests and `limits::peer_batch_bytes_max` bytes
+/// (`first` goes whatever its size). The request that would have passed the bytes is returned
+/// apart: it goes first in the next call.
+fn next_batch(first: Taken, waiting: &mut mpsc::Receiver<Traced>) -> (Vec<Taken>, Option<Taken>) {
+    let mut bytes = first.bytes;
+    let mut batch = vec![first];
+    while batch.len() < limits::peer_batch_requests_max {
+        let Ok(traced) = waiting.try_recv() else {
+            break;
+        };
+        let taken = Taken::new(traced);
+        if bytes + taken.bytes > limits::peer_batch_bytes_max {
+            return (batch, Some(taken));
+        }
+        bytes += taken.bytes;
+        batch.push(taken);
+    }
+    (batch, None)
+}
+
 /// One peer's link as its task runs it.
 struct Link {
     peer: NodeId,
@@ -397,20 +500,24 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Traced>) {
         down,
     } = link;
     let calls = Arc::new(Semaphore::new(CALLS_IN_FLIGHT_MAX));
-    while let Some(first) = waiting.recv().await {
-        let mut traces = BTreeSet::new();
-        traces.extend(first.trace);
-        let mut batch = vec![first.pending];
-        while batch.len() < BATCH_REQUESTS_MAX {
-            match waiting.try_recv() {
-                Ok(traced) => {
-                    traces.extend(traced.trace);
-                    batch.push(traced.pending);
-                }
-                Err(_) => break,
-            }
-        }
-        let traces: Vec<TraceId> = traces.into_iter().collect();
+    // A request taken from the queue that did not fit the last call's bytes: it goes first.
+    let mut carried: Option<Taken> = None;
+    loop {
+        let first = match carried.take() {
+            Some(taken) => taken,
+            None => match waiting.recv().await {
+                Some(traced) => Taken::new(traced),
+                None => break,
+            },
+        };
+        let (taken, rest) = next_batch(first, &mut waiting);
+        carried = rest;
+        let traces: Vec<TraceId> = taken
+            .iter()
+            .filter_map(|taken| taken.trace)
+            .collect::<BTreeSet<TraceId>>()
+            .into_iter()
+            .collect();
         let permit = Arc::clone(&calls)
             .acquire_owned()
             .await
@@ -418,17 +525,15 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Traced>) {
         let mut client = client.clone();
         let (mut entries, mut names, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
         let mut dedups = Vec::new();
-        for pending in &batch {
-            match pending {
-                Pending::Record { key, request, .. } => entries.push(wire::entry(key, request)),
-                Pending::Name { name, request, .. } => {
-                    names.push(wire::name_entry(name, request));
-                }
-                Pending::Task { key, request, .. } => tasks.push(wire::task_entry(key, request)),
-                Pending::Dedup { key, request, .. } => {
-                    dedups.push(wire::dedup_entry(key, request));
-                }
+        let mut batch = Vec::with_capacity(taken.len());
+        for taken in taken {
+            match taken.entry {
+                WireEntry::Record(entry) => entries.push(entry),
+                WireEntry::Name(entry) => names.push(entry),
+                WireEntry::Task(entry) => tasks.push(entry),
+                WireEntry::Dedup(entry) => dedups.push(entry),
             }
+            batch.push(taken.pending);
         }
         let (sent, names_sent, tasks_sent) = (entries.len(), names.len(), tasks.len());
         let dedups_sent = dedups.len();
@@ -524,5 +629,96 @@ async fn run_link(link: Link, mut waiting: mpsc::Receiver<Traced>) {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use trireme_core::{Incarnation, MessageId, Millis};
+    use trireme_replication::record::{Birth, Record};
+    use trireme_replication::replica::Write;
+
+    use super::*;
+
+    fn queued(requests: impl IntoIterator<Item = Request>) -> mpsc::Receiver<Traced> {
+        let requests: Vec<Request> = requests.into_iter().collect();
+        let (queue, waiting) = mpsc::channel(requests.len());
+        for (id, request) in requests.into_iter().enumerate() {
+            // Nobody waits for the answers: only the cut is looked at.
+            let (answer, _) = oneshot::channel();
+            let key = RecordKey {
+                queue: QueueName::try_from("large".to_owned()).expect("a valid name"),
+                incarnation: Incarnation::local(Millis(1)),
+                message: MessageId(id as u128),
+            };
+            let pending = Pending::Record {
+                key,
+                request,
+                answer,
+            };
+            queue
+                .try_send(Traced {
+                    pending,
+                    trace: None,
+                })
+                .unwrap_or_else(|_| panic!("room for every request"));
+        }
+        waiting
+    }
+
+    fn write(payload_bytes: usize) -> Request {
+        let record = Record::sent(Birth {
+            payload: vec![7; payload_bytes],
+            sent_at: Millis(1),
+            visible_from: Millis(0),
+            source_queue: None,
+            dedup_id: None,
+        });
+        Request::Write {
+            write: Box::new(Write::Merge(record)),
+            ack: true,
+        }
+    }
+
+    /// The sizes of the calls `waiting` is cut into.
+    fn cuts(mut waiting: mpsc::Receiver<Traced>) -> Vec<usize> {
+        let mut sizes = Vec::new();
+        let mut carried = None;
+        loop {
+            let first = match carried.take() {
+                Some(taken) => taken,
+                None => match waiting.try_recv() {
+                    Ok(traced) => Taken::new(traced),
+                    Err(_) => return sizes,
+                },
+            };
+            let (batch, rest) = next_batch(first, &mut waiting);
+            let bytes: usize = batch.iter().map(|taken| taken.bytes).sum();
+            assert!(
+                bytes <= limits::peer_batch_bytes_max,
+                "{bytes} bytes in one call"
+            );
+            sizes.push(batch.len());
+            carried = rest;
+        }
+    }
+
+    #[test]
+    fn reads_are_cut_so_that_replies_of_the_largest_records_fit_a_call() {
+        // A read's reply may hold a whole 1 MiB message: 52 of them fill a call's bytes.
+        let per_call = limits::peer_batch_bytes_max / limits::peer_read_bytes;
+        assert_eq!(per_call, 52);
+        assert_eq!(
+            cuts(queued((0..120).map(|_| Request::Read))),
+            vec![52, 52, 16]
+        );
+    }
+
+    #[test]
+    fn writes_are_cut_by_their_encoded_size() {
+        // Records of 1 MiB payloads (plus their fields): 55 to a call, no more.
+        assert_eq!(cuts(queued((0..60).map(|_| write(1_048_576)))), vec![55, 5]);
+        // Small writes are not counted as records: only the count cuts them.
+        assert_eq!(cuts(queued((0..600).map(|_| write(100)))), vec![512, 88]);
     }
 }

@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span, debug, debug_span, warn};
 use trireme_core::{Incarnation, Millis, QueueName};
 use trireme_proto::replica::v1 as pb;
+use trireme_proto::replica::v1::replica_server::ReplicaServer;
 use trireme_replication::NodeId;
 use trireme_replication::anti_entropy::{shared, shares_dedup, shares_name};
 use trireme_replication::coordinator::{self, Reply};
@@ -38,6 +39,7 @@ use super::store::{
 };
 use super::tls::{certificate_names, member_name};
 use super::wire;
+use crate::limits;
 use crate::trace;
 use tonic::metadata::MetadataValue;
 
@@ -82,7 +84,7 @@ impl Caller {
 /// Records one anti-entropy page holds at most, whatever the caller asks.
 pub const RECORDS_PER_PAGE_MAX: usize = 1_024;
 /// Stored bytes one anti-entropy page holds about at most (one record more at worst, itself at
-/// most about a 1 MiB body): well under tonic's 4 MiB message limit.
+/// most about a 1 MiB body): well under the peers' message limit (`limits::peer_request_bytes_max`).
 pub const PAGE_BYTES_MAX: usize = 2 * 1024 * 1024;
 
 /// The replica RPCs that serve a client's request, each in a span naming this node and the
@@ -533,8 +535,9 @@ fn exchanged(ring: &Ring, me: NodeId, caller: NodeId, name: &QueueName, catalog:
     }
 }
 
-/// Name records one anti-entropy page holds at most: a name record with its attributes and tags
-/// is a few KiB at most, so a page stays well under tonic's 4 MiB message limit.
+/// Name records one anti-entropy page holds at most: a name record with its attributes, policy
+/// (20 KiB at most) and tags (50 of up to 384 characters) is about 100 KiB at the very most, so
+/// a page stays under the peers' message limit (`limits::peer_request_bytes_max`).
 pub const NAMES_PER_PAGE_MAX: usize = 256;
 
 /// A request's queue and incarnation, from its fields.
@@ -562,7 +565,8 @@ fn queue_incarnation(
 pub const CANDIDATES_PER_REPLY_MAX: usize = 1_024;
 
 /// Task records one anti-entropy page holds at most: a task record with its history is a few
-/// KiB at most, so a page stays well under tonic's 4 MiB message limit.
+/// KiB at most, so a page stays well under the peers' message limit
+/// (`limits::peer_request_bytes_max`).
 pub const TASKS_PER_PAGE_MAX: usize = 256;
 
 /// Deduplication records one anti-entropy page holds at most: a record is its key (at most
@@ -714,5 +718,15 @@ impl ReplicaService {
     pub fn requiring_certified_peers(mut self) -> ReplicaService {
         self.certified_peers = true;
         self
+    }
+
+    /// This service as the peer port serves it, with its message limits set at both ends
+    /// (`limits::peer_request_bytes_max`, the peers' clients' own: `peers::replica_client`)
+    /// instead of tonic's defaults. Every server of the replica service is made here.
+    #[must_use]
+    pub fn into_server(self) -> ReplicaServer<ReplicaService> {
+        ReplicaServer::new(self)
+            .max_decoding_message_size(limits::peer_request_bytes_max)
+            .max_encoding_message_size(limits::peer_request_bytes_max)
     }
 }

@@ -18,7 +18,6 @@ use trireme_node::cluster::peers::LinkSettings;
 use trireme_node::cluster::store::{ReplicaStore, StoreClosed};
 use trireme_node::cluster::{Cluster, ClusterSettings, DeadLetter, Delivered};
 use trireme_node::tcp_incoming;
-use trireme_proto::replica::v1::replica_server::ReplicaServer;
 use trireme_replication::NodeId;
 use trireme_replication::coordinator::{DeleteAnswer, SendAnswer, VisibilityAnswer};
 use trireme_replication::record::Birth;
@@ -119,7 +118,7 @@ impl Member {
             let listener = super::loopback::listener(reserved, address);
             tokio::spawn(
                 tonic::transport::Server::builder()
-                    .add_service(ReplicaServer::new(service))
+                    .add_service(service.into_server())
                     .serve_with_incoming(tcp_incoming(listener)),
             );
         });

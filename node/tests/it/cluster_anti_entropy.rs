@@ -21,7 +21,6 @@ use trireme_node::cluster::peers::LinkSettings;
 use trireme_node::cluster::store::{DedupEntry, Entry, ReplicaStore, StoreClosed};
 use trireme_node::cluster::{Cluster, ClusterSettings, Delivered};
 use trireme_node::tcp_incoming;
-use trireme_proto::replica::v1::replica_server::ReplicaServer;
 use trireme_replication::coordinator::{DeleteAnswer, Reply, Request, SendAnswer};
 use trireme_replication::dedup::{
     DedupKey, DedupRecord, DedupReply, DedupRequest, DedupSendAnswer, DedupValue,
@@ -148,7 +147,7 @@ impl Member {
             let listener = super::loopback::listener(reserved, address);
             tokio::spawn(
                 tonic::transport::Server::builder()
-                    .add_service(ReplicaServer::new(service))
+                    .add_service(service.into_server())
                     .serve_with_incoming(tcp_incoming(listener)),
             );
         });

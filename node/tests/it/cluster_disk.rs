@@ -24,7 +24,6 @@ use trireme_node::handle::HandleCodec;
 use trireme_node::tcp_incoming;
 use trireme_proto::replica::v1 as pb;
 use trireme_proto::replica::v1::replica_client::ReplicaClient;
-use trireme_proto::replica::v1::replica_server::ReplicaServer;
 use trireme_replication::coordinator::Request;
 use trireme_replication::record::{Birth, Record};
 use trireme_replication::replica::Write;
@@ -127,7 +126,7 @@ async fn start() -> Vec<DiskMember> {
             let listener = super::loopback::listener(reserved.remove(&node), addresses[&node]);
             tokio::spawn(
                 tonic::transport::Server::builder()
-                    .add_service(ReplicaServer::new(service))
+                    .add_service(service.into_server())
                     .serve_with_incoming(tcp_incoming(listener)),
             );
             let handles = HandleCodec::new(b"cluster-disk-shared-handle-key").expect("a key");

@@ -23,6 +23,8 @@ use crate::harness::{Client, connect, eventually, send_request};
 use crate::loopback;
 
 const MEMBERS: u16 = 3;
+/// How long an operation waits for its quorum unless a test asks otherwise.
+const OPERATION_TIMEOUT_MS: u64 = 2_000;
 /// Move tasks' lease: short, so a takeover comes within seconds (cluster_move_tasks).
 const MOVE_TASK_LEASE_MS: u64 = 2_000;
 
@@ -98,30 +100,44 @@ impl EdgeCluster {
 
     /// Three members, member `i` reading `clocks[i]`.
     async fn start_with_clocks(clocks: [Arc<dyn Clock>; MEMBERS as usize]) -> EdgeCluster {
-        EdgeCluster::start_members(clocks.to_vec()).await
+        EdgeCluster::start_members(clocks.to_vec(), OPERATION_TIMEOUT_MS).await
     }
 
     /// `members` members on loopback, on the system clock.
     pub(crate) async fn start_with(members: u16) -> EdgeCluster {
         let system: Arc<dyn Clock> = Arc::new(SystemClock);
-        EdgeCluster::start_members(vec![system; usize::from(members)]).await
+        EdgeCluster::start_members(vec![system; usize::from(members)], OPERATION_TIMEOUT_MS).await
+    }
+
+    /// Three members on the system clock whose operations wait up to `operation_timeout_ms`
+    /// for their quorums (e.g. long for records of the largest size in a debug build on a
+    /// loaded machine).
+    pub(crate) async fn start_with_operation_timeout(operation_timeout_ms: u64) -> EdgeCluster {
+        let system: Arc<dyn Clock> = Arc::new(SystemClock);
+        EdgeCluster::start_members(vec![system; usize::from(MEMBERS)], operation_timeout_ms).await
     }
 
     /// Three members on the system clock whose SQS endpoints take only `keys`.
     pub(crate) async fn start_with_keys(keys: Vec<trireme_node::sqs::AccessKey>) -> EdgeCluster {
         let system: Arc<dyn Clock> = Arc::new(SystemClock);
-        EdgeCluster::start_keyed(vec![system; usize::from(MEMBERS)], keys).await
+        EdgeCluster::start_keyed(
+            vec![system; usize::from(MEMBERS)],
+            keys,
+            OPERATION_TIMEOUT_MS,
+        )
+        .await
     }
 
     /// One member per clock, member `i` reading `clocks[i]`.
-    async fn start_members(clocks: Vec<Arc<dyn Clock>>) -> EdgeCluster {
-        EdgeCluster::start_keyed(clocks, Vec::new()).await
+    async fn start_members(clocks: Vec<Arc<dyn Clock>>, operation_timeout_ms: u64) -> EdgeCluster {
+        EdgeCluster::start_keyed(clocks, Vec::new(), operation_timeout_ms).await
     }
 
     /// One member per clock, member `i` reading `clocks[i]`, SQS endpoints taking `keys`.
     async fn start_keyed(
         clocks: Vec<Arc<dyn Clock>>,
         keys: Vec<trireme_node::sqs::AccessKey>,
+        operation_timeout_ms: u64,
     ) -> EdgeCluster {
         let count = u16::try_from(clocks.len()).expect("a few members");
         let peers = loopback::reserve(1..=count);
@@ -141,7 +157,7 @@ impl EdgeCluster {
                     .filter(|(other, _)| **other != id)
                     .map(|(other, address)| (NodeId(*other), address.to_string()))
                     .collect(),
-                operation_timeout_ms: 2_000,
+                operation_timeout_ms,
                 anti_entropy_period_s: 1,
                 collection_period_s: 3_600,
                 collection_rows_per_round_max: 1_024,

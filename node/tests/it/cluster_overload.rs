@@ -27,7 +27,6 @@ use trireme_node::status::REASON_KEY;
 use trireme_node::tcp_incoming;
 use trireme_proto::replica::v1 as pb;
 use trireme_proto::replica::v1::replica_client::ReplicaClient;
-use trireme_proto::replica::v1::replica_server::ReplicaServer;
 use trireme_replication::coordinator::Request;
 use trireme_replication::record::{Birth, Record};
 use trireme_replication::replica::Write;
@@ -162,7 +161,7 @@ async fn start() -> Vec<Member> {
             let listener = super::loopback::listener(reserved.remove(&node), addresses[&node]);
             tokio::spawn(
                 tonic::transport::Server::builder()
-                    .add_service(ReplicaServer::new(service))
+                    .add_service(service.into_server())
                     .serve_with_incoming(tcp_incoming(listener)),
             );
             let handles = HandleCodec::new(b"cluster-overload-handle-key-0001").expect("a key");

@@ -9,6 +9,7 @@ mod cluster_dedup;
 mod cluster_disk;
 mod cluster_edges;
 mod cluster_faults;
+mod cluster_large;
 mod cluster_long_poll;
 mod cluster_move_tasks;
 mod cluster_names;
