@@ -954,8 +954,8 @@ async fn with_a_member_killed_for_good_the_other_two_keep_serving() {
         );
         println!(
             "cluster_faults one down: longest gap between successful calls through the live members, while the senders ran: the second after the kill {:?} (the second before {:?}); from the kill to the last send ({:?}) {:?} (the load before the kill, {:?}: {:?}); between sends alone, after the kill {:?} (before {:?})",
-            gap(None, killed_at, killed_at + second),
-            gap(None, killed_at - second, killed_at),
+            gap(None, killed_at, (killed_at + second).min(sends_ended)),
+            gap(None, (killed_at - second).max(load_began), killed_at),
             sends_ended - killed_at,
             gap(None, killed_at, sends_ended),
             killed_at - load_began,
