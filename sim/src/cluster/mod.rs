@@ -33,7 +33,6 @@ use trireme_node::cluster::collection::CollectionSettings;
 use trireme_node::cluster::peers::LinkSettings;
 use trireme_node::cluster::store::{REPLICA_DATABASE_FILE_NAME, ReplicaStore};
 use trireme_node::cluster::{Cluster, ClusterSettings};
-use trireme_proto::replica::v1::replica_server::ReplicaServer;
 use trireme_replication::NodeId;
 use turmoil::net::TcpListener;
 
@@ -297,7 +296,7 @@ fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
             tokio::spawn(
                 tonic::transport::Server::builder()
                     .layer(net::fixed_date())
-                    .add_service(ReplicaServer::new(service))
+                    .add_service(service.into_server())
                     .serve_with_incoming(net::incoming(peer_listener)),
             );
             // Held until the member goes down: dropping them stops them.
