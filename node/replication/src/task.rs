@@ -935,11 +935,15 @@ impl Runner {
         self.record = self.record.with_current(task);
     }
 
-    /// Whether the task has dealt with as many messages as it was to move.
+    /// Whether the task has moved as many messages as it was to move. Skipped messages do not
+    /// count: a skipped message stays in the dead-letter queue, and every run that takes the task
+    /// over meets it again and counts it again in `failed`, so counting skips would end a task
+    /// taken over twice while movable messages remain (spec/replication.md §8, *Complete*). A run
+    /// ends a task that skips its last messages by finding no candidate it has not passed.
     #[must_use]
     pub fn done(&self) -> bool {
         let task = self.task();
-        task.moved_total() + task.failed_total() >= task.params.to_move
+        task.moved_total() >= task.params.to_move
     }
 
     /// The final write ending the task with `status` (`Completed` or `Failed`), with the
@@ -1131,7 +1135,30 @@ mod tests {
         let renewed = stored(Some(&held_renewed), &renewal);
         let task = renewed.current().unwrap().1;
         assert_eq!((task.moved_total(), task.failed_total()), (2, 1));
+        // A skip is not a move: the task is done only when it moved all three.
+        assert!(!runner.done());
+        runner.count(1, 0);
         assert!(runner.done());
+    }
+
+    #[test]
+    fn skips_counted_again_by_a_takeover_do_not_end_the_task() {
+        // Runner 1 moves one of four and skips one; node 2 takes over and meets the skipped
+        // message again; so does node 3. moved 1 + failed 3 = to_move, but three movable
+        // messages are still in the dead-letter queue.
+        let mut record = started(4);
+        for (me, now, moved) in [(1, 2_000, 1), (2, 40_000, 0), (3, 80_000, 0)] {
+            record = leased(&record, me, now);
+            let mut runner = Runner::new(NodeId(me), record.clone(), TASK_LEASE_MS);
+            runner.count(moved, 1);
+            assert!(!runner.done(), "runner {me} is not done after one move");
+            let TaskWrite::Renew(renewed) = runner.renewal(Millis(now + 1_000)) else {
+                unreachable!("a renewal renews");
+            };
+            record = renewed;
+        }
+        let task = record.current().unwrap().1;
+        assert_eq!((task.moved_total(), task.failed_total()), (1, 3));
     }
 
     #[test]
