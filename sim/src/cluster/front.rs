@@ -1,71 +1,67 @@
 //! How simulated clients reach the cluster: each member serves a small line protocol on
-//! [`FRONT_PORT`] that calls its `Cluster` coordinator directly (the public gRPC and SQS APIs
-//! are not wired to the cluster yet). One connection carries one request line and one answer
-//! line, so a call lost to a partition or a crash is just a connection that never answers.
+//! [`FRONT_PORT`] whose calls go through the node's public edge, `Backend::cluster` over
+//! `ClusterEdge` with `trireme_core::Command`s (what the gRPC and SQS handlers call), so a run
+//! exercises the queue lookup, the parameter checks, the clock gate and the answers' mapping
+//! the real endpoints have. One connection carries one request line and one answer line, so a
+//! call lost to a partition or a crash is just a connection that never answers. Only `count`
+//! and `records` read the member's replica store directly: they are the harness's inspection
+//! after the drain, not a client's call.
 //!
-//! Receipt handles travel as [`Ticket`]s: the message id and the replicas' handle in text. The
-//! front draws message ids from the member's seeded random source. This module must never
-//! decide anything the coordinator decides: it translates, nothing more.
+//! Receipt handles travel as [`Ticket`]s: the message id and the edge's opaque receipt handle
+//! (keyed by [`HANDLE_KEY`], shared by every member as a cluster secret is). The edge draws
+//! message ids from the member's seeded random source. This module must never decide anything
+//! the edge decides: it translates, nothing more.
 
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use trireme_core::{Incarnation, MessageId, Millis, QueueName};
+use trireme_core::{Command, MessageId, Outcome, QueueAttributes, QueueName};
+use trireme_node::backend::Backend;
 use trireme_node::clock::Clock;
 use trireme_node::cluster::Cluster;
-use trireme_replication::coordinator::{DeleteAnswer, Handle, SendAnswer, VisibilityAnswer};
-use trireme_replication::record::{Birth, Body, Record};
-use trireme_replication::{Claim, Generation, NodeId, RecordKey};
+use trireme_node::cluster::edge::ClusterEdge;
+use trireme_node::engine::EngineError;
+use trireme_node::handle::HandleCodec;
+use trireme_node::metrics::MessageCounters;
+use trireme_replication::RecordKey;
+use trireme_replication::record::{Body, Record};
 use turmoil::net::{TcpListener, TcpStream};
+
+use super::workload::QUEUE_VISIBILITY_S;
 
 use crate::history::fnv1a;
 
 /// The port every member serves the front on.
 pub const FRONT_PORT: u16 = 7300;
-/// The one queue of the run, in its first incarnation.
+/// The one queue of the run, created by the clients through the edge before anything else.
 pub const QUEUE: &str = "sim-queue";
-pub const INCARNATION: Incarnation = Incarnation::local(Millis(1));
-/// The cap on a visibility change, counted from the receive (SQS: 12 hours).
-const VISIBILITY_CAP_MS: u64 = 12 * 3_600_000;
+/// The receipt handles' key, the same on every member (the cluster secret's part).
+pub const HANDLE_KEY: &[u8] = b"trireme-sim-cluster-handle-key-0";
 /// Longest request or answer line; a longer one is a broken peer.
 const LINE_BYTES_MAX: usize = 64 * 1024;
 
-/// A receipt handle as the front hands it out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A receipt handle as the front hands it out: the message id (for the history) and the edge's
+/// receipt handle, as an SQS or gRPC client gets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ticket {
     pub message: MessageId,
-    pub handle: Handle,
+    /// URL-safe base64: no space, comma or dot.
+    pub handle: String,
 }
 
 impl Ticket {
     fn encode(&self) -> String {
-        let claim = self.handle.claim;
-        format!(
-            "{:032x}.{}.{}.{}.{}",
-            self.message.0, self.handle.generation.0, claim.seq, claim.coordinator.0, claim.nonce
-        )
+        format!("{:032x}.{}", self.message.0, self.handle)
     }
 
     fn decode(text: &str) -> Option<Ticket> {
-        let mut parts = text.split('.');
-        let message = MessageId(u128::from_str_radix(parts.next()?, 16).ok()?);
-        let generation = Generation(parts.next()?.parse().ok()?);
-        let seq = parts.next()?.parse().ok()?;
-        let coordinator = NodeId(parts.next()?.parse().ok()?);
-        let nonce = parts.next()?.parse().ok()?;
-        parts.next().is_none().then_some(Ticket {
+        let (message, handle) = text.split_once('.')?;
+        let message = MessageId(u128::from_str_radix(message, 16).ok()?);
+        (!handle.is_empty()).then(|| Ticket {
             message,
-            handle: Handle {
-                generation,
-                claim: Claim {
-                    seq,
-                    coordinator,
-                    nonce,
-                },
-            },
+            handle: handle.to_owned(),
         })
     }
 
@@ -79,16 +75,28 @@ impl Ticket {
 /// A call to the front.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
+    /// `CreateQueue` of the run's queue, with the attributes every client asks for.
+    CreateQueue,
     Send {
         body: String,
         delay_s: u32,
     },
+    /// A batch of sends (`SendMessageBatch`): each entry's body and delay.
+    SendBatch {
+        entries: Vec<(String, u32)>,
+    },
+    /// A receive; `wait_s` above 0 is a long poll (spec/replication.md §9).
     Receive {
         max: u32,
         visibility_s: u32,
+        wait_s: u32,
     },
     Delete {
         ticket: Ticket,
+    },
+    /// A batch of deletes (`DeleteMessageBatch`).
+    DeleteBatch {
+        tickets: Vec<Ticket>,
     },
     ChangeVisibility {
         ticket: Ticket,
@@ -146,7 +154,7 @@ pub enum Answer {
         message_id: String,
     },
     Received(Vec<Got>),
-    /// A delete or a visibility change took effect.
+    /// A create, a delete or a visibility change took effect.
     Done,
     /// The coordinator refused: nothing was written.
     Refused {
@@ -162,12 +170,35 @@ pub enum Answer {
     },
     /// The member's records, or why it could not read them.
     Records(Result<Vec<Held>, String>),
+    /// A batch's answer: one per entry, in entry order (`Sent`, `Done`, `Refused` or
+    /// `Unavailable`).
+    Batch(Vec<Answer>),
 }
 
 fn encode_request(request: &Request) -> String {
     match request {
+        Request::CreateQueue => "create".to_owned(),
         Request::Send { body, delay_s } => format!("send {delay_s} {body}"),
-        Request::Receive { max, visibility_s } => format!("receive {max} {visibility_s}"),
+        Request::SendBatch { entries } => {
+            let mut line = "sendbatch".to_owned();
+            for (body, delay_s) in entries {
+                line.push_str(&format!(" {delay_s},{body}"));
+            }
+            line
+        }
+        Request::DeleteBatch { tickets } => {
+            let mut line = "deletebatch".to_owned();
+            for ticket in tickets {
+                line.push(' ');
+                line.push_str(&ticket.encode());
+            }
+            line
+        }
+        Request::Receive {
+            max,
+            visibility_s,
+            wait_s,
+        } => format!("receive {max} {visibility_s} {wait_s}"),
         Request::Delete { ticket } => format!("delete {}", ticket.encode()),
         Request::ChangeVisibility { ticket, timeout_s } => {
             format!("visibility {} {timeout_s}", ticket.encode())
@@ -180,13 +211,30 @@ fn encode_request(request: &Request) -> String {
 fn decode_request(line: &str) -> Option<Request> {
     let words: Vec<&str> = line.split_whitespace().collect();
     Some(match words.as_slice() {
+        ["create"] => Request::CreateQueue,
         ["send", delay_s, body] => Request::Send {
             body: (*body).to_owned(),
             delay_s: delay_s.parse().ok()?,
         },
-        ["receive", max, visibility_s] => Request::Receive {
+        ["sendbatch", entries @ ..] => Request::SendBatch {
+            entries: entries
+                .iter()
+                .map(|entry| {
+                    let (delay_s, body) = entry.split_once(',')?;
+                    Some((body.to_owned(), delay_s.parse().ok()?))
+                })
+                .collect::<Option<Vec<_>>>()?,
+        },
+        ["deletebatch", tickets @ ..] => Request::DeleteBatch {
+            tickets: tickets
+                .iter()
+                .map(|ticket| Ticket::decode(ticket))
+                .collect::<Option<Vec<_>>>()?,
+        },
+        ["receive", max, visibility_s, wait_s] => Request::Receive {
             max: max.parse().ok()?,
             visibility_s: visibility_s.parse().ok()?,
+            wait_s: wait_s.parse().ok()?,
         },
         ["delete", ticket] => Request::Delete {
             ticket: Ticket::decode(ticket)?,
@@ -231,6 +279,20 @@ fn encode_answer(answer: &Answer) -> String {
             line
         }
         Answer::Records(Err(error)) => format!("unreadable {}", error.replace(' ', "_")),
+        Answer::Batch(entries) => {
+            let mut line = "batch".to_owned();
+            for entry in entries {
+                line.push(' ');
+                line.push_str(&match entry {
+                    Answer::Sent { message_id } => format!("sent:{message_id}"),
+                    Answer::Done => "done:".to_owned(),
+                    Answer::Refused { code } => format!("refused:{code}"),
+                    Answer::Unavailable { reason } => format!("unavailable:{reason}"),
+                    other => unreachable!("a batch entry never answers {other:?}"),
+                });
+            }
+            line
+        }
     }
 }
 
@@ -278,134 +340,203 @@ fn decode_answer(line: &str) -> Option<Answer> {
             })
             .collect::<Option<Vec<Held>>>()?)),
         ["unreadable", error] => Answer::Records(Err((*error).to_owned())),
+        ["batch", entries @ ..] => Answer::Batch(
+            entries
+                .iter()
+                .map(|entry| {
+                    let (kind, value) = entry.split_once(':')?;
+                    let value = value.to_owned();
+                    Some(match kind {
+                        "sent" => Answer::Sent { message_id: value },
+                        "done" => Answer::Done,
+                        "refused" => Answer::Refused { code: value },
+                        "unavailable" => Answer::Unavailable { reason: value },
+                        _ => return None,
+                    })
+                })
+                .collect::<Option<Vec<_>>>()?,
+        ),
         _ => return None,
     })
 }
 
-/// A member's front: its coordinator, the member's clock and the source of its message ids.
+/// A member's front: the public edge over its cluster, and the cluster and clock for the
+/// harness's inspection.
 #[derive(Clone)]
 pub struct Front {
+    /// What the gRPC and SQS handlers call on a member.
+    pub backend: Backend,
     pub cluster: Cluster,
-    /// The member's own clock: a send's time is its coordinator's.
     pub clock: Arc<dyn Clock>,
-    /// Seeded per boot, so two boots never draw the same ids.
-    pub ids: Arc<Mutex<ChaCha8Rng>>,
 }
 
 impl Front {
-    /// The front of `cluster` on `clock`, drawing ids from `seed`.
+    /// The front of `cluster` on `clock`, its edge drawing message ids from `seed` (a seed per
+    /// boot, so two boots never draw the same ids).
     #[must_use]
     pub fn new(cluster: Cluster, clock: Arc<dyn Clock>, seed: u64) -> Front {
+        let handles = HandleCodec::new(HANDLE_KEY).expect("the key is long enough");
+        let edge = ClusterEdge::new(cluster.clone(), handles, Arc::clone(&clock), Some(seed));
         Front {
+            backend: Backend::cluster(edge, MessageCounters::default()),
             cluster,
             clock,
-            ids: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))),
         }
     }
 
-    fn key(message: MessageId) -> RecordKey {
-        RecordKey {
+    /// The edge's answer to `command`: `Ok` with its outcome, or the refusal or the
+    /// unavailability as the front answers them.
+    async fn command(&self, command: Command) -> Result<Outcome, Answer> {
+        self.backend.execute(command).await.map_err(failed)
+    }
+
+    /// A send of `body` to the run's queue, with a fresh id from the edge.
+    fn send_command(&self, body: String, delay_s: u32) -> Command {
+        Command::Send {
             queue: queue(),
-            incarnation: INCARNATION,
-            message,
+            id: self.backend.new_message_id(),
+            body,
+            attributes: BTreeMap::new(),
+            system: trireme_core::SystemAttributes::default(),
+            delay_s: Some(delay_s),
+            dedup: None,
         }
     }
 
     async fn execute(&self, request: Request) -> Answer {
-        let now = self.clock.now();
         match request {
-            Request::Send { body, delay_s } => {
-                let id = MessageId(self.ids.lock().expect("never poisoned").random());
-                let birth = Birth {
-                    payload: body.into_bytes(),
-                    sent_at: now,
-                    visible_from: if delay_s == 0 {
-                        Millis(0)
-                    } else {
-                        now.plus_ms(u64::from(delay_s) * 1_000)
-                    },
-                    source_queue: None,
-                    dedup_id: None,
+            Request::CreateQueue => {
+                let attributes = QueueAttributes {
+                    visibility_timeout_s: QUEUE_VISIBILITY_S,
+                    ..QueueAttributes::default()
                 };
-                match self.cluster.send(&queue(), INCARNATION, id, birth).await {
-                    SendAnswer::Sent => Answer::Sent {
-                        message_id: format!("{:032x}", id.0),
-                    },
-                    SendAnswer::Unavailable => Answer::Unavailable {
-                        reason: "send".to_owned(),
-                    },
+                let command = Command::CreateQueue {
+                    name: queue(),
+                    attributes,
+                    tags: BTreeMap::new(),
+                };
+                match self.command(command).await {
+                    Ok(Outcome::QueueCreated { .. }) => Answer::Done,
+                    Ok(other) => unexpected(&other),
+                    Err(answer) => answer,
                 }
             }
-            Request::Receive { max, visibility_s } => {
-                let delivered = self
-                    .cluster
-                    .receive(
-                        &queue(),
-                        INCARNATION,
-                        usize::try_from(max).expect("a small max"),
-                        u64::from(visibility_s) * 1_000,
-                        u64::from(trireme_core::limits::retention_s_default) * 1_000,
-                        None,
-                    )
-                    .await;
-                Answer::Received(
-                    delivered
+            Request::Send { body, delay_s } => {
+                let result = self.command(self.send_command(body, delay_s)).await;
+                sent(result)
+            }
+            Request::SendBatch { entries } => {
+                // The edge's batch: one instant for every entry, ids drawn in entry order.
+                let commands = entries
+                    .into_iter()
+                    .map(|(body, delay_s)| self.send_command(body, delay_s))
+                    .collect();
+                let results = self.backend.execute_all(commands).await;
+                Answer::Batch(
+                    results
                         .into_iter()
-                        .map(|d| {
-                            let live = d.record.live().expect("a delivery is live");
-                            Got {
-                                ticket: Ticket {
-                                    message: d.key.message,
-                                    handle: d.handle,
-                                },
-                                body: String::from_utf8_lossy(&live.birth.payload).into_owned(),
-                                receive_count: live.receive_count,
-                            }
+                        .map(|result| sent(result.map_err(failed)))
+                        .collect(),
+                )
+            }
+            Request::DeleteBatch { tickets } => {
+                let mut answers: Vec<Option<Answer>> = Vec::new();
+                let mut commands = Vec::new();
+                for ticket in &tickets {
+                    match self.backend.handles().decode(&ticket.handle) {
+                        Ok(handle) => {
+                            answers.push(None);
+                            commands.push(Command::Delete {
+                                queue: queue(),
+                                handle,
+                            });
+                        }
+                        Err(_) => answers.push(Some(refused("ReceiptHandleUndecodable"))),
+                    }
+                }
+                let mut results = self.backend.execute_all(commands).await.into_iter();
+                Answer::Batch(
+                    answers
+                        .into_iter()
+                        .map(|answer| {
+                            answer.unwrap_or_else(|| {
+                                deleted(results.next().expect("one per command").map_err(failed))
+                            })
                         })
                         .collect(),
                 )
             }
-            Request::Delete { ticket } => {
-                let key = Front::key(ticket.message);
-                match self.cluster.delete(&key, ticket.handle).await {
-                    // A repeated delete of a gone message succeeds (spec/queue-core.md#delete).
-                    DeleteAnswer::Deleted | DeleteAnswer::AlreadyGone => Answer::Done,
-                    DeleteAnswer::Moved => refused("Moved"),
-                    DeleteAnswer::Stale => refused("Stale"),
-                    DeleteAnswer::NotFound => refused("NotFound"),
-                    DeleteAnswer::Unavailable => unavailable("delete"),
-                    DeleteAnswer::Diverged(_) => unavailable("diverged"),
-                }
-            }
-            Request::ChangeVisibility { ticket, timeout_s } => {
-                let key = Front::key(ticket.message);
-                let timeout_ms = u64::from(timeout_s) * 1_000;
+            Request::Receive {
+                max,
+                visibility_s,
+                wait_s,
+            } => {
                 match self
-                    .cluster
-                    .change_visibility(&key, ticket.handle, timeout_ms, VISIBILITY_CAP_MS)
+                    .backend
+                    .receive(queue(), max, Some(visibility_s), Some(wait_s))
                     .await
                 {
-                    VisibilityAnswer::Changed => Answer::Done,
-                    VisibilityAnswer::Stale => refused("Stale"),
-                    VisibilityAnswer::NotInFlight => refused("NotInFlight"),
-                    VisibilityAnswer::ExceedsCap => refused("ExceedsCap"),
-                    VisibilityAnswer::Unavailable => unavailable("visibility"),
-                    VisibilityAnswer::Diverged(_) => unavailable("diverged"),
+                    Ok(delivered) => Answer::Received(
+                        delivered
+                            .into_iter()
+                            .map(|d| Got {
+                                ticket: Ticket {
+                                    message: d.message,
+                                    handle: self.backend.handles().encode(&d.handle),
+                                },
+                                body: d.body,
+                                receive_count: d.receive_count,
+                            })
+                            .collect(),
+                    ),
+                    Err(error) => failed(error),
+                }
+            }
+            Request::Delete { ticket } => {
+                let Ok(handle) = self.backend.handles().decode(&ticket.handle) else {
+                    return refused("ReceiptHandleUndecodable");
+                };
+                let result = self
+                    .command(Command::Delete {
+                        queue: queue(),
+                        handle,
+                    })
+                    .await;
+                deleted(result)
+            }
+            Request::ChangeVisibility { ticket, timeout_s } => {
+                let Ok(handle) = self.backend.handles().decode(&ticket.handle) else {
+                    return refused("ReceiptHandleUndecodable");
+                };
+                match self
+                    .command(Command::ChangeVisibility {
+                        queue: queue(),
+                        handle,
+                        timeout_s,
+                    })
+                    .await
+                {
+                    Ok(Outcome::VisibilityChanged) => Answer::Done,
+                    Ok(other) => unexpected(&other),
+                    Err(answer) => answer,
                 }
             }
             Request::Count => {
-                let (ready, live) = self.cluster.store().view(|view| {
-                    (
-                        view.candidates(&queue(), INCARNATION, None, now, usize::MAX)
-                            .len(),
-                        view.live(&queue(), INCARNATION),
-                    )
+                // The queue's incarnation and watermark as this member knows them (a settled
+                // read when its view is not fresh); no queue is no message.
+                let state = match self.cluster.queue(&queue()).await {
+                    Ok(state) => state,
+                    Err(_) => return unavailable("count"),
+                };
+                let now = self.clock.now();
+                let (ready, in_flight, delayed) = state.map_or((0, 0, 0), |state| {
+                    self.cluster.store().view(|view| {
+                        view.counts(&queue(), state.incarnation, state.purge_watermark, now)
+                    })
                 });
-                let ready = u64::try_from(ready).expect("fits");
-                let live = u64::try_from(live).expect("fits");
                 Answer::Counts {
                     ready,
-                    in_flight: live - ready,
+                    in_flight: in_flight + delayed,
                 }
             }
             Request::Records => Answer::Records(
@@ -422,6 +553,49 @@ impl Front {
             ),
         }
     }
+}
+
+/// The front's answer to the edge's error: a core refusal changed nothing; every other error
+/// (no quorum, a clock that may not coordinate, overloaded replicas) may have taken effect.
+fn failed(error: EngineError) -> Answer {
+    match error {
+        EngineError::Rejected(reject) => {
+            // The refusal's variant name: one word on the line.
+            let text = format!("{reject:?}");
+            let code = text
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .next()
+                .unwrap_or("Rejected");
+            refused(code)
+        }
+        other => unavailable(&other.to_string().replace(char::is_whitespace, "_")),
+    }
+}
+
+/// The answer to a send.
+fn sent(result: Result<Outcome, Answer>) -> Answer {
+    match result {
+        Ok(Outcome::Sent { id, .. }) => Answer::Sent {
+            message_id: format!("{:032x}", id.0),
+        },
+        Ok(other) => unexpected(&other),
+        Err(answer) => answer,
+    }
+}
+
+/// The answer to a delete: a repeated delete of a gone message succeeds
+/// (spec/queue-core.md#delete).
+fn deleted(result: Result<Outcome, Answer>) -> Answer {
+    match result {
+        Ok(Outcome::Deleted { .. }) => Answer::Done,
+        Ok(other) => unexpected(&other),
+        Err(answer) => answer,
+    }
+}
+
+/// An outcome the command never answers: a broken edge, recorded as unknown.
+fn unexpected(outcome: &Outcome) -> Answer {
+    unavailable(&format!("unexpected_{outcome:?}").replace(char::is_whitespace, "_"))
 }
 
 fn refused(code: &str) -> Answer {
@@ -520,16 +694,10 @@ mod tests {
     fn requests_and_answers_read_back_as_written() {
         let ticket = Ticket {
             message: MessageId(0xabc),
-            handle: Handle {
-                generation: Generation(2),
-                claim: Claim {
-                    seq: 3,
-                    coordinator: NodeId(1),
-                    nonce: u64::MAX,
-                },
-            },
+            handle: "AQID-_xyz".to_owned(),
         };
         for request in [
+            Request::CreateQueue,
             Request::Send {
                 body: "c1-s2-00ff".to_owned(),
                 delay_s: 3,
@@ -537,11 +705,20 @@ mod tests {
             Request::Receive {
                 max: 10,
                 visibility_s: 5,
+                wait_s: 2,
             },
-            Request::Delete { ticket },
+            Request::Delete {
+                ticket: ticket.clone(),
+            },
             Request::ChangeVisibility {
-                ticket,
+                ticket: ticket.clone(),
                 timeout_s: 0,
+            },
+            Request::SendBatch {
+                entries: vec![("c0-s1-12".to_owned(), 0), ("c0-s2-34".to_owned(), 2)],
+            },
+            Request::DeleteBatch {
+                tickets: vec![ticket.clone(), ticket.clone()],
             },
             Request::Count,
             Request::Records,
@@ -557,7 +734,7 @@ mod tests {
             },
             Answer::Received(vec![]),
             Answer::Received(vec![Got {
-                ticket,
+                ticket: ticket.clone(),
                 body: "c0-s1-12".to_owned(),
                 receive_count: 4,
             }]),
@@ -579,6 +756,18 @@ mod tests {
                 summary: "g1-live-seq2-count3".to_owned(),
             }])),
             Answer::Records(Err("not_open".to_owned())),
+            Answer::Batch(vec![
+                Answer::Sent {
+                    message_id: ticket.message_id(),
+                },
+                Answer::Done,
+                Answer::Refused {
+                    code: "Stale".to_owned(),
+                },
+                Answer::Unavailable {
+                    reason: "a:b".to_owned(),
+                },
+            ]),
         ] {
             assert_eq!(decode_answer(&encode_answer(&answer)), Some(answer.clone()));
         }

@@ -1,7 +1,8 @@
 //! One simulated run of the cluster: three or five real members (`trireme_node::cluster`: the
 //! replica store on its simulated disk, the coordinator, the internal service
 //! `trireme.replica.v1` over simulated TCP, anti-entropy and tombstone collection) as turmoil
-//! hosts, a few client hosts calling any member through a small front ([`front`]), the seed's
+//! hosts, a few client hosts calling any member's public edge through its SQS endpoint
+//! ([`sqs`]) or a small front ([`front`]), the seed's
 //! faults ([`faults`]) applied during the safety phase, a heal, the clients' drain, the
 //! convergence check (every replica of every record identical), and the checker over the
 //! history (the single node's rules, which the cluster promises too).
@@ -17,6 +18,7 @@
 
 pub mod faults;
 pub mod front;
+pub mod sqs;
 pub mod workload;
 
 use std::cell::{Cell, RefCell};
@@ -285,6 +287,8 @@ fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
                 TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), PEER_PORT)).await?;
             let front_listener =
                 TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), FRONT_PORT)).await?;
+            let sqs_listener =
+                TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), sqs::SQS_PORT)).await?;
             let clock: Arc<dyn Clock> = Arc::new(member.clock.clone());
             let (cluster, service) = Cluster::start_with(
                 &settings(node, member.members, member.monitor_clock),
@@ -313,6 +317,13 @@ fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
                 }),
             );
             let front = Front::new(cluster.clone(), clock, member_seed ^ 0x1d5);
+            // The node's SQS app on the same edge; it refuses until the member has joined.
+            tokio::spawn(sqs::serve(
+                sqs_listener,
+                front.backend.clone(),
+                member_host(node),
+                member_seed ^ 0x5c5,
+            ));
             let serve = async {
                 // A new database answers nothing until every peer has told it whether it
                 // replaces a disk (spec/replication.md, *Stragglers and replacement*).

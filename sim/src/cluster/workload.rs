@@ -22,11 +22,12 @@ use trireme_replication::NodeId;
 use trireme_replication::placement::{Placement, Ring};
 
 use super::front::{self, Answer, Failure, Got, Held as Stored, Request, Ticket, queue};
+use super::sqs;
 use crate::clock::sim_now_ms;
 use crate::history::{Call, Delivery, History, OpId, Outcome};
 use crate::workload::body;
 
-/// The visibility timeout of a receive that asks for none.
+/// The run's queue's visibility timeout, which some receives ask for by name.
 pub const QUEUE_VISIBILITY_S: u32 = 5;
 /// Longest visibility a client asks for in the safety phase (receive or change).
 pub const VISIBILITY_S_MAX: u32 = 6;
@@ -34,6 +35,15 @@ pub const VISIBILITY_S_MAX: u32 = 6;
 pub const DELAY_S_MAX: u32 = 3;
 /// The drain's visibility: a drained message is deleted long before it could come back.
 const DRAIN_VISIBILITY_S: u32 = 10;
+/// The share of the mix's receives that are long polls, and their longest wait.
+const LONG_POLL_SHARE: f64 = 0.3;
+const WAIT_S_MAX: u32 = 3;
+/// The share of sends, and of deletes of held messages, made as a batch, and a batch's most
+/// entries.
+const BATCH_SHARE: f64 = 0.25;
+const BATCH_ENTRIES_MAX: usize = 5;
+/// The share of a client's calls that go to a member's SQS endpoint instead of its front.
+const SQS_SHARE: f64 = 0.3;
 /// How long a client waits for a connection to a member.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// A call's deadline: the coordinator's operation timeout with room for the network.
@@ -87,7 +97,7 @@ pub struct ClientSetup {
     pub convergence: Rc<RefCell<Option<Convergence>>>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Held {
     ticket: Ticket,
     receive_count: u32,
@@ -120,6 +130,7 @@ pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
         held: Vec::new(),
         stale: Vec::new(),
     };
+    client.create_queue().await;
     while sim_now_ms() < client.phases.safety_end_ms {
         client.step().await;
     }
@@ -205,14 +216,32 @@ impl Client {
             .complete(op, outcome, sim_now_ms());
     }
 
-    /// Calls a member drawn at random.
+    /// Calls a member drawn at random, through its SQS endpoint or its front.
     async fn call(&mut self, request: &Request) -> Result<Answer, Outcome> {
         let member = member_host(self.rng.random_range(1..=self.members));
-        self.call_member(&member, request).await
+        let via_sqs = self.rng.random_bool(SQS_SHARE);
+        self.call_member(&member, request, via_sqs).await
     }
 
-    async fn call_member(&self, host: &str, request: &Request) -> Result<Answer, Outcome> {
-        match front::call(host, request, CONNECT_TIMEOUT, CALL_DEADLINE).await {
+    async fn call_member(
+        &self,
+        host: &str,
+        request: &Request,
+        via_sqs: bool,
+    ) -> Result<Answer, Outcome> {
+        // A long poll's deadline starts after its wait.
+        let deadline = match request {
+            Request::Receive { wait_s, .. } => {
+                CALL_DEADLINE + Duration::from_secs(u64::from(*wait_s))
+            }
+            _ => CALL_DEADLINE,
+        };
+        let answer = if via_sqs {
+            sqs::call(host, request, CONNECT_TIMEOUT, deadline).await
+        } else {
+            front::call(host, request, CONNECT_TIMEOUT, deadline).await
+        };
+        match answer {
             Ok(Answer::Refused { code }) => Err(Outcome::Refused { code }),
             Ok(Answer::Unavailable { reason }) => Err(Outcome::Unknown { reason }),
             Ok(answer) => Ok(answer),
@@ -240,10 +269,24 @@ impl Client {
             let (held, _) = self.stale.remove(0);
             self.delete(held).await;
         } else if !self.held.is_empty() && self.rng.random_bool(0.5) {
-            let held = self.held.remove(0);
-            self.settle(held).await;
+            if self.held.len() >= 2 && self.rng.random_bool(BATCH_SHARE) {
+                let count = self
+                    .rng
+                    .random_range(2..=BATCH_ENTRIES_MAX)
+                    .min(self.held.len());
+                let batch: Vec<Held> = self.held.drain(..count).collect();
+                self.delete_batch(batch).await;
+            } else {
+                let held = self.held.remove(0);
+                self.settle(held).await;
+            }
         } else if self.rng.random_bool(0.45) {
-            self.send().await;
+            if self.rng.random_bool(BATCH_SHARE) {
+                let count = self.rng.random_range(2..=BATCH_ENTRIES_MAX);
+                self.send_batch(count).await;
+            } else {
+                self.send().await;
+            }
         } else {
             let max = self.rng.random_range(1..=10);
             let visibility_s = if self.rng.random_bool(0.7) {
@@ -251,7 +294,14 @@ impl Client {
             } else {
                 QUEUE_VISIBILITY_S
             };
-            if let Some(got) = self.receive(max, visibility_s).await {
+            // Some receives are long polls, which a member serves as one of its waiters from
+            // every replica's index (spec/replication.md §9).
+            let wait_s = if self.rng.random_bool(LONG_POLL_SHARE) {
+                self.rng.random_range(1..=WAIT_S_MAX)
+            } else {
+                0
+            };
+            if let Some(got) = self.receive(max, visibility_s, wait_s).await {
                 self.held.extend(got);
             }
         }
@@ -265,7 +315,7 @@ impl Client {
             self.delete(held).await;
         } else if roll < 0.70 {
             let timeout_s = self.rng.random_range(0..=VISIBILITY_S_MAX);
-            if self.change_visibility(held, timeout_s).await && timeout_s > 0 {
+            if self.change_visibility(held.clone(), timeout_s).await && timeout_s > 0 {
                 self.held.push(held);
             }
         } else if roll < 0.90 {
@@ -276,13 +326,91 @@ impl Client {
         }
     }
 
-    async fn send(&mut self) {
+    /// Creates the run's queue through members drawn at random until one acknowledges it
+    /// (every client asks with the same attributes, so concurrent creates agree), or the safety
+    /// phase ends; each attempt is an op of the history.
+    async fn create_queue(&mut self) {
+        while sim_now_ms() < self.phases.safety_end_ms {
+            let op = self.invoke(Call::CreateQueue);
+            let result = self.call(&Request::CreateQueue).await;
+            let done = matches!(result, Ok(Answer::Done));
+            self.complete(op, settled(result));
+            if done {
+                return;
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// The next body and a delay drawn for it.
+    fn next_message(&mut self) -> (String, Option<u32>) {
         let body = body(self.id, self.next_seq);
         self.next_seq += 1;
         let delay_s = self
             .rng
             .random_bool(0.2)
             .then(|| self.rng.random_range(1..=DELAY_S_MAX));
+        (body, delay_s)
+    }
+
+    /// A batch of `count` sends: each entry an op of the history, invoked and completed
+    /// together.
+    async fn send_batch(&mut self, count: usize) {
+        let entries: Vec<(String, Option<u32>)> = (0..count).map(|_| self.next_message()).collect();
+        let ops: Vec<OpId> = entries
+            .iter()
+            .map(|(body, delay_s)| {
+                self.invoke(Call::Send {
+                    body: body.clone(),
+                    delay_s: *delay_s,
+                })
+            })
+            .collect();
+        let request = Request::SendBatch {
+            entries: entries
+                .into_iter()
+                .map(|(body, delay_s)| (body, delay_s.unwrap_or(0)))
+                .collect(),
+        };
+        let outcomes = batch_outcomes(
+            self.call(&request).await,
+            ops.len(),
+            |answer| match answer {
+                Answer::Sent { message_id } => Outcome::Sent { message_id },
+                other => Outcome::Unknown {
+                    reason: format!("a send answered {other:?}"),
+                },
+            },
+        );
+        for (op, outcome) in ops.into_iter().zip(outcomes) {
+            self.complete(op, outcome);
+        }
+    }
+
+    /// Deletes every held message of `batch` in one batch.
+    async fn delete_batch(&mut self, batch: Vec<Held>) {
+        let ops: Vec<OpId> = batch
+            .iter()
+            .map(|held| {
+                self.invoke(Call::Delete {
+                    message_id: held.ticket.message_id(),
+                    receive_count: held.receive_count,
+                })
+            })
+            .collect();
+        let request = Request::DeleteBatch {
+            tickets: batch.into_iter().map(|held| held.ticket).collect(),
+        };
+        let outcomes = batch_outcomes(self.call(&request).await, ops.len(), |answer| {
+            settled(Ok(answer))
+        });
+        for (op, outcome) in ops.into_iter().zip(outcomes) {
+            self.complete(op, outcome);
+        }
+    }
+
+    async fn send(&mut self) {
+        let (body, delay_s) = self.next_message();
         let op = self.invoke(Call::Send {
             body: body.clone(),
             delay_s,
@@ -302,13 +430,18 @@ impl Client {
     }
 
     /// A receive; `None` when it failed.
-    async fn receive(&mut self, max: u32, visibility_s: u32) -> Option<Vec<Held>> {
+    async fn receive(&mut self, max: u32, visibility_s: u32, wait_s: u32) -> Option<Vec<Held>> {
         let op = self.invoke(Call::Receive {
             max,
-            wait_s: 0,
+            wait_s,
             visibility_s,
         });
-        match self.call(&Request::Receive { max, visibility_s }).await {
+        let request = Request::Receive {
+            max,
+            visibility_s,
+            wait_s,
+        };
+        match self.call(&request).await {
             Ok(Answer::Received(got)) => {
                 let deliveries = got
                     .iter()
@@ -352,7 +485,7 @@ impl Client {
         });
         let result = self
             .call(&Request::Delete {
-                ticket: held.ticket,
+                ticket: held.ticket.clone(),
             })
             .await;
         let done = matches!(result, Ok(Answer::Done));
@@ -368,7 +501,7 @@ impl Client {
         });
         let result = self
             .call(&Request::ChangeVisibility {
-                ticket: held.ticket,
+                ticket: held.ticket.clone(),
                 timeout_s,
             })
             .await;
@@ -384,7 +517,7 @@ impl Client {
         self.stale.clear();
         let mut last_delivery_ms = sim_now_ms();
         loop {
-            match self.receive(10, DRAIN_VISIBILITY_S).await {
+            match self.receive(10, DRAIN_VISIBILITY_S, 0).await {
                 Some(got) if !got.is_empty() => {
                     for held in got {
                         self.delete(held).await;
@@ -406,7 +539,7 @@ impl Client {
                 if let Ok(Answer::Counts {
                     ready: r,
                     in_flight: f,
-                }) = self.call_member(&host, &Request::Count).await
+                }) = self.call_member(&host, &Request::Count, false).await
                 {
                     ready += r;
                     in_flight += f;
@@ -447,7 +580,7 @@ impl Client {
             let mut unread = Vec::new();
             for node in 1..=self.members {
                 match self
-                    .call_member(&member_host(node), &Request::Records)
+                    .call_member(&member_host(node), &Request::Records, false)
                     .await
                 {
                     Ok(Answer::Records(Ok(held))) => {
@@ -466,6 +599,33 @@ impl Client {
             }
             tokio::time::sleep(CONVERGENCE_PAUSE).await;
         }
+    }
+}
+
+/// Each entry's outcome of a batch of `entries` answered `result`: a refusal or an unknown of
+/// the whole call is every entry's; an entry's refusal or unavailability is its own; `entry`
+/// reads an entry's other answers.
+fn batch_outcomes(
+    result: Result<Answer, Outcome>,
+    entries: usize,
+    entry: impl Fn(Answer) -> Outcome,
+) -> Vec<Outcome> {
+    match result {
+        Ok(Answer::Batch(answers)) if answers.len() == entries => answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Refused { code } => Outcome::Refused { code },
+                Answer::Unavailable { reason } => Outcome::Unknown { reason },
+                other => entry(other),
+            })
+            .collect(),
+        Ok(other) => vec![
+            Outcome::Unknown {
+                reason: format!("a batch answered {other:?}"),
+            };
+            entries
+        ],
+        Err(outcome) => vec![outcome; entries],
     }
 }
 
