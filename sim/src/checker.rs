@@ -13,6 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use trireme_replication::skew::SKEW_MAX_MS;
+
 use crate::history::{Call, History, Op, Outcome};
 use crate::workload::body_is_intact;
 
@@ -74,6 +76,20 @@ pub enum Violation {
     },
     /// L3: the drain never got the queue's counts (the node never answered after healing).
     DrainUnconfirmed,
+    /// spec/replication.md §2: a receive invoked after a purge's answer delivered a message whose
+    /// send was acknowledged before the purge was invoked (checked while the clocks are within
+    /// `SKEW_MAX` of each other, which the watermark's margin assumes).
+    DeliveredAfterPurge {
+        message_id: String,
+        purged_at_ms: u64,
+        delivered_at_ms: u64,
+    },
+    /// D2 (spec/replication.md §4): the sends with one deduplication id were answered with, or
+    /// their bodies delivered under, more than one message id.
+    DedupTwoMessages {
+        dedup_id: String,
+        message_ids: Vec<String>,
+    },
     /// L1 (cluster): after the heal and the drain, the replicas of some records still differ
     /// (or some member's records could not be read): what the last comparison saw.
     NotConverged { differences: Vec<String> },
@@ -222,7 +238,17 @@ pub fn check(history: &History) -> Vec<Violation> {
         skew + history.clock_spread_ms,
         &mut violations,
     );
-    check_lost(ops, &acknowledged, &ids_of, &deliveries, &mut violations);
+    check_dedup(ops, &mut violations);
+    let purges = purges(history);
+    check_lost(
+        history,
+        &acknowledged,
+        &ids_of,
+        &deliveries,
+        &purges,
+        &mut violations,
+    );
+    check_purged(history, &purges, &mut violations);
     check_drained(ops, &mut violations);
     violations.into_iter().collect()
 }
@@ -357,14 +383,140 @@ fn check_visibility(
     }
 }
 
-/// S1 after the drain: an acknowledged send whose message no delete may have removed is lost.
+/// D2: of all sends with one deduplication id (the run is shorter than its window), at most one
+/// message id is answered or delivered.
+fn check_dedup(ops: &[Op], violations: &mut BTreeSet<Violation>) {
+    let mut dedup_of: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut named: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for op in ops {
+        if let Call::Send {
+            body,
+            dedup_id: Some(dedup_id),
+            ..
+        } = &op.call
+        {
+            dedup_of.insert(body.as_str(), dedup_id.as_str());
+            let ids = named.entry(dedup_id.as_str()).or_default();
+            if let Some((_, Outcome::Sent { message_id })) = &op.completed {
+                ids.insert(message_id.as_str());
+            }
+        }
+    }
+    for op in ops {
+        if let (Call::Receive { .. }, Some((_, Outcome::Received(got)))) = (&op.call, &op.completed)
+        {
+            for delivery in got {
+                if let Some(dedup_id) = dedup_of.get(delivery.body.as_str()) {
+                    named
+                        .entry(dedup_id)
+                        .or_default()
+                        .insert(delivery.message_id.as_str());
+                }
+            }
+        }
+    }
+    for (dedup_id, ids) in named {
+        if ids.len() > 1 {
+            violations.insert(Violation::DedupTwoMessages {
+                dedup_id: dedup_id.to_owned(),
+                message_ids: ids.into_iter().map(str::to_owned).collect(),
+            });
+        }
+    }
+}
+
+/// A purge that may have happened: when it was invoked, and when it answered (`None` unless
+/// acknowledged).
+#[derive(Clone, Copy, Debug)]
+struct PurgeSeen {
+    invoked_at_ms: u64,
+    acknowledged_at_ms: Option<u64>,
+}
+
+fn purges(history: &History) -> Vec<PurgeSeen> {
+    history
+        .ops
+        .iter()
+        .filter(|op| matches!(op.call, Call::Purge) && op.outcome().may_have_happened())
+        .map(|op| PurgeSeen {
+            invoked_at_ms: op.invoked_at_ms,
+            acknowledged_at_ms: op.outcome().acknowledged().then(|| op.completed_at_ms()),
+        })
+        .collect()
+}
+
+/// Whether a purge may have removed a message whose send was invoked at `sent_ms`
+/// (spec/replication.md §2): sent before an acknowledged purge's answer; or, for a purge without
+/// an answer, entered at or below its watermark, the coordinator's clock at the purge plus
+/// `SKEW_MAX`, which by true time is at most `SKEW_MAX` and the clocks' spread after the purge's
+/// invocation.
+fn purge_may_remove(history: &History, purges: &[PurgeSeen], sent_ms: u64) -> bool {
+    let margin_ms = SKEW_MAX_MS + history.clock_spread_ms + history.clock_skew_ms;
+    purges.iter().any(|purge| match purge.acknowledged_at_ms {
+        Some(at_ms) => sent_ms < at_ms,
+        None => sent_ms <= purge.invoked_at_ms + margin_ms,
+    })
+}
+
+/// §2's promise after the answer: no receive invoked after an acknowledged purge's answer
+/// delivers a message acknowledged sent before the purge was invoked. Only while the clocks are
+/// within `SKEW_MAX`: beyond it a message's entry stamp may lie past the watermark.
+fn check_purged(history: &History, purges: &[PurgeSeen], violations: &mut BTreeSet<Violation>) {
+    if history.clock_spread_ms > SKEW_MAX_MS {
+        return;
+    }
+    let skew = history.clock_skew_ms;
+    // The first acknowledgement of each message (a send with a deduplication id may be answered
+    // with an earlier send's message).
+    let mut sent_before: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in &history.ops {
+        if let (Call::Send { .. }, Some((at_ms, Outcome::Sent { message_id }))) =
+            (&op.call, &op.completed)
+        {
+            let first = sent_before.entry(message_id.as_str()).or_insert(*at_ms);
+            *first = (*first).min(*at_ms);
+        }
+    }
+    for purge in purges {
+        let Some(purged_at_ms) = purge.acknowledged_at_ms else {
+            continue;
+        };
+        for op in &history.ops {
+            let (Call::Receive { .. }, Some((delivered_at_ms, Outcome::Received(got)))) =
+                (&op.call, &op.completed)
+            else {
+                continue;
+            };
+            if op.invoked_at_ms <= purged_at_ms + skew {
+                continue;
+            }
+            for delivery in got {
+                if sent_before
+                    .get(delivery.message_id.as_str())
+                    .is_some_and(|sent_ms| *sent_ms + skew < purge.invoked_at_ms)
+                {
+                    violations.insert(Violation::DeliveredAfterPurge {
+                        message_id: delivery.message_id.clone(),
+                        purged_at_ms,
+                        delivered_at_ms: *delivered_at_ms,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// S1 after the drain: an acknowledged send whose message no delete may have removed, and no
+/// purge (`purge_may_remove`), is lost.
 fn check_lost(
-    ops: &[Op],
+    history: &History,
     acknowledged: &[&str],
     ids_of: &BTreeMap<&str, BTreeSet<&str>>,
     deliveries: &BTreeMap<&str, Vec<Seen>>,
+    purges: &[PurgeSeen],
     violations: &mut BTreeSet<Violation>,
 ) {
+    let ops = &history.ops;
     let possibly_deleted: BTreeSet<&str> = ops
         .iter()
         .filter_map(|op| match &op.call {
@@ -374,9 +526,37 @@ fn check_lost(
             _ => None,
         })
         .collect();
+    // The first send of each body (a retry with a deduplication id repeats it).
+    let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in ops {
+        if let Call::Send { body, .. } = &op.call {
+            let first = sent_at.entry(body.as_str()).or_insert(op.invoked_at_ms);
+            *first = (*first).min(op.invoked_at_ms);
+        }
+    }
+    // When each message's first send began: a send answered with an earlier send's message (a
+    // deduplication id's) names a message that entered then.
+    let mut entered_at: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in ops {
+        if let (Call::Send { .. }, Some((_, Outcome::Sent { message_id }))) =
+            (&op.call, &op.completed)
+        {
+            let first = entered_at
+                .entry(message_id.as_str())
+                .or_insert(op.invoked_at_ms);
+            *first = (*first).min(op.invoked_at_ms);
+        }
+    }
     for body in acknowledged {
         let ids = ids_of.get(body);
-        let gone = ids.is_some_and(|ids| ids.iter().any(|id| possibly_deleted.contains(id)));
+        let first_ms = ids
+            .into_iter()
+            .flatten()
+            .filter_map(|id| entered_at.get(id).copied())
+            .chain(sent_at.get(body).copied())
+            .min();
+        let gone = ids.is_some_and(|ids| ids.iter().any(|id| possibly_deleted.contains(id)))
+            || first_ms.is_some_and(|sent_ms| purge_may_remove(history, purges, sent_ms));
         if !gone {
             let delivered_before =
                 ids.is_some_and(|ids| ids.iter().any(|id| deliveries.contains_key(id)));
@@ -453,6 +633,7 @@ mod tests {
                 Call::Send {
                     body: body.clone(),
                     delay_s: None,
+                    dedup_id: None,
                 },
                 at,
                 at + 1,
@@ -581,6 +762,7 @@ mod tests {
             Call::Send {
                 body: body(0, 1),
                 delay_s: None,
+                dedup_id: None,
             },
             0,
             5,
@@ -816,6 +998,7 @@ mod tests {
             Call::Send {
                 body: b2.clone(),
                 delay_s: None,
+                dedup_id: None,
             },
             0,
             5,
@@ -858,6 +1041,111 @@ mod tests {
         assert_eq!(
             check(&History::default()),
             vec![Violation::DrainUnconfirmed]
+        );
+    }
+
+    #[test]
+    fn a_purge_excuses_what_was_sent_before_its_answer_and_nothing_after() {
+        let mut s = Script::new();
+        let before = s.send(1, "m1", 0);
+        s.op(1, Call::Purge, 100, 1_200, Outcome::Ok);
+        let after = s.send(2, "m2", 1_300);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::Lost {
+                body: after,
+                delivered_before: false
+            }]
+        );
+        assert!(!before.is_empty());
+    }
+
+    #[test]
+    fn a_purge_without_an_answer_excuses_only_up_to_its_watermark() {
+        let mut s = Script::new();
+        s.send(1, "m1", 0);
+        s.op(1, Call::Purge, 100, 4_100, unknown());
+        // Within `SKEW_MAX` of the purge's invocation: its watermark may hide it.
+        s.send(2, "m2", 100 + SKEW_MAX_MS);
+        let late = s.send(3, "m3", 100 + SKEW_MAX_MS + 10);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::Lost {
+                body: late,
+                delivered_before: false
+            }]
+        );
+    }
+
+    #[test]
+    fn a_message_sent_before_a_purge_delivered_after_its_answer_is_caught() {
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.op(1, Call::Purge, 100, 1_200, Outcome::Ok);
+        s.receive(1, 1_300, 1_310, &[("m1", &b, 1)]);
+        s.delete(1, "m1", 1, 1_400, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::DeliveredAfterPurge {
+                message_id: "m1".to_owned(),
+                purged_at_ms: 1_200,
+                delivered_at_ms: 1_310,
+            }]
+        );
+        // A receive that began before the answer may still deliver it.
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.op(1, Call::Purge, 100, 1_200, Outcome::Ok);
+        s.receive(1, 1_100, 1_310, &[("m1", &b, 1)]);
+        s.delete(1, "m1", 1, 1_400, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn two_messages_named_for_one_deduplication_id_are_caught() {
+        let send = |s: &mut Script, body: &str, dedup: &str, id: &str, at: u64| {
+            s.op(
+                0,
+                Call::Send {
+                    body: body.to_owned(),
+                    delay_s: None,
+                    dedup_id: Some(dedup.to_owned()),
+                },
+                at,
+                at + 1,
+                Outcome::Sent {
+                    message_id: id.to_owned(),
+                },
+            );
+        };
+        let b1 = body(0, 1);
+        let b2 = body(1, 1);
+        // The second send of the id is answered with the first's message: one message.
+        let mut s = Script::new();
+        send(&mut s, &b1, "k", "m1", 0);
+        send(&mut s, &b2, "k", "m1", 10);
+        s.receive(1, 20, 21, &[("m1", &b1, 1)]);
+        s.delete(1, "m1", 1, 30, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(s.check(), vec![]);
+        // Each answered with its own message: two.
+        let mut s = Script::new();
+        send(&mut s, &b1, "k", "m1", 0);
+        send(&mut s, &b2, "k", "m2", 10);
+        s.receive(1, 20, 21, &[("m1", &b1, 1), ("m2", &b2, 1)]);
+        s.delete(1, "m1", 1, 30, Outcome::Ok);
+        s.delete(1, "m2", 1, 30, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::DedupTwoMessages {
+                dedup_id: "k".to_owned(),
+                message_ids: vec!["m1".to_owned(), "m2".to_owned()],
+            }]
         );
     }
 }

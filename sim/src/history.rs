@@ -12,8 +12,13 @@ use std::fmt::Write as _;
 pub enum Call {
     /// `CreateQueue` of the run's queue (idempotent).
     CreateQueue,
-    /// `SendMessage` with a body no other send uses.
-    Send { body: String, delay_s: Option<u32> },
+    /// `SendMessage` with a body no other send uses, except a retry of a send with a
+    /// deduplication id, which repeats its body and id.
+    Send {
+        body: String,
+        delay_s: Option<u32>,
+        dedup_id: Option<String>,
+    },
     /// `ReceiveMessages`.
     Receive {
         max: u32,
@@ -35,6 +40,9 @@ pub enum Call {
     },
     /// `GetQueue`, for the queue's counts after the drain.
     Stats,
+    /// `PurgeQueue` of the run's queue (spec/replication.md §2): a message sent before its
+    /// answer may vanish; one sent after it is kept.
+    Purge,
 }
 
 /// One message as a receive delivered it.

@@ -318,6 +318,7 @@ impl Client {
         let op = self.invoke(Call::Send {
             body: body.clone(),
             delay_s,
+            dedup_id: None,
         });
         let request = pb::SendMessageRequest {
             queue: QUEUE.to_owned(),
@@ -345,6 +346,7 @@ impl Client {
             ops.push(self.invoke(Call::Send {
                 body: body.clone(),
                 delay_s: None,
+                dedup_id: None,
             }));
             entries.push(pb::SendMessageBatchEntry {
                 id: format!("e{index}"),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use trireme_core::{Command, MessageId, Outcome, QueueAttributes, QueueName};
+use trireme_core::{Command, DedupId, MessageId, Outcome, QueueAttributes, QueueName};
 use trireme_node::backend::Backend;
 use trireme_node::clock::Clock;
 use trireme_node::cluster::Cluster;
@@ -77,9 +77,11 @@ impl Ticket {
 pub enum Request {
     /// `CreateQueue` of the run's queue, with the attributes every client asks for.
     CreateQueue,
+    /// A send; with a deduplication id, the send of spec/replication.md §4.
     Send {
         body: String,
         delay_s: u32,
+        dedup: Option<String>,
     },
     /// A batch of sends (`SendMessageBatch`): each entry's body and delay.
     SendBatch {
@@ -102,6 +104,8 @@ pub enum Request {
         ticket: Ticket,
         timeout_s: u32,
     },
+    /// `PurgeQueue` of the run's queue.
+    Purge,
     /// The member's local view of the queue: live records, visible now or not.
     Count,
     /// Every record the member's replica store holds (for the convergence check).
@@ -178,7 +182,11 @@ pub enum Answer {
 fn encode_request(request: &Request) -> String {
     match request {
         Request::CreateQueue => "create".to_owned(),
-        Request::Send { body, delay_s } => format!("send {delay_s} {body}"),
+        Request::Send {
+            body,
+            delay_s,
+            dedup,
+        } => format!("send {delay_s} {body} {}", dedup.as_deref().unwrap_or("-")),
         Request::SendBatch { entries } => {
             let mut line = "sendbatch".to_owned();
             for (body, delay_s) in entries {
@@ -203,6 +211,7 @@ fn encode_request(request: &Request) -> String {
         Request::ChangeVisibility { ticket, timeout_s } => {
             format!("visibility {} {timeout_s}", ticket.encode())
         }
+        Request::Purge => "purge".to_owned(),
         Request::Count => "count".to_owned(),
         Request::Records => "records".to_owned(),
     }
@@ -212,9 +221,10 @@ fn decode_request(line: &str) -> Option<Request> {
     let words: Vec<&str> = line.split_whitespace().collect();
     Some(match words.as_slice() {
         ["create"] => Request::CreateQueue,
-        ["send", delay_s, body] => Request::Send {
+        ["send", delay_s, body, dedup] => Request::Send {
             body: (*body).to_owned(),
             delay_s: delay_s.parse().ok()?,
+            dedup: (*dedup != "-").then(|| (*dedup).to_owned()),
         },
         ["sendbatch", entries @ ..] => Request::SendBatch {
             entries: entries
@@ -243,6 +253,7 @@ fn decode_request(line: &str) -> Option<Request> {
             ticket: Ticket::decode(ticket)?,
             timeout_s: timeout_s.parse().ok()?,
         },
+        ["purge"] => Request::Purge,
         ["count"] => Request::Count,
         ["records"] => Request::Records,
         _ => return None,
@@ -421,8 +432,19 @@ impl Front {
                     Err(answer) => answer,
                 }
             }
-            Request::Send { body, delay_s } => {
-                let result = self.command(self.send_command(body, delay_s)).await;
+            Request::Send {
+                body,
+                delay_s,
+                dedup,
+            } => {
+                let mut command = self.send_command(body, delay_s);
+                if let (Command::Send { dedup: slot, .. }, Some(dedup)) = (&mut command, dedup) {
+                    match DedupId::try_from(dedup.as_str()) {
+                        Ok(dedup) => *slot = Some(dedup),
+                        Err(_) => return refused("InvalidDeduplicationId"),
+                    }
+                }
+                let result = self.command(command).await;
                 sent(result)
             }
             Request::SendBatch { entries } => {
@@ -521,6 +543,11 @@ impl Front {
                     Err(answer) => answer,
                 }
             }
+            Request::Purge => match self.command(Command::PurgeQueue { name: queue() }).await {
+                Ok(Outcome::Done) => Answer::Done,
+                Ok(other) => unexpected(&other),
+                Err(answer) => answer,
+            },
             Request::Count => {
                 // The queue's incarnation and watermark as this member knows them (a settled
                 // read when its view is not fresh); no queue is no message.
@@ -701,6 +728,12 @@ mod tests {
             Request::Send {
                 body: "c1-s2-00ff".to_owned(),
                 delay_s: 3,
+                dedup: None,
+            },
+            Request::Send {
+                body: "c1-s3-00ff".to_owned(),
+                delay_s: 0,
+                dedup: Some("k7".to_owned()),
             },
             Request::Receive {
                 max: 10,
@@ -720,6 +753,7 @@ mod tests {
             Request::DeleteBatch {
                 tickets: vec![ticket.clone(), ticket.clone()],
             },
+            Request::Purge,
             Request::Count,
             Request::Records,
         ] {

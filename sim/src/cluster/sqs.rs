@@ -80,10 +80,17 @@ fn encode(host: &str, request: &Request) -> Option<(&'static str, Value)> {
                 "Attributes": { "VisibilityTimeout": QUEUE_VISIBILITY_S.to_string() },
             }),
         ),
-        Request::Send { body, delay_s } => (
-            "SendMessage",
-            json!({ "QueueUrl": url, "MessageBody": body, "DelaySeconds": delay_s }),
-        ),
+        Request::Send {
+            body,
+            delay_s,
+            dedup,
+        } => {
+            let mut send = json!({ "QueueUrl": url, "MessageBody": body, "DelaySeconds": delay_s });
+            if let Some(dedup) = dedup {
+                send["MessageDeduplicationId"] = json!(dedup);
+            }
+            ("SendMessage", send)
+        }
         Request::SendBatch { entries } => (
             "SendMessageBatch",
             json!({
@@ -139,6 +146,7 @@ fn encode(host: &str, request: &Request) -> Option<(&'static str, Value)> {
                 "VisibilityTimeout": timeout_s,
             }),
         ),
+        Request::Purge => ("PurgeQueue", json!({ "QueueUrl": url })),
         Request::Count | Request::Records => return None,
     })
 }
@@ -190,7 +198,7 @@ fn decode(request: &Request, body: &Value) -> Option<Answer> {
             )
         }
         Request::Delete { .. } => delete_ok(),
-        Request::ChangeVisibility { .. } => Answer::Done,
+        Request::ChangeVisibility { .. } | Request::Purge => Answer::Done,
         Request::SendBatch { entries } => batch(body, entries.len(), |entry| {
             Some(Answer::Sent {
                 message_id: format!("{:032x}", message_id(entry.get("MessageId")?.as_str()?)?),

@@ -1,7 +1,9 @@
-//! What a client host of the cluster does: sends, receives with visibility timeouts, deletes,
-//! visibility changes, messages abandoned to time out and be delivered again, late deletes
-//! with handles that may have been superseded, and now and then a crash of the client's
-//! process that forgets everything it holds; each call through a member drawn at random. Then,
+//! What a client host of the cluster does: creates the queue, sends (some in batches, some
+//! with deduplication ids), receives with visibility timeouts (some long polls), deletes (some
+//! in batches), visibility changes, messages abandoned to time out and be delivered again, late
+//! deletes with handles that may have been superseded, a purge in some runs, and now and then a
+//! crash of the client's process that forgets everything it holds; each call through a member
+//! drawn at random, by its SQS endpoint or its front. Then,
 //! once the harness has healed everything, a drain that receives and deletes until nothing
 //! comes for a while, and a count of what every member's view still holds.
 //!
@@ -42,6 +44,9 @@ const WAIT_S_MAX: u32 = 3;
 /// entries.
 const BATCH_SHARE: f64 = 0.25;
 const BATCH_ENTRIES_MAX: usize = 5;
+/// The share of single sends that carry a deduplication id, drawn from this many ids.
+const DEDUP_SHARE: f64 = 0.15;
+const DEDUP_IDS: u32 = 40;
 /// The share of a client's calls that go to a member's SQS endpoint instead of its front.
 const SQS_SHARE: f64 = 0.3;
 /// How long a client waits for a connection to a member.
@@ -113,6 +118,8 @@ struct Client {
     held: Vec<Held>,
     /// Handles kept past their timeout for a late delete, with when to use them.
     stale: Vec<(Held, u64)>,
+    /// When this client purges the run's queue, if it does (client 0 in half the seeds).
+    purge_at_ms: Option<u64>,
 }
 
 /// Runs one client: the random mix until the safety phase ends, then the drain.
@@ -129,6 +136,7 @@ pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
         next_seq: 1,
         held: Vec::new(),
         stale: Vec::new(),
+        purge_at_ms: purge_at_ms(setup.seed, setup.client, setup.phases.safety_end_ms),
     };
     client.create_queue().await;
     while sim_now_ms() < client.phases.safety_end_ms {
@@ -145,6 +153,15 @@ pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
         *setup.convergence.borrow_mut() = Some(found);
     }
     Ok(())
+}
+
+/// When client `client` purges the queue in a run of `seed`: client 0, in half the seeds, once,
+/// a third to two thirds into the safety phase (drawn apart from the clients' own streams, so
+/// the purge moves no other draw).
+fn purge_at_ms(seed: u64, client: u32, safety_end_ms: u64) -> Option<u64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7075_7267_6521);
+    (client == 0 && rng.random_bool(0.5))
+        .then(|| rng.random_range(safety_end_ms / 3..safety_end_ms * 2 / 3))
 }
 
 /// Compares every member's records: each record on each of its replicas (by the ring of
@@ -265,6 +282,11 @@ impl Client {
             self.history
                 .borrow_mut()
                 .fault(now, format!("client{} restarted", self.id));
+        } else if self.purge_at_ms.is_some_and(|at| at <= now) {
+            self.purge_at_ms = None;
+            let op = self.invoke(Call::Purge);
+            let result = self.call(&Request::Purge).await;
+            self.complete(op, settled(result));
         } else if self.stale.first().is_some_and(|(_, due)| *due <= now) {
             let (held, _) = self.stale.remove(0);
             self.delete(held).await;
@@ -363,6 +385,7 @@ impl Client {
                 self.invoke(Call::Send {
                     body: body.clone(),
                     delay_s: *delay_s,
+                    dedup_id: None,
                 })
             })
             .collect();
@@ -409,24 +432,41 @@ impl Client {
         }
     }
 
+    /// A send; some carry a deduplication id from a small pool every client draws from (so
+    /// two clients may send one id at once), and one of those whose outcome is unknown is sent
+    /// again at once, same body and id, as a client retries it (spec/replication.md §4).
     async fn send(&mut self) {
         let (body, delay_s) = self.next_message();
-        let op = self.invoke(Call::Send {
-            body: body.clone(),
-            delay_s,
-        });
-        let request = Request::Send {
-            body,
-            delay_s: delay_s.unwrap_or(0),
-        };
-        let outcome = match self.call(&request).await {
-            Ok(Answer::Sent { message_id }) => Outcome::Sent { message_id },
-            Ok(other) => Outcome::Unknown {
-                reason: format!("a send answered {other:?}"),
-            },
-            Err(outcome) => outcome,
-        };
-        self.complete(op, outcome);
+        let dedup_id = self
+            .rng
+            .random_bool(DEDUP_SHARE)
+            .then(|| format!("k{}", self.rng.random_range(0..DEDUP_IDS)));
+        let mut attempts = if dedup_id.is_some() { 2 } else { 1 };
+        while attempts > 0 {
+            attempts -= 1;
+            let op = self.invoke(Call::Send {
+                body: body.clone(),
+                delay_s,
+                dedup_id: dedup_id.clone(),
+            });
+            let request = Request::Send {
+                body: body.clone(),
+                delay_s: delay_s.unwrap_or(0),
+                dedup: dedup_id.clone(),
+            };
+            let outcome = match self.call(&request).await {
+                Ok(Answer::Sent { message_id }) => Outcome::Sent { message_id },
+                Ok(other) => Outcome::Unknown {
+                    reason: format!("a send answered {other:?}"),
+                },
+                Err(outcome) => outcome,
+            };
+            let unknown = matches!(outcome, Outcome::Unknown { .. });
+            self.complete(op, outcome);
+            if !unknown {
+                break;
+            }
+        }
     }
 
     /// A receive; `None` when it failed.
