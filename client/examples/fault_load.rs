@@ -503,13 +503,24 @@ async fn follow_script(shared: &Shared, run_max: Duration) -> (Vec<Phase>, &'sta
 
 /// The longest time in `[start, end]` without an entry of `times` (sorted).
 fn longest_gap(times: &[u64], start: u64, end: u64) -> u64 {
+    longest_gap_from(times, start, end).0
+}
+
+/// The longest time in `[start, end]` without an entry of `times` (sorted), and when it began
+/// (the first such gap when several are as long).
+fn longest_gap_from(times: &[u64], start: u64, end: u64) -> (u64, u64) {
     let mut previous = start;
-    let mut longest = 0;
+    let mut longest = (0, start);
     for &at in times.iter().filter(|&&at| at >= start && at <= end) {
-        longest = longest.max(at - previous);
+        if at - previous > longest.0 {
+            longest = (at - previous, previous);
+        }
         previous = at;
     }
-    longest.max(end.saturating_sub(previous))
+    if end.saturating_sub(previous) > longest.0 {
+        longest = (end - previous, previous);
+    }
+    longest
 }
 
 #[derive(Debug, Serialize)]
@@ -519,10 +530,15 @@ struct PhaseReport {
     sends_acked: usize,
     /// Longest time without an acknowledged send, cluster-wide.
     send_stall_ms: u64,
+    /// When that stall began, in seconds from the phase's start.
+    send_stall_from_s: f64,
     /// Longest time without an acknowledged delete, cluster-wide.
     delete_stall_ms: u64,
     /// Longest time one worker went without an answered call.
     worker_stall_ms: u64,
+    /// Which worker that was, and when its stall began (seconds from the phase's start).
+    worker_stall_of: String,
+    worker_stall_from_s: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -573,6 +589,14 @@ struct Report {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    // The client's own decisions (an endpoint marked down, a call moved on) on standard error
+    // when `TRIREME_LOG` asks for them, e.g. `TRIREME_LOG=trireme_client=debug`.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TRIREME_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if args.endpoints.is_empty() || args.rate == 0 || args.producers_per_node == 0 {
         bail!("need at least one endpoint, a rate above 0 and a producer per node");
     }
@@ -922,6 +946,17 @@ fn build_report(
         .map(|phase| {
             // Stalls are measured while the producers ran: after that, no send is expected.
             let end = phase.end_us.min(sending_ended_us);
+            // The longest, and the first worker's when several are as long.
+            let worker_stall = by_worker
+                .iter()
+                .enumerate()
+                .map(|(worker, times)| {
+                    let (gap, from) = longest_gap_from(times, phase.start_us, end);
+                    (gap, from, worker)
+                })
+                .fold((0, phase.start_us, 0), |longest, stall| {
+                    if stall.0 > longest.0 { stall } else { longest }
+                });
             PhaseReport {
                 name: phase.name.clone(),
                 seconds: (phase.end_us - phase.start_us) as f64 / 1e6,
@@ -930,13 +965,13 @@ fn build_report(
                     .filter(|&&at| at >= phase.start_us && at <= phase.end_us)
                     .count(),
                 send_stall_ms: longest_gap(&sends, phase.start_us, end) / 1000,
+                send_stall_from_s: (longest_gap_from(&sends, phase.start_us, end).1
+                    - phase.start_us) as f64
+                    / 1e6,
                 delete_stall_ms: longest_gap(&deletes, phase.start_us, end) / 1000,
-                worker_stall_ms: by_worker
-                    .iter()
-                    .map(|times| longest_gap(times, phase.start_us, end))
-                    .max()
-                    .unwrap_or(0)
-                    / 1000,
+                worker_stall_ms: worker_stall.0 / 1000,
+                worker_stall_of: workers[worker_stall.2].clone(),
+                worker_stall_from_s: (worker_stall.1 - phase.start_us) as f64 / 1e6,
             }
         })
         .collect();
@@ -1057,13 +1092,16 @@ fn print_report(report: &Report) {
     for phase in &report.phases {
         println!(
             "fault_load: phase {:<10} {:>6.1} s: {:>5} sends acknowledged; longest stall: sends \
-             {} ms, deletes {} ms, one worker {} ms",
+             {} ms (from {:.1} s), deletes {} ms, one worker {} ms ({} from {:.1} s)",
             phase.name,
             phase.seconds,
             phase.sends_acked,
             phase.send_stall_ms,
+            phase.send_stall_from_s,
             phase.delete_stall_ms,
-            phase.worker_stall_ms
+            phase.worker_stall_ms,
+            phase.worker_stall_of,
+            phase.worker_stall_from_s
         );
     }
     for node in &report.nodes {
@@ -1140,5 +1178,8 @@ mod tests {
         assert_eq!(longest_gap(&[], 10, 50), 40);
         assert_eq!(longest_gap(&[20, 25, 45], 10, 50), 20);
         assert_eq!(longest_gap(&[5, 12, 60], 10, 50), 38);
+        assert_eq!(longest_gap_from(&[20, 25, 45], 10, 50), (20, 25));
+        assert_eq!(longest_gap_from(&[5, 12, 60], 10, 50), (38, 12));
+        assert_eq!(longest_gap_from(&[], 10, 50), (40, 10));
     }
 }

@@ -197,8 +197,8 @@ impl Member {
                     .min(operation_timeout),
                 // A call outliving its operation only holds a slot of the link.
                 call_timeout: operation_timeout,
-                keepalive_interval: Duration::from_secs(limits::grpc_keepalive_interval_s),
-                keepalive_timeout: Duration::from_secs(limits::grpc_keepalive_timeout_s),
+                keepalive_interval: Duration::from_millis(limits::peer_keepalive_interval_ms),
+                keepalive_timeout: Duration::from_millis(limits::peer_keepalive_timeout_ms),
             },
             horizon_ms: limits::horizon_ms,
             dedup_window_ms: trireme_core::limits::dedup_window_ms,

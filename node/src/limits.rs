@@ -117,6 +117,15 @@ pub const operation_timeout_ms_max: u64 = 600_000;
 /// Connecting to a peer's replica service; a dead peer costs a request at most this (or the
 /// operation's own deadline, whichever is first).
 pub const peer_connect_timeout_ms: u64 = 1_000;
+/// A peer link pings its connection after this long without a frame from the peer: every
+/// quorum with a member down needs the link between the other two, so a connection that went
+/// silent without closing (a healed partition's retransmission backoff, a peer's new address)
+/// must be found in seconds, not at the public API's 20 s (spec/replication.md, *A link that
+/// goes silent is closed within two seconds*).
+pub const peer_keepalive_interval_ms: u64 = 1_000;
+/// How long that ping may go unanswered before the link closes the connection; the next call
+/// connects anew.
+pub const peer_keepalive_timeout_ms: u64 = 1_000;
 /// TLS handshakes in progress at once on the peer port; beyond, the node accepts no more
 /// connections until one finishes (the kernel's backlog holds them).
 pub const peer_tls_handshakes_max: usize = 64;

@@ -10,6 +10,7 @@ mod cluster_disk;
 mod cluster_edges;
 mod cluster_faults;
 mod cluster_large;
+mod cluster_links;
 mod cluster_long_poll;
 mod cluster_move_tasks;
 mod cluster_names;

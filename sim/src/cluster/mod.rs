@@ -66,12 +66,13 @@ const TICK_MS: u64 = 2;
 pub const SAFETY_MS_DEFAULT: u64 = 30_000;
 /// How long a coordinator waits for a quorum.
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(2_000);
-/// The peer links' timeouts: a dead connection is noticed within about a second.
+/// The peer links' timeouts: shorter than a node's for the calls (the operations are too), and
+/// the node's own keepalive, so a silent connection is closed as in production.
 const LINK: LinkSettings = LinkSettings {
     connect_timeout: Duration::from_millis(500),
     call_timeout: Duration::from_millis(1_500),
-    keepalive_interval: Duration::from_millis(1_000),
-    keepalive_timeout: Duration::from_millis(1_000),
+    keepalive_interval: Duration::from_millis(trireme_node::limits::peer_keepalive_interval_ms),
+    keepalive_timeout: Duration::from_millis(trireme_node::limits::peer_keepalive_timeout_ms),
 };
 /// Anti-entropy's period in a run: several passes fit between the heal and the drain's end.
 const ANTI_ENTROPY_PERIOD: Duration = Duration::from_secs(3);
