@@ -437,9 +437,18 @@ impl Error {
                 address: address.to_owned(),
                 after: Duration::ZERO,
             },
-            Code::Cancelled if status.metadata().is_empty() => Self::Timeout {
+            Code::Cancelled if status.metadata().is_empty() && is_local_timeout(status) => {
+                Self::Timeout {
+                    address: address.to_owned(),
+                    after: Duration::ZERO,
+                }
+            }
+            // Any other CANCELLED without response headers is the node (or a proxy before it)
+            // resetting the stream, as a node that is shutting down does with the calls it
+            // drops: the node is going away, it did not time out.
+            Code::Cancelled if status.metadata().is_empty() => Self::Unavailable {
                 address: address.to_owned(),
-                after: Duration::ZERO,
+                message,
             },
             Code::Unauthenticated => Self::Unauthenticated {
                 address: address.to_owned(),
@@ -452,6 +461,12 @@ impl Error {
             },
         }
     }
+}
+
+/// Whether a CANCELLED status is tonic's report of the channel's own request timeout
+/// (`TimeoutExpired`, whose text is "Timeout expired"), not a stream the node reset.
+fn is_local_timeout(status: &Status) -> bool {
+    status.message() == "Timeout expired"
 }
 
 /// The value of the ASCII metadata entry `key`, when the status has a readable one.
@@ -889,6 +904,21 @@ mod tests {
             map(Code::DeadlineExceeded, ""),
             Error::Timeout { .. }
         ));
+        // tonic's own request timeout, and a stream the node reset while it shut down.
+        assert!(matches!(
+            map(Code::Cancelled, "Timeout expired"),
+            Error::Timeout { .. }
+        ));
+        match map(
+            Code::Cancelled,
+            "h2 protocol error: stream error received: operation was canceled",
+        ) {
+            Error::Unavailable { address, message } => {
+                assert_eq!(address, "http://n1:7100");
+                assert!(message.contains("canceled"), "{message}");
+            }
+            other => panic!("a reset stream is no timeout: {other:?}"),
+        }
         assert!(matches!(
             map(Code::Internal, "boom"),
             Error::Server {
