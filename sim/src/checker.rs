@@ -84,6 +84,9 @@ pub enum Violation {
         purged_at_ms: u64,
         delivered_at_ms: u64,
     },
+    /// Q5 (spec/replication.md §1 and §11): a call on the run's queue begun after a create of
+    /// it was acknowledged was refused as if the queue did not exist (nothing deletes it).
+    QueueMissing { invoked_at_ms: u64, code: String },
     /// D2 (spec/replication.md §4): the sends with one deduplication id were answered with, or
     /// their bodies delivered under, more than one message id.
     DedupTwoMessages {
@@ -239,6 +242,7 @@ pub fn check(history: &History) -> Vec<Violation> {
         &mut violations,
     );
     check_dedup(ops, &mut violations);
+    check_queue_found(ops, skew, &mut violations);
     let purges = purges(history);
     check_lost(
         history,
@@ -379,6 +383,36 @@ fn check_visibility(
                     });
                 }
             }
+        }
+    }
+}
+
+/// The refusals that say the queue does not exist: the core's (the cluster's front) and the SQS
+/// endpoint's.
+const QUEUE_MISSING_CODES: [&str; 2] = ["QueueNotFound", "QueueDoesNotExist"];
+
+/// Q5: once a create of the run's queue is acknowledged, no call begun later is refused for a
+/// missing queue (the run never deletes it).
+fn check_queue_found(ops: &[Op], skew: u64, violations: &mut BTreeSet<Violation>) {
+    let Some(created_at_ms) = ops
+        .iter()
+        .filter(|op| matches!(op.call, Call::CreateQueue) && op.outcome().acknowledged())
+        .map(Op::completed_at_ms)
+        .min()
+    else {
+        return;
+    };
+    for op in ops {
+        if matches!(op.call, Call::RaceQueue { .. }) || op.invoked_at_ms <= created_at_ms + skew {
+            continue;
+        }
+        if let Outcome::Refused { code } = op.outcome()
+            && QUEUE_MISSING_CODES.contains(&code.as_str())
+        {
+            violations.insert(Violation::QueueMissing {
+                invoked_at_ms: op.invoked_at_ms,
+                code,
+            });
         }
     }
 }
@@ -1145,6 +1179,39 @@ mod tests {
             vec![Violation::DedupTwoMessages {
                 dedup_id: "k".to_owned(),
                 message_ids: vec!["m1".to_owned(), "m2".to_owned()],
+            }]
+        );
+    }
+
+    #[test]
+    fn a_call_refused_for_a_missing_queue_after_its_create_is_caught() {
+        let mut s = Script::new();
+        s.op(0, Call::CreateQueue, 0, 10, Outcome::Ok);
+        s.op(
+            1,
+            Call::Stats,
+            5,
+            6,
+            Outcome::Refused {
+                code: "QueueNotFound".to_owned(),
+            },
+        );
+        s.drained(1_000);
+        assert_eq!(s.check(), vec![]);
+        s.op(
+            1,
+            Call::Stats,
+            20,
+            21,
+            Outcome::Refused {
+                code: "QueueDoesNotExist".to_owned(),
+            },
+        );
+        assert_eq!(
+            s.check(),
+            vec![Violation::QueueMissing {
+                invoked_at_ms: 20,
+                code: "QueueDoesNotExist".to_owned()
             }]
         );
     }

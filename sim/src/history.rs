@@ -40,6 +40,9 @@ pub enum Call {
     },
     /// `GetQueue`, for the queue's counts after the drain.
     Stats,
+    /// `CreateQueue` (`create`) or `DeleteQueue` of a queue apart from the run's, raced
+    /// through two members (spec/replication.md §1); no rule reads it but the queue's own.
+    RaceQueue { queue: String, create: bool },
     /// `PurgeQueue` of the run's queue (spec/replication.md §2): a message sent before its
     /// answer may vanish; one sent after it is kept.
     Purge,

@@ -37,6 +37,8 @@ use crate::history::fnv1a;
 pub const FRONT_PORT: u16 = 7300;
 /// The one queue of the run, created by the clients through the edge before anything else.
 pub const QUEUE: &str = "sim-queue";
+/// The queue whose creates and deletes race through two members, apart from the run's.
+pub const RACE_QUEUE: &str = "sim-race";
 /// The receipt handles' key, the same on every member (the cluster secret's part).
 pub const HANDLE_KEY: &[u8] = b"trireme-sim-cluster-handle-key-0";
 /// Longest request or answer line; a longer one is a broken peer.
@@ -106,6 +108,10 @@ pub enum Request {
     },
     /// `PurgeQueue` of the run's queue.
     Purge,
+    /// `CreateQueue` (`create`) or `DeleteQueue` of [`RACE_QUEUE`].
+    RaceQueue {
+        create: bool,
+    },
     /// The member's local view of the queue: live records, visible now or not.
     Count,
     /// Every record the member's replica store holds (for the convergence check).
@@ -212,6 +218,7 @@ fn encode_request(request: &Request) -> String {
             format!("visibility {} {timeout_s}", ticket.encode())
         }
         Request::Purge => "purge".to_owned(),
+        Request::RaceQueue { create } => format!("race {create}"),
         Request::Count => "count".to_owned(),
         Request::Records => "records".to_owned(),
     }
@@ -254,6 +261,9 @@ fn decode_request(line: &str) -> Option<Request> {
             timeout_s: timeout_s.parse().ok()?,
         },
         ["purge"] => Request::Purge,
+        ["race", create] => Request::RaceQueue {
+            create: create.parse().ok()?,
+        },
         ["count"] => Request::Count,
         ["records"] => Request::Records,
         _ => return None,
@@ -543,6 +553,23 @@ impl Front {
                     Err(answer) => answer,
                 }
             }
+            Request::RaceQueue { create } => {
+                let name = QueueName::try_from(RACE_QUEUE.to_owned()).expect("a valid queue name");
+                let command = if create {
+                    Command::CreateQueue {
+                        name,
+                        attributes: QueueAttributes::default(),
+                        tags: BTreeMap::new(),
+                    }
+                } else {
+                    Command::DeleteQueue { name }
+                };
+                match self.command(command).await {
+                    Ok(Outcome::QueueCreated { .. } | Outcome::Done) => Answer::Done,
+                    Ok(other) => unexpected(&other),
+                    Err(answer) => answer,
+                }
+            }
             Request::Purge => match self.command(Command::PurgeQueue { name: queue() }).await {
                 Ok(Outcome::Done) => Answer::Done,
                 Ok(other) => unexpected(&other),
@@ -754,6 +781,7 @@ mod tests {
                 tickets: vec![ticket.clone(), ticket.clone()],
             },
             Request::Purge,
+            Request::RaceQueue { create: true },
             Request::Count,
             Request::Records,
         ] {

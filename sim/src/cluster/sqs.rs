@@ -18,7 +18,7 @@ use trireme_node::sqs::{SqsSettings, router};
 use trireme_node::trace::TraceIds;
 use turmoil::net::{TcpListener, TcpStream};
 
-use super::front::{Answer, Failure, Got, QUEUE, Request, Ticket};
+use super::front::{Answer, Failure, Got, QUEUE, RACE_QUEUE, Request, Ticket};
 use super::workload::QUEUE_VISIBILITY_S;
 
 /// The port every member serves the SQS endpoint on.
@@ -147,6 +147,11 @@ fn encode(host: &str, request: &Request) -> Option<(&'static str, Value)> {
             }),
         ),
         Request::Purge => ("PurgeQueue", json!({ "QueueUrl": url })),
+        Request::RaceQueue { create: true } => ("CreateQueue", json!({ "QueueName": RACE_QUEUE })),
+        Request::RaceQueue { create: false } => (
+            "DeleteQueue",
+            json!({ "QueueUrl": format!("http://{host}:{SQS_PORT}/{ACCOUNT}/{RACE_QUEUE}") }),
+        ),
         Request::Count | Request::Records => return None,
     })
 }
@@ -162,10 +167,11 @@ fn message_id(text: &str) -> Option<u128> {
 /// The answer a 200 response to `request` gives, `None` when it does not read as one.
 fn decode(request: &Request, body: &Value) -> Option<Answer> {
     Some(match request {
-        Request::CreateQueue => {
+        Request::CreateQueue | Request::RaceQueue { create: true } => {
             body.get("QueueUrl")?.as_str()?;
             Answer::Done
         }
+        Request::RaceQueue { create: false } => Answer::Done,
         Request::Send { .. } => Answer::Sent {
             message_id: format!("{:032x}", message_id(body.get("MessageId")?.as_str()?)?),
         },

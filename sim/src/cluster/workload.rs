@@ -120,6 +120,8 @@ struct Client {
     stale: Vec<(Held, u64)>,
     /// When this client purges the run's queue, if it does (client 0 in half the seeds).
     purge_at_ms: Option<u64>,
+    /// When this client races a create and a delete of the race queue (client 1).
+    race_at_ms: Vec<u64>,
 }
 
 /// Runs one client: the random mix until the safety phase ends, then the drain.
@@ -137,6 +139,7 @@ pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
         held: Vec::new(),
         stale: Vec::new(),
         purge_at_ms: purge_at_ms(setup.seed, setup.client, setup.phases.safety_end_ms),
+        race_at_ms: race_at_ms(setup.seed, setup.client, setup.phases.safety_end_ms),
     };
     client.create_queue().await;
     while sim_now_ms() < client.phases.safety_end_ms {
@@ -162,6 +165,20 @@ fn purge_at_ms(seed: u64, client: u32, safety_end_ms: u64) -> Option<u64> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7075_7267_6521);
     (client == 0 && rng.random_bool(0.5))
         .then(|| rng.random_range(safety_end_ms / 3..safety_end_ms * 2 / 3))
+}
+
+/// When client `client` races creates and deletes of the race queue: client 1, four times in
+/// the safety phase (drawn apart from the clients' own streams).
+fn race_at_ms(seed: u64, client: u32, safety_end_ms: u64) -> Vec<u64> {
+    if client != 1 {
+        return Vec::new();
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7261_6365);
+    let mut at: Vec<u64> = (0..4)
+        .map(|_| rng.random_range(1_000..safety_end_ms.max(1_001)))
+        .collect();
+    at.sort_unstable();
+    at
 }
 
 /// Compares every member's records: each record on each of its replicas (by the ring of
@@ -287,6 +304,9 @@ impl Client {
             let op = self.invoke(Call::Purge);
             let result = self.call(&Request::Purge).await;
             self.complete(op, settled(result));
+        } else if self.race_at_ms.first().is_some_and(|at| *at <= now) {
+            self.race_at_ms.remove(0);
+            self.race_queue().await;
         } else if self.stale.first().is_some_and(|(_, due)| *due <= now) {
             let (held, _) = self.stale.remove(0);
             self.delete(held).await;
@@ -430,6 +450,37 @@ impl Client {
         for (op, outcome) in ops.into_iter().zip(outcomes) {
             self.complete(op, outcome);
         }
+    }
+
+    /// A create and a delete of the race queue at once, through two different members (spec/
+    /// replication.md §1: the name's record decides between them), each an op of the history.
+    async fn race_queue(&mut self) {
+        let first = self.rng.random_range(1..=self.members);
+        let second = first % self.members + 1;
+        let via_sqs = (
+            self.rng.random_bool(SQS_SHARE),
+            self.rng.random_bool(SQS_SHARE),
+        );
+        let queue = front::RACE_QUEUE.to_owned();
+        let create = self.invoke(Call::RaceQueue {
+            queue: queue.clone(),
+            create: true,
+        });
+        let delete = self.invoke(Call::RaceQueue {
+            queue,
+            create: false,
+        });
+        let (first, second) = (member_host(first), member_host(second));
+        let (create_request, delete_request) = (
+            Request::RaceQueue { create: true },
+            Request::RaceQueue { create: false },
+        );
+        let (created, deleted) = tokio::join!(
+            self.call_member(&first, &create_request, via_sqs.0),
+            self.call_member(&second, &delete_request, via_sqs.1),
+        );
+        self.complete(create, settled(created));
+        self.complete(delete, settled(deleted));
     }
 
     /// A send; some carry a deduplication id from a small pool every client draws from (so
