@@ -2,8 +2,12 @@
 //! how many crashes, whether every member crashes at once, whether a disk is lost and replaced;
 //! node isolations, one of them past the tombstone horizon, cuts between members, slow links;
 //! how the disks behave and how often their syncs fail; how far the members' clocks are apart;
-//! how slow the network is), then each fault's place in the safety phase. Nothing here touches
-//! the simulation: the harness applies the plan.
+//! how slow the network is; one-way cuts and held links between members, and a member paused
+//! past the visibility timeout), then each fault's place in the safety phase. Nothing here
+//! touches the simulation: the harness applies the plan.
+//!
+//! The faults added after the first mix (one-way cuts, holds, the pause) are drawn from a
+//! second random source of the seed, so a seed that draws none of them keeps its old plan.
 //!
 //! This module must never draw from anything but the seed.
 
@@ -21,8 +25,21 @@ pub const MEMBERS_MAX: u16 = 5;
 pub const HORIZON_MS: u64 = 10_000;
 /// The farthest a clock is off in a run beyond the bound, ms.
 const FAR_MS_MAX: i64 = 4_000;
-/// How long a member is kept away when it is kept away past the horizon: longer than it.
-const LONG_ISOLATION_MS: std::ops::RangeInclusive<u64> = 11_000..=14_000;
+/// Collection's period in a run (`cluster::COLLECTION_PERIOD`): a tombstone is confirmed within
+/// one period of its delete and dropped within one period of its horizon.
+pub const COLLECTION_PERIOD_MS: u64 = 2_000;
+/// How long a member is kept away when it is kept away past the horizon: longer than the
+/// horizon plus two collection periods, so that a tombstone written just after it left can be
+/// confirmed, wait out the horizon and be dropped on the others before it returns. Collection
+/// must wait for it (it reads all three replicas); one that did not would drop a tombstone while
+/// the member still holds the live copy it missed the delete of, and the member would bring it
+/// back (planted bug `CollectedAfterTwo`).
+const LONG_ISOLATION_MS: std::ops::RangeInclusive<u64> =
+    HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 1_000..=HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 6_000;
+/// How long a paused member is held: past every visibility timeout of the workload
+/// (`workload::VISIBILITY_S_MAX`, 6 s), so what it coordinated before the pause has timed out
+/// when its held requests and replies arrive.
+pub const PAUSE_MS: std::ops::RangeInclusive<u64> = 7_000..=10_000;
 
 /// How the members' clocks relate (spec/replication.md, *Time* and *Clock monitoring*).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +98,15 @@ pub struct Mix {
     /// Whether turmoil polls hosts in a random order each step.
     pub random_order: bool,
     pub clocks: Clocks,
+    /// Links between two members cut in one direction only for a while: the first member's
+    /// messages to the second are dropped, the second's reach the first.
+    pub one_way_cuts: u32,
+    /// Links between two members held for a while and then released: everything sent meanwhile
+    /// arrives at once, after what other links carried since (reordering).
+    pub holds: u32,
+    /// Whether one member is paused (every link of it held) for longer than the visibility
+    /// timeout, and then resumes: what it sent and what was sent to it arrives late.
+    pub pause: bool,
 }
 
 impl Mix {
@@ -133,6 +159,19 @@ pub enum Action {
     SlowLink(u16, u16, u64),
     /// Give that link the normal latency again.
     NormalLink(u16, u16),
+    /// Drop what the first member sends to the second (the other direction still carries).
+    CutOneWay(u16, u16),
+    /// Undo a one-way cut.
+    MendOneWay(u16, u16),
+    /// Hold everything between two members.
+    Hold(u16, u16),
+    /// Deliver what the link held, and carry again.
+    Release(u16, u16),
+    /// Hold everything between the member and every other host: it is paused as a process
+    /// stopped by its operating system would be.
+    Pause(u16),
+    /// Undo a pause: what was held arrives.
+    Resume(u16),
     /// Set the member's clock to this offset from true time, ms (a step of the wall clock).
     StepClock(u16, i64),
     /// End of the safety phase: every link healthy, every member running, syncs succeed.
@@ -192,8 +231,10 @@ fn draw_clocks(rng: &mut ChaCha8Rng, members: u16) -> Clocks {
 /// Draws the plan of `seed` for a safety phase of `safety_ms`.
 #[must_use]
 pub fn plan(seed: u64, safety_ms: u64) -> Plan {
-    assert!(safety_ms >= 20_000, "faults need room in the safety phase");
+    assert!(safety_ms >= 25_000, "faults need room in the safety phase");
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc105_7e25);
+    // The faults added later draw from their own source: the first one's draws stay as they were.
+    let mut more = ChaCha8Rng::seed_from_u64(seed ^ 0x0e7a_f17d);
     let members = if rng.random_bool(1.0 / 3.0) { 5 } else { 3 };
     let mix = Mix {
         members,
@@ -211,6 +252,9 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
         sync_failure_rate: [0.0, 0.0, 0.0, 0.005, 0.02][rng.random_range(0..5)],
         random_order: rng.random_bool(0.5),
         clocks: draw_clocks(&mut rng, members),
+        one_way_cuts: more.random_range(0..=2),
+        holds: more.random_range(0..=2),
+        pause: more.random_bool(0.2),
     };
     let member = |rng: &mut ChaCha8Rng| rng.random_range(1..=members);
     let mut actions = Vec::new();
@@ -243,6 +287,18 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
                 };
                 actions.push((at, crash));
                 actions.push((at + down_ms, Action::Restart(who)));
+                if matches!(down, Down::Disk) {
+                    // Another member is cut from its peers around the loss, so it misses what the
+                    // lost disk and the third member acknowledged, and is back before anti-entropy
+                    // could have refilled the new disk: only the wait and the rebuild keep the new
+                    // disk from voting beside it with neither holding those writes (planted bug
+                    // `EmptyReplacementVotes`).
+                    let behind = (who + more.random_range(0..members - 1)) % members + 1;
+                    let from = at.saturating_sub(more.random_range(500..=3_000));
+                    let to = at + down_ms + more.random_range(300..=2_000);
+                    actions.push((from, Action::CutPeers(behind)));
+                    actions.push((to, Action::MendPeers(behind)));
+                }
             }
             Down::All => {
                 actions.push((at, Action::CrashAll));
@@ -308,6 +364,33 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
         actions.push((at, Action::StepClock(who, to)));
         actions.push((at + length_ms, Action::StepClock(who, was)));
     }
+    // Two distinct members: the first drawn, the second another one.
+    let pair = |rng: &mut ChaCha8Rng| {
+        let a = rng.random_range(1..=members);
+        let b = (a + rng.random_range(0..members - 1)) % members + 1;
+        (a, b)
+    };
+    for _ in 0..mix.one_way_cuts {
+        let (from, to) = pair(&mut more);
+        let at = more.random_range(500..safety_ms - 1_000);
+        let length_ms = more.random_range(300..=6_000);
+        actions.push((at, Action::CutOneWay(from, to)));
+        actions.push((at + length_ms, Action::MendOneWay(from, to)));
+    }
+    for _ in 0..mix.holds {
+        let (a, b) = pair(&mut more);
+        let at = more.random_range(500..safety_ms - 1_000);
+        let length_ms = more.random_range(200..=3_000);
+        actions.push((at, Action::Hold(a, b)));
+        actions.push((at + length_ms, Action::Release(a, b)));
+    }
+    if mix.pause {
+        let who = more.random_range(1..=members);
+        let length_ms = more.random_range(PAUSE_MS);
+        let at = more.random_range(500..safety_ms - length_ms - 500);
+        actions.push((at, Action::Pause(who)));
+        actions.push((at + length_ms, Action::Resume(who)));
+    }
     actions.retain(|(at, _)| *at < safety_ms);
     actions.push((safety_ms, Action::Heal));
     // Stable: actions at the same time keep their drawing order.
@@ -342,6 +425,9 @@ mod tests {
         assert!(has(|a| matches!(a, Action::CrashAll)));
         assert!(has(|a| matches!(a, Action::LoseDisk(_))));
         assert!(has(|a| matches!(a, Action::StepClock(..))));
+        assert!(has(|a| matches!(a, Action::CutOneWay(..))));
+        assert!(has(|a| matches!(a, Action::Hold(..))));
+        assert!(has(|a| matches!(a, Action::Pause(_))));
         for p in &plans {
             assert_eq!(p.actions.last(), Some(&(30_000, Action::Heal)));
             assert!(p.actions.windows(2).all(|w| w[0].0 <= w[1].0));
@@ -372,8 +458,15 @@ mod tests {
                         assert_eq!(down, Some(0));
                         down = None;
                     }
-                    Action::Isolate(m) | Action::CutPeers(m) | Action::StepClock(m, _) => {
+                    Action::Isolate(m)
+                    | Action::CutPeers(m)
+                    | Action::StepClock(m, _)
+                    | Action::Pause(m) => {
                         assert!((1..=p.mix.members).contains(m));
+                    }
+                    Action::CutOneWay(a, b) | Action::Hold(a, b) => {
+                        assert!(a != b && (1..=p.mix.members).contains(a));
+                        assert!((1..=p.mix.members).contains(b));
                     }
                     _ => {}
                 }

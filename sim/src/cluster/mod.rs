@@ -78,7 +78,9 @@ const LINK: LinkSettings = LinkSettings {
 const ANTI_ENTROPY_PERIOD: Duration = Duration::from_secs(3);
 /// Collection's period in a run: a tombstone waits out the horizon (`HORIZON_MS`) and is
 /// dropped within the run.
-const COLLECTION_PERIOD: Duration = Duration::from_secs(2);
+const COLLECTION_PERIOD: Duration = Duration::from_millis(faults::COLLECTION_PERIOD_MS);
+// A pause outlasts every visibility timeout the workload asks for.
+const _: () = assert!(*faults::PAUSE_MS.start() > VISIBILITY_S_MAX as u64 * 1_000);
 /// How often a member looks whether its store failed.
 const STORE_WATCH: Duration = Duration::from_millis(100);
 /// How long a member whose store failed stays down before the harness starts it again.
@@ -345,14 +347,52 @@ fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
     });
 }
 
-/// Which pairs of hosts the plan has cut, with how many faults cut each (an isolation and a
-/// peer cut may overlap).
-#[derive(Debug, Default)]
-struct Cuts {
-    pairs: BTreeMap<(String, String), u32>,
+/// What the plan's faults do to one link (a pair of hosts) at the moment: several faults may
+/// overlap on one link (an isolation and a peer cut, a pause and a hold).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Faulted {
+    /// Faults dropping everything both ways.
+    cuts: u32,
+    /// Faults dropping what the pair's first host sends to its second, and the reverse.
+    one_way: [u32; 2],
+    /// Faults holding everything both ways.
+    holds: u32,
 }
 
-impl Cuts {
+/// The state of a link in turmoil. One at a time: turmoil does not combine one-way cuts with
+/// holds, a cut drops what a hold kept, and a repair leaves held messages held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LinkState {
+    Healthy,
+    Cut,
+    /// Which directions are cut: first to second, second to first.
+    OneWay([bool; 2]),
+    Held,
+}
+
+impl Faulted {
+    /// A cut wins over a one-way cut, which wins over a hold.
+    fn state(self) -> LinkState {
+        if self.cuts > 0 {
+            LinkState::Cut
+        } else if self.one_way != [0, 0] {
+            LinkState::OneWay([self.one_way[0] > 0, self.one_way[1] > 0])
+        } else if self.holds > 0 {
+            LinkState::Held
+        } else {
+            LinkState::Healthy
+        }
+    }
+}
+
+/// The links the plan has faulted, by pair of hosts (in name order), and what turmoil was told.
+#[derive(Debug, Default)]
+struct Links {
+    faulted: BTreeMap<(String, String), Faulted>,
+    applied: BTreeMap<(String, String), LinkState>,
+}
+
+impl Links {
     fn pair(a: &str, b: &str) -> (String, String) {
         if a <= b {
             (a.to_owned(), b.to_owned())
@@ -361,27 +401,114 @@ impl Cuts {
         }
     }
 
-    fn cut(&mut self, sim: &mut turmoil::Sim<'_>, a: &str, b: &str) {
-        let count = self.pairs.entry(Cuts::pair(a, b)).or_default();
-        *count += 1;
-        if *count == 1 {
-            sim.partition(a, b);
+    /// Changes what faults hold `a`–`b` and tells turmoil the link's new state.
+    fn change(
+        &mut self,
+        sim: &mut turmoil::Sim<'_>,
+        a: &str,
+        b: &str,
+        change: impl FnOnce(&mut Faulted, bool),
+    ) {
+        let key = Links::pair(a, b);
+        let faulted = self.faulted.entry(key.clone()).or_default();
+        change(faulted, a <= b);
+        let want = faulted.state();
+        if want == LinkState::Healthy {
+            self.faulted.remove(&key);
         }
+        self.set(sim, &key, want);
+    }
+
+    fn set(&mut self, sim: &mut turmoil::Sim<'_>, key: &(String, String), want: LinkState) {
+        let (a, b) = (key.0.as_str(), key.1.as_str());
+        let was = self.applied.get(key).copied().unwrap_or(LinkState::Healthy);
+        if was == want {
+            return;
+        }
+        match was {
+            LinkState::Healthy => {}
+            // Delivers what was held, now.
+            LinkState::Held => sim.release(a, b),
+            LinkState::Cut | LinkState::OneWay(_) => sim.repair(a, b),
+        }
+        match want {
+            LinkState::Healthy => {}
+            LinkState::Cut => sim.partition(a, b),
+            LinkState::OneWay([forth, back]) => {
+                if forth {
+                    sim.partition_oneway(a, b);
+                }
+                if back {
+                    sim.partition_oneway(b, a);
+                }
+            }
+            LinkState::Held => sim.hold(a, b),
+        }
+        if want == LinkState::Healthy {
+            self.applied.remove(key);
+        } else {
+            self.applied.insert(key.clone(), want);
+        }
+    }
+
+    fn cut(&mut self, sim: &mut turmoil::Sim<'_>, a: &str, b: &str) {
+        self.change(sim, a, b, |f, _| f.cuts += 1);
     }
 
     fn mend(&mut self, sim: &mut turmoil::Sim<'_>, a: &str, b: &str) {
-        let key = Cuts::pair(a, b);
-        if let Some(count) = self.pairs.get_mut(&key) {
-            *count -= 1;
-            if *count == 0 {
-                self.pairs.remove(&key);
-                sim.repair(a, b);
-            }
-        }
+        self.change(sim, a, b, |f, _| f.cuts = f.cuts.saturating_sub(1));
+    }
+
+    /// Cuts what `from` sends to `to` (`cut`), or undoes one such cut.
+    fn one_way(&mut self, sim: &mut turmoil::Sim<'_>, from: &str, to: &str, cut: bool) {
+        self.change(sim, from, to, |f, forth| {
+            let direction = &mut f.one_way[usize::from(!forth)];
+            *direction = if cut {
+                *direction + 1
+            } else {
+                direction.saturating_sub(1)
+            };
+        });
+    }
+
+    fn hold(&mut self, sim: &mut turmoil::Sim<'_>, a: &str, b: &str, hold: bool) {
+        self.change(sim, a, b, |f, _| {
+            f.holds = if hold {
+                f.holds + 1
+            } else {
+                f.holds.saturating_sub(1)
+            };
+        });
     }
 
     fn is_cut(&self, a: &str, b: &str) -> bool {
-        self.pairs.contains_key(&Cuts::pair(a, b))
+        self.applied.get(&Links::pair(a, b)) == Some(&LinkState::Cut)
+    }
+
+    /// Cuts `a`–`b` for a moment (around a crash) whatever its faults; `restore` undoes it.
+    fn cut_for_crash(&mut self, sim: &mut turmoil::Sim<'_>, a: &str, b: &str) {
+        let key = Links::pair(a, b);
+        self.set(sim, &key, LinkState::Cut);
+    }
+
+    /// Gives `a`–`b` the state its faults ask for again, after [`Links::cut_for_crash`]: what a
+    /// hold kept before the crash is gone with the crash.
+    fn restore(&mut self, sim: &mut turmoil::Sim<'_>, a: &str, b: &str) {
+        let key = Links::pair(a, b);
+        let want = self
+            .faulted
+            .get(&key)
+            .map_or(LinkState::Healthy, |f| f.state());
+        self.set(sim, &key, want);
+    }
+
+    /// Every link healthy, what was held delivered.
+    fn heal(&mut self, sim: &mut turmoil::Sim<'_>) {
+        self.faulted.clear();
+        let keys: Vec<(String, String)> = self.applied.keys().cloned().collect();
+        for key in keys {
+            self.set(sim, &key, LinkState::Healthy);
+        }
     }
 }
 
@@ -397,7 +524,7 @@ struct World<'a> {
     up: BTreeMap<u16, bool>,
     /// Members that exited, and when the harness starts them again.
     restart_at: BTreeMap<u16, u64>,
-    cuts: Cuts,
+    links: Links,
     history: &'a Rc<RefCell<History>>,
 }
 
@@ -414,16 +541,16 @@ impl World<'_> {
         let healthy: Vec<String> = self
             .hosts
             .iter()
-            .filter(|host| **host != me && !self.cuts.is_cut(host, &me))
+            .filter(|host| **host != me && !self.links.is_cut(host, &me))
             .cloned()
             .collect();
         for host in &healthy {
-            sim.partition(host.as_str(), me.as_str());
+            self.links.cut_for_crash(sim, host, &me);
         }
         self.powers[&node].cut();
         sim.crash(me.as_str());
         for host in &healthy {
-            sim.repair(host.as_str(), me.as_str());
+            self.links.restore(sim, host, &me);
         }
         self.up.insert(node, false);
         self.exited[&node].set(false);
@@ -488,13 +615,30 @@ impl World<'_> {
             Action::Isolate(node) | Action::CutPeers(node) => {
                 let me = member_host(*node);
                 for host in self.others(*node, matches!(action, Action::CutPeers(_))) {
-                    self.cuts.cut(sim, &me, &host);
+                    self.links.cut(sim, &me, &host);
                 }
             }
             Action::Rejoin(node) | Action::MendPeers(node) => {
                 let me = member_host(*node);
                 for host in self.others(*node, matches!(action, Action::MendPeers(_))) {
-                    self.cuts.mend(sim, &me, &host);
+                    self.links.mend(sim, &me, &host);
+                }
+            }
+            Action::CutOneWay(from, to) | Action::MendOneWay(from, to) => {
+                let cut = matches!(action, Action::CutOneWay(..));
+                self.links
+                    .one_way(sim, &member_host(*from), &member_host(*to), cut);
+            }
+            Action::Hold(a, b) | Action::Release(a, b) => {
+                let hold = matches!(action, Action::Hold(..));
+                self.links
+                    .hold(sim, &member_host(*a), &member_host(*b), hold);
+            }
+            Action::Pause(node) | Action::Resume(node) => {
+                let me = member_host(*node);
+                let hold = matches!(action, Action::Pause(_));
+                for host in self.others(*node, false) {
+                    self.links.hold(sim, &me, &host, hold);
                 }
             }
             Action::SlowLink(a, b, ms) => sim.set_link_max_message_latency(
@@ -510,9 +654,7 @@ impl World<'_> {
                 for failures in self.failures {
                     failures.stop();
                 }
-                for ((a, b), _) in std::mem::take(&mut self.cuts.pairs) {
-                    sim.repair(a.as_str(), b.as_str());
-                }
+                self.links.heal(sim);
                 for a in 1..=self.members {
                     for b in (a + 1)..=self.members {
                         sim.set_link_max_message_latency(member_host(a), member_host(b), normal);
@@ -644,7 +786,7 @@ pub fn run(options: &Options) -> Report {
         failures: &failures,
         up: nodes.clone().map(|node| (node, true)).collect(),
         restart_at: BTreeMap::new(),
-        cuts: Cuts::default(),
+        links: Links::default(),
         history: &history,
     };
     let mut next = 0;
