@@ -20,6 +20,7 @@ pub mod connections;
 pub mod console;
 pub mod engine;
 pub mod fault;
+pub mod files;
 pub mod grpc;
 pub mod handle;
 pub mod limits;

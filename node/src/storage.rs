@@ -6,16 +6,16 @@
 //! returns, the changes are fsynced. The engine calls it once per batch of commands (group
 //! commit), so many requests share one fsync.
 //!
-//! The database is opened through [`Storage::open_path`] (a file in the data directory) or
-//! [`Storage::open_backend`] (any redb `StorageBackend`, such as a simulated disk), so the same
-//! engine runs in production and in simulation.
+//! The database is opened through [`Storage::open_path`] (a file in the data directory),
+//! [`Storage::open_files`] (the same initialisation on any [`Files`], such as the simulation's
+//! filesystem) or [`Storage::open_backend`] (any redb `StorageBackend`), so the same engine and
+//! the same initialisation run in production and in simulation.
 //!
 //! Replication will add per-record versions and tombstones: `StoredEntry` is an enum so they
 //! arrive as new variants, and the frame's format byte lets the payload encoding change. This
 //! module must never interpret records beyond their keys: queue semantics live in the core.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageBackend,
@@ -27,6 +27,7 @@ use trireme_core::{Change, Record};
 
 use crate::codec::{self, CodecError};
 use crate::fault::{self, FaultKind, StoreFault};
+use crate::files::{Files, OpenError, OsFiles, open_database};
 
 /// Record key (bincode of `RecordKey`) → framed `StoredEntry`.
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
@@ -135,53 +136,46 @@ impl Storage {
     /// `Open` when the directory or file cannot be created or opened (another process holds
     /// it, permissions, not a redb file); `Layout`, `Read` or `Write` as for `open_backend`.
     pub fn open_path(data_dir: &Path, cache_bytes: usize) -> Result<Storage, StorageError> {
-        let open_error = |path: &Path, reason: String| StorageError::Open {
-            path: path.display().to_string(),
-            reason,
-        };
-        fs::create_dir_all(data_dir).map_err(|error| open_error(data_dir, error.to_string()))?;
-        let path: PathBuf = data_dir.join(DATABASE_FILE_NAME);
-        if !path.exists() {
-            Storage::initialise_path(data_dir, &path, cache_bytes)?;
-        }
-        let db = redb::Builder::new()
-            .set_cache_size(cache_bytes)
-            .create(&path)
-            .map_err(|error| open_error(&path, error.to_string()))?;
-        Storage::from_database(db)
+        Storage::open_files(&OsFiles, data_dir, cache_bytes)
     }
 
-    /// Creates a new database at `path` atomically: it is built and fsynced under a temporary
-    /// name and only then renamed into place. A crash during a node's very first start (redb
-    /// writes its magic number last) then leaves at most a stray temporary file, which the next
-    /// start removes, never a half-written `trireme.redb` that no later start could open.
-    fn initialise_path(
+    /// Opens (or creates) the database file in `data_dir` on `files` (the operating system's, or
+    /// a simulated filesystem), as [`Storage::open_path`] does: a new database is built and
+    /// fsynced under a staging name and only then renamed into place
+    /// ([`crate::files::open_database`]), so a crash during a node's very first start leaves at
+    /// most a stray staging file, which the next start removes, never a half-written
+    /// `trireme.redb` that no later start could open.
+    ///
+    /// # Errors
+    /// As [`Storage::open_path`].
+    pub fn open_files<F: Files>(
+        files: &F,
         data_dir: &Path,
-        path: &Path,
         cache_bytes: usize,
-    ) -> Result<(), StorageError> {
-        let open_error = |at: &Path, reason: String| StorageError::Open {
-            path: at.display().to_string(),
-            reason,
-        };
-        let staging = data_dir.join(DATABASE_STAGING_FILE_NAME);
-        if staging.exists() {
-            fs::remove_file(&staging).map_err(|error| open_error(&staging, error.to_string()))?;
-        }
-        {
-            let db = redb::Builder::new()
-                .set_cache_size(cache_bytes)
-                .create(&staging)
-                .map_err(|error| open_error(&staging, error.to_string()))?;
+    ) -> Result<Storage, StorageError> {
+        let mut builder = redb::Builder::new();
+        builder.set_cache_size(cache_bytes);
+        let db = open_database(
+            files,
+            data_dir,
+            DATABASE_FILE_NAME,
+            DATABASE_STAGING_FILE_NAME,
+            &builder,
             // Writes the layout in a durable (fsynced) transaction.
-            drop(Storage::from_database(db)?);
-        }
-        fs::rename(&staging, path).map_err(|error| open_error(path, error.to_string()))?;
-        // The renamed entry is durable only once the directory is synced.
-        fs::File::open(data_dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(|error| open_error(data_dir, error.to_string()))?;
-        Ok(())
+            |db| Storage::from_database(db).map(drop),
+        )
+        .map_err(|error| match error {
+            OpenError::Io { path, source } => StorageError::Open {
+                path: path.display().to_string(),
+                reason: source.to_string(),
+            },
+            OpenError::Database { path, source } => StorageError::Open {
+                path: path.display().to_string(),
+                reason: source.to_string(),
+            },
+            OpenError::Initialise(error) => error,
+        })?;
+        Storage::from_database(db)
     }
 
     /// Opens (or initialises) a database on any redb backend, e.g. a simulated disk.
@@ -370,6 +364,8 @@ impl Storage {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
     use trireme_core::{DeletedNameRecord, Millis, QueueName, RecordKey};
 

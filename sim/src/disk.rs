@@ -278,3 +278,57 @@ mod tests {
         assert_eq!(contents_after_crash(DiskMode::LyingSync), b"");
     }
 }
+
+/// turmoil's simulated filesystem as the node's [`trireme_node::files::Files`], so the harness
+/// opens its databases through the node's own initialisation
+/// (`trireme_node::files::open_database`). Its database files are [`SimDisk`]s with one power
+/// switch, mode and failures; each file's random source is drawn from `seed` and whether the
+/// file is a staging file (its name ends in `.new`).
+#[derive(Clone, Debug)]
+pub struct SimFiles {
+    pub power: Power,
+    pub mode: DiskMode,
+    pub failures: SyncFailures,
+    pub seed: u64,
+}
+
+impl trireme_node::files::Files for SimFiles {
+    type Backend = SimDisk;
+
+    /// A new directory's entry is synced at once, as a new file's is ([`SimDisk::open`]).
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        if !simfs::exists(dir) {
+            simfs::create_dir_all(dir)?;
+            simfs::sync_dir(dir.parent().unwrap_or(Path::new("/")))?;
+        }
+        Ok(())
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        simfs::exists(path)
+    }
+
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        simfs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        simfs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        simfs::sync_dir(dir)
+    }
+
+    fn open(&self, path: &Path) -> std::io::Result<SimDisk> {
+        let staging = path.extension().is_some_and(|extension| extension == "new");
+        let salt = if staging { 0x5747 } else { 0x00d1_5c00 };
+        SimDisk::open(
+            path,
+            self.power.clone(),
+            self.mode,
+            self.failures.clone(),
+            self.seed ^ salt,
+        )
+    }
+}

@@ -19,12 +19,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use trireme_node::config::Config;
 use trireme_node::storage::Storage;
 use trireme_node::{Node, NodeError};
-use turmoil::fs::shim::std::fs as simfs;
 use turmoil::net::TcpListener;
 
 use crate::checker::{Violation, check, tally};
 use crate::clock::{SimClock, millis};
-use crate::disk::{DiskMode, Power, SimDisk, SyncFailures};
+use crate::disk::{DiskMode, Power, SimFiles, SyncFailures};
 use crate::faults::{Action, Plan, plan};
 use crate::history::History;
 use crate::net;
@@ -32,12 +31,9 @@ use crate::workload::{
     ClientSetup, DELAY_S_MAX, NODE_HOST, Phases, QUEUE_VISIBILITY_S, VISIBILITY_S_MAX, run_client,
 };
 
-/// Where the node keeps its database on its simulated disk (the node's data directory and
-/// `trireme_node::storage::DATABASE_FILE_NAME`).
+/// The node's data directory on its simulated disk (`Storage::open_files` keeps its database
+/// there, as on a real disk).
 const DATABASE_DIR: &str = "/data";
-const DATABASE_PATH: &str = "/data/trireme.redb";
-/// Where a new database is initialised before it is renamed into place.
-const DATABASE_STAGING_PATH: &str = "/data/trireme.redb.new";
 /// redb's page cache on the simulated node (small: the data set is small).
 const DB_CACHE_BYTES: usize = 4 * 1024 * 1024;
 /// The simulated wall clock at the start of every run: 2026-01-01T00:00:00Z.
@@ -143,25 +139,6 @@ impl Report {
     }
 }
 
-/// The simulated counterpart of `Storage::open_path`: a new database is initialised under a
-/// staging name, fsynced, and only then renamed into place (and the directory synced), so a
-/// crash during a node's first start cannot leave a half-initialised `trireme.redb`. `disk`
-/// opens a file of the simulated disk; its second argument salts the disk's random source.
-fn open_storage(disk: impl Fn(&str, u64) -> std::io::Result<SimDisk>) -> Result<Storage, String> {
-    let text = |error: &dyn std::fmt::Display| error.to_string();
-    if !simfs::exists(DATABASE_PATH) {
-        if simfs::exists(DATABASE_STAGING_PATH) {
-            simfs::remove_file(DATABASE_STAGING_PATH).map_err(|e| text(&e))?;
-        }
-        let staging = disk(DATABASE_STAGING_PATH, 0x5747).map_err(|e| text(&e))?;
-        drop(Storage::open_backend(staging, DB_CACHE_BYTES).map_err(|e| text(&e))?);
-        simfs::rename(DATABASE_STAGING_PATH, DATABASE_PATH).map_err(|e| text(&e))?;
-        simfs::sync_dir(DATABASE_DIR).map_err(|e| text(&e))?;
-    }
-    let disk = disk(DATABASE_PATH, 0x00d1_5c00).map_err(|e| text(&e))?;
-    Storage::open_backend(disk, DB_CACHE_BYTES).map_err(|e| text(&e))
-}
-
 /// The seed of the node's random source on its `boot`-th start.
 fn node_seed(seed: u64, boot: u64) -> u64 {
     seed.rotate_left(17) ^ boot.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x00de_5eed
@@ -236,16 +213,15 @@ pub fn run(options: &Options) -> Report {
                         .fault(crate::clock::sim_now_ms(), format!("node exited: {error}"));
                     exited.set(true);
                 };
-                let disk = |path: &str, salt: u64| {
-                    SimDisk::open(
-                        Path::new(path),
-                        power.clone(),
-                        disk_mode,
-                        sync_failures.clone(),
-                        node_seed ^ salt,
-                    )
+                // The node's own initialisation, on the simulated filesystem.
+                let files = SimFiles {
+                    power: power.clone(),
+                    mode: disk_mode,
+                    failures: sync_failures.clone(),
+                    seed: node_seed,
                 };
-                let storage = match open_storage(disk) {
+                let opened = Storage::open_files(&files, Path::new(DATABASE_DIR), DB_CACHE_BYTES);
+                let storage = match opened {
                     Ok(storage) => storage,
                     Err(error) => {
                         exit(&error);

@@ -11,9 +11,11 @@
 //! (spec/replication.md#durability, *A store that fails*).
 //!
 //! The committer is an OS thread in production ([`ReplicaStore::open`]), so a commit's fsync
-//! never stalls the runtime. [`ReplicaStore::open_backend`] puts the store on any redb backend
-//! and runs the same committer as a task of the caller's runtime, for a runtime that is the
-//! whole machine (the simulation, where a thread would run outside simulated time and disk).
+//! never stalls the runtime. [`ReplicaStore::open_files`] opens the database as
+//! [`ReplicaStore::open`] does on any [`Files`] (the simulation's filesystem), and
+//! [`ReplicaStore::open_backend`] puts the store on any redb backend; both run the same committer
+//! as a task of the caller's runtime, for a runtime that is the whole machine (the simulation,
+//! where a thread would run outside simulated time and disk).
 //!
 //! The local view indexes the live records this replica holds by queue, so a coordinator can
 //! pick receive candidates without a network round; it is rebuilt from the records at open.
@@ -65,6 +67,7 @@ use trireme_replication::{NodeId, RecordKey};
 
 use crate::clock::Clock;
 use crate::codec::{self, CodecError};
+use crate::files::{Files, OpenError, OsFiles, open_database};
 use crate::metrics::StoreMetrics;
 
 /// Records by stored key (`RecordKey::encode`), framed and checksummed by the codec.
@@ -759,14 +762,8 @@ impl ReplicaStore {
         node: NodeId,
         new_disk_id: u64,
     ) -> Result<(ReplicaStore, StoreClosed), StoreError> {
-        let path = data_dir.join(REPLICA_DATABASE_FILE_NAME);
-        if !path.exists() {
-            initialise(data_dir, &path, node, new_disk_id)?;
-        }
-        let db = Database::create(&path).map_err(|source| StoreError::Open {
-            path: path.clone(),
-            source,
-        })?;
+        let db =
+            open_replica_database(&OsFiles, data_dir, &redb::Builder::new(), node, new_disk_id)?;
         let (store, queue) = ReplicaStore::on_database(db, node, new_disk_id, false)?;
         let views = store.views.clone();
         let db = Arc::clone(&store.db);
@@ -808,6 +805,39 @@ impl ReplicaStore {
             .set_cache_size(cache_bytes)
             .create_with_backend(backend)
             .map_err(StoreError::Backend)?;
+        ReplicaStore::inline_on(db, node, new_disk_id)
+    }
+
+    /// Opens (or creates) the replica database in `data_dir` on `files` (e.g. a simulated
+    /// filesystem) as [`ReplicaStore::open`] does on the operating system's — a new database
+    /// built under a staging name and renamed into place ([`crate::files::open_database`]) —
+    /// with a page cache of `cache_bytes`, and its committer as a task of the current runtime,
+    /// as [`ReplicaStore::open_backend`].
+    ///
+    /// # Errors
+    /// As [`ReplicaStore::open`].
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn open_files<F: Files>(
+        files: &F,
+        data_dir: &Path,
+        cache_bytes: usize,
+        node: NodeId,
+        new_disk_id: u64,
+    ) -> Result<(ReplicaStore, tokio::task::JoinHandle<()>), StoreError> {
+        let mut builder = redb::Builder::new();
+        builder.set_cache_size(cache_bytes);
+        let db = open_replica_database(files, data_dir, &builder, node, new_disk_id)?;
+        ReplicaStore::inline_on(db, node, new_disk_id)
+    }
+
+    /// The store on `db` with its committer as a task of the current runtime.
+    fn inline_on(
+        db: Database,
+        node: NodeId,
+        new_disk_id: u64,
+    ) -> Result<(ReplicaStore, tokio::task::JoinHandle<()>), StoreError> {
         let (store, mut queue) = ReplicaStore::on_database(db, node, new_disk_id, true)?;
         let views = store.views.clone();
         let db = Arc::clone(&store.db);
@@ -1611,37 +1641,31 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<(RecordKey, Record), StoreErro
     decode_keyed(key, value, "record", RecordKey::decode)
 }
 
-/// Creates a new replica database at `path` atomically, as `Storage::open_path` does for the
-/// queue database: built and fsynced (with its node and disk id) under a staging name, then
-/// renamed into place and the directory synced. redb writes its magic number last, so a crash
-/// during the first start would otherwise leave a `replica.redb` no later start can open; now
-/// it leaves at most a staging file, which the next start removes.
-fn initialise(
+/// Opens the replica database in `data_dir` on `files`, creating it atomically if missing, as
+/// `Storage::open_path` does for the queue database: built and fsynced (with its node and disk
+/// id) under a staging name, then renamed into place and the directory synced. redb writes its
+/// magic number last, so a crash during the first start would otherwise leave a `replica.redb` no
+/// later start can open; now it leaves at most a staging file, which the next start removes.
+fn open_replica_database<F: Files>(
+    files: &F,
     data_dir: &Path,
-    path: &Path,
+    builder: &redb::Builder,
     node: NodeId,
     new_disk_id: u64,
-) -> Result<(), StoreError> {
-    let io = |at: &Path| {
-        let at = at.to_path_buf();
-        move |source| StoreError::Initialise { path: at, source }
-    };
-    let staging = data_dir.join(REPLICA_STAGING_FILE_NAME);
-    if staging.exists() {
-        std::fs::remove_file(&staging).map_err(io(&staging))?;
-    }
-    {
-        let db = Database::create(&staging).map_err(|source| StoreError::Open {
-            path: staging.clone(),
-            source,
-        })?;
-        identify(&db, node, new_disk_id)?;
-    }
-    std::fs::rename(&staging, path).map_err(io(path))?;
-    std::fs::File::open(data_dir)
-        .and_then(|dir| dir.sync_all())
-        .map_err(io(data_dir))?;
-    Ok(())
+) -> Result<Database, StoreError> {
+    open_database(
+        files,
+        data_dir,
+        REPLICA_DATABASE_FILE_NAME,
+        REPLICA_STAGING_FILE_NAME,
+        builder,
+        |db| identify(&db, node, new_disk_id).map(drop),
+    )
+    .map_err(|error| match error {
+        OpenError::Io { path, source } => StoreError::Initialise { path, source },
+        OpenError::Database { path, source } => StoreError::Open { path, source },
+        OpenError::Initialise(error) => error,
+    })
 }
 
 fn identify(db: &Database, node: NodeId, new_disk_id: u64) -> Result<u64, StoreError> {

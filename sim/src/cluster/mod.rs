@@ -7,7 +7,7 @@
 //! convergence check (every replica of every record identical), and the checker over the
 //! history (the single node's rules, which the cluster promises too).
 //!
-//! Each member has its own disks ([`SimDisk`] on its host's simulated filesystem, with its own
+//! Each member has its own disks ([`crate::disk::SimDisk`] on its host's simulated filesystem, with its own
 //! power switch; a lost disk is replaced by a new one under another directory, with a new disk
 //! id) and its own clock ([`MemberClock`]: the simulated time plus the seed's offset, which the
 //! plan may step). Its random sources (claim nonces, message ids) are seeded from the run's
@@ -33,7 +33,7 @@ use trireme_node::clock::Clock;
 use trireme_node::cluster::anti_entropy::AntiEntropySettings;
 use trireme_node::cluster::collection::CollectionSettings;
 use trireme_node::cluster::peers::LinkSettings;
-use trireme_node::cluster::store::{REPLICA_DATABASE_FILE_NAME, ReplicaStore};
+use trireme_node::cluster::store::ReplicaStore;
 use trireme_node::cluster::{Cluster, ClusterSettings};
 use trireme_replication::NodeId;
 use turmoil::net::TcpListener;
@@ -46,7 +46,7 @@ use self::workload::{
 };
 use crate::checker::{Violation, check, tally};
 use crate::clock::{MemberClock, millis};
-use crate::disk::{DiskMode, Power, SimDisk, SyncFailures};
+use crate::disk::{DiskMode, Power, SimFiles, SyncFailures};
 use crate::history::History;
 use crate::net;
 
@@ -257,28 +257,23 @@ fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
             member.boots.set(member.boots.get() + 1);
             let member_seed = member_seed(member.seed, node, member.boots.get());
             let disk_number = member.disk.get();
-            let path = Path::new(DATA_DIR)
-                .join(format!("disk{disk_number}"))
-                .join(REPLICA_DATABASE_FILE_NAME);
             // A member whose store fails exits; it stops where it is and the harness crashes
-            // it (a graceful stop would run tonic's unbiased `select!`s).
-            let opened = SimDisk::open(
-                &path,
-                member.power.clone(),
-                DiskMode::Honest,
-                member.failures.clone(),
-                member_seed,
+            // it (a graceful stop would run tonic's unbiased `select!`s). Its store opens as
+            // the node's does, through the node's initialisation on the simulated filesystem.
+            let files = SimFiles {
+                power: member.power.clone(),
+                mode: DiskMode::Honest,
+                failures: member.failures.clone(),
+                seed: member_seed,
+            };
+            let opened = ReplicaStore::open_files(
+                &files,
+                &Path::new(DATA_DIR).join(format!("disk{disk_number}")),
+                DB_CACHE_BYTES,
+                NodeId(node),
+                disk_id(member.seed, node, disk_number),
             )
-            .map_err(|error| error.to_string())
-            .and_then(|disk| {
-                ReplicaStore::open_backend(
-                    disk,
-                    DB_CACHE_BYTES,
-                    NodeId(node),
-                    disk_id(member.seed, node, disk_number),
-                )
-                .map_err(|error| error.to_string())
-            });
+            .map_err(|error| error.to_string());
             let (store, _committer) = match opened {
                 Ok(opened) => opened,
                 Err(error) => {
