@@ -35,6 +35,10 @@ pub enum Bug {
     /// anti-entropy): a replica that missed a delete keeps its live copy, the three never
     /// converge, and the tombstones are never collected.
     AntiEntropySkipsTombstones,
+    /// A replica acknowledges a group of writes before their commit is durable (its commits
+    /// are not fsynced; spec/replication.md#durability): a crash loses what it acknowledged,
+    /// and two such replicas lose an acknowledged write.
+    AckBeforeFsync,
 }
 
 #[cfg(feature = "sim-bugs")]

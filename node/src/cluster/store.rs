@@ -1874,7 +1874,15 @@ fn apply_group(
     window: Option<(Millis, u64)>,
 ) -> Result<Applied, StoreError> {
     let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)?;
+    // Durable before any answer (the simulation may plant the bug of answering before).
+    txn.set_durability(
+        if trireme_replication::planted::planted(trireme_replication::planted::Bug::AckBeforeFsync)
+        {
+            Durability::None
+        } else {
+            Durability::Immediate
+        },
+    )?;
     let mut applied = Applied::default();
     {
         let mut tables = Tables {

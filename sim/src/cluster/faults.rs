@@ -29,13 +29,13 @@ const FAR_MS_MAX: i64 = 4_000;
 /// one period of its delete and dropped within one period of its horizon.
 pub const COLLECTION_PERIOD_MS: u64 = 2_000;
 /// How long a member is kept away when it is kept away past the horizon: longer than the
-/// horizon plus two collection periods, so that a tombstone written just after it left can be
-/// confirmed, wait out the horizon and be dropped on the others before it returns. Collection
-/// must wait for it (it reads all three replicas); one that did not would drop a tombstone while
-/// the member still holds the live copy it missed the delete of, and the member would bring it
-/// back (planted bug `CollectedAfterTwo`).
+/// horizon plus two collection periods by 4-10 s, so that a tombstone written in the first 4-10 s
+/// after it left can be confirmed, wait out the horizon and be dropped on the others before it
+/// returns. Collection must wait for it (it reads all three replicas); one that did not would
+/// drop a tombstone while the member still holds the live copy it missed the delete of, and the
+/// member would bring it back.
 const LONG_ISOLATION_MS: std::ops::RangeInclusive<u64> =
-    HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 1_000..=HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 6_000;
+    HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 4_000..=HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 10_000;
 /// How long a paused member is held: past every visibility timeout of the workload
 /// (`workload::VISIBILITY_S_MAX`, 6 s), so what it coordinated before the pause has timed out
 /// when its held requests and replies arrive.

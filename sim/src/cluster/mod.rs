@@ -81,6 +81,11 @@ const ANTI_ENTROPY_PERIOD: Duration = Duration::from_secs(3);
 const COLLECTION_PERIOD: Duration = Duration::from_millis(faults::COLLECTION_PERIOD_MS);
 // A pause outlasts every visibility timeout the workload asks for.
 const _: () = assert!(*faults::PAUSE_MS.start() > VISIBILITY_S_MAX as u64 * 1_000);
+/// turmoil's bound on a listener's backlog and a socket's buffer, in segments (64 by default).
+/// turmoil panics when a backlog overflows, where an operating system would drop the SYN: a
+/// paused member's held connection attempts arrive at once when it resumes, and a replacement
+/// disk's member accepts nothing while it waits out the horizon. Linux's default backlog.
+const TCP_CAPACITY: usize = 4_096;
 /// How often a member looks whether its store failed.
 const STORE_WATCH: Duration = Duration::from_millis(100);
 /// How long a member whose store failed stays down before the harness starts it again.
@@ -679,7 +684,8 @@ pub fn run(options: &Options) -> Report {
         .simulation_duration(Duration::from_secs(RUN_S_MAX))
         .tick_duration(Duration::from_millis(TICK_MS))
         .min_message_latency(Duration::from_millis(0))
-        .max_message_latency(Duration::from_millis(mix.latency_ms_max));
+        .max_message_latency(Duration::from_millis(mix.latency_ms_max))
+        .tcp_capacity(TCP_CAPACITY);
     if mix.random_order {
         builder.enable_random_order();
     }
