@@ -224,7 +224,8 @@ pub struct Args {
     #[arg(long, env = "TRIREME_SEED", value_name = "U64")]
     pub seed: Option<u64>,
 
-    /// redb page cache in MiB. [default: 64]
+    /// redb page cache in MiB, of each database the node opens: its own and, in a cluster, its
+    /// replica store (which holds the messages). [default: 64]
     #[arg(long, env = "TRIREME_DB_CACHE_MIB", value_name = "MIB")]
     pub db_cache_mib: Option<usize>,
 

@@ -179,15 +179,17 @@ impl Member {
         new_disk_id: u64,
     ) -> Result<Member, NodeError> {
         let data_dir = node.data_dir.as_path();
-        let (store, store_closed) = ReplicaStore::open(data_dir, config.node, new_disk_id)
-            .map_err(|error| match error {
-                StoreError::WrongNode { stored, configured } => NodeError::WrongNode {
-                    data_dir: data_dir.display().to_string(),
-                    stored,
-                    configured,
+        let (store, store_closed) =
+            ReplicaStore::open(data_dir, config.node, new_disk_id, node.db_cache_bytes).map_err(
+                |error| match error {
+                    StoreError::WrongNode { stored, configured } => NodeError::WrongNode {
+                        data_dir: data_dir.display().to_string(),
+                        stored,
+                        configured,
+                    },
+                    other => NodeError::Replica(other),
                 },
-                other => NodeError::Replica(other),
-            })?;
+            )?;
         let operation_timeout = Duration::from_millis(config.operation_timeout_ms);
         let settings = ClusterSettings {
             node: config.node,

@@ -750,9 +750,11 @@ pub struct ReplicaStore {
 }
 
 impl ReplicaStore {
-    /// Opens (or creates) the replica database in `data_dir` for `node`; a new database gets
-    /// `new_disk_id` as its disk id. The second value resolves when the database is closed
-    /// again (every clone of the store dropped and the last group committed).
+    /// Opens (or creates) the replica database in `data_dir` for `node` with a page cache of
+    /// `cache_bytes` (the node's `db_cache_mib`; redb's own default, 1 GiB, would make a member
+    /// with a backlog hold 1 GiB of pages); a new database gets `new_disk_id` as its disk id.
+    /// The second value resolves when the database is closed again (every clone of the store
+    /// dropped and the last group committed).
     ///
     /// # Errors
     /// `Open` when the file cannot be opened; `WrongNode` when it belongs to another node;
@@ -761,9 +763,11 @@ impl ReplicaStore {
         data_dir: &Path,
         node: NodeId,
         new_disk_id: u64,
+        cache_bytes: usize,
     ) -> Result<(ReplicaStore, StoreClosed), StoreError> {
-        let db =
-            open_replica_database(&OsFiles, data_dir, &redb::Builder::new(), node, new_disk_id)?;
+        let mut builder = redb::Builder::new();
+        builder.set_cache_size(cache_bytes);
+        let db = open_replica_database(&OsFiles, data_dir, &builder, node, new_disk_id)?;
         let (store, queue) = ReplicaStore::on_database(db, node, new_disk_id, false)?;
         let views = store.views.clone();
         let db = Arc::clone(&store.db);
@@ -2211,13 +2215,13 @@ mod tests {
         std::fs::write(dir.path().join(REPLICA_STAGING_FILE_NAME), vec![0; 8192])
             .expect("the staging file is written");
         let (store, closed) =
-            ReplicaStore::open(dir.path(), NodeId(2), 99).expect("the store opens");
+            ReplicaStore::open(dir.path(), NodeId(2), 99, 16 << 20).expect("the store opens");
         assert_eq!(store.disk_id(), 99);
         assert!(!dir.path().join(REPLICA_STAGING_FILE_NAME).exists());
         drop(store);
         closed.wait();
         let (store, closed) =
-            ReplicaStore::open(dir.path(), NodeId(2), 5).expect("the store opens again");
+            ReplicaStore::open(dir.path(), NodeId(2), 5, 16 << 20).expect("the store opens again");
         assert_eq!(store.disk_id(), 99, "the disk id is the first start's");
         drop(store);
         closed.wait();
@@ -2253,7 +2257,7 @@ mod tests {
             .build()
             .expect("a runtime");
         let (store, closed) =
-            ReplicaStore::open(dir.path(), NodeId(1), 1).expect("the store opens");
+            ReplicaStore::open(dir.path(), NodeId(1), 1, 16 << 20).expect("the store opens");
         let replies = runtime
             .block_on(store.apply_tasks(vec![
                 entry(start_write.clone()),
@@ -2272,7 +2276,7 @@ mod tests {
         drop(store);
         closed.wait();
         let (store, closed) =
-            ReplicaStore::open(dir.path(), NodeId(1), 1).expect("the store opens again");
+            ReplicaStore::open(dir.path(), NodeId(1), 1, 16 << 20).expect("the store opens again");
         let (page, more) = store
             .task_records(None, 10, |_, _| true)
             .expect("the task records read");
@@ -2536,7 +2540,8 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("a runtime");
-        let (store, closed) = ReplicaStore::open(dir.path(), NodeId(1), 5).expect("opens");
+        let (store, closed) =
+            ReplicaStore::open(dir.path(), NodeId(1), 5, 16 << 20).expect("opens");
         let incarnation = proposal().incarnation;
         let message = RecordKey {
             queue: name(),
@@ -2599,7 +2604,8 @@ mod tests {
         drop(store);
         closed.wait();
 
-        let (store, closed) = ReplicaStore::open(dir.path(), NodeId(1), 6).expect("opens again");
+        let (store, closed) =
+            ReplicaStore::open(dir.path(), NodeId(1), 6, 16 << 20).expect("opens again");
         runtime.block_on(async {
             assert!(
                 store.names(|view| view.is_deleted(&message)),

@@ -101,6 +101,7 @@ impl Member {
             &self.dir,
             NodeId(self.node),
             u64::from(self.node) * 1_000 + 7,
+            16 << 20,
         )
         .expect("the replica store opens");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -538,7 +539,7 @@ async fn configured_nodes_replicate_and_close_their_replica_stores_on_shutdown()
     }
     let mut holding = 0;
     for (node, dir) in (1..=3).zip(&dirs) {
-        let (store, closed) = ReplicaStore::open(dir.path(), NodeId(node), 0)
+        let (store, closed) = ReplicaStore::open(dir.path(), NodeId(node), 0, 16 << 20)
             .expect("the shutdown closed the replica store");
         let records = store.records().unwrap();
         holding += usize::from(records.iter().any(|(key, _)| key.message == MessageId(5)));

@@ -131,7 +131,7 @@ impl Member {
             .enable_all()
             .build()
             .expect("a runtime");
-        let (store, closed) = ReplicaStore::open(&self.dir, NodeId(self.node), self.disk)
+        let (store, closed) = ReplicaStore::open(&self.dir, NodeId(self.node), self.disk, 16 << 20)
             .expect("the replica store opens");
         let opened = as_records(&store);
         let _entered = runtime.enter();

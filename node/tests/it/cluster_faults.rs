@@ -167,7 +167,8 @@ impl Members {
     fn records(&self, index: usize) -> BTreeMap<RecordKey, Record> {
         assert!(self.processes[index].is_none(), "member {index} still runs");
         let node = NodeId(Members::node(index));
-        let (store, closed) = ReplicaStore::open(self.dirs[index].path(), node, 0).unwrap();
+        let (store, closed) =
+            ReplicaStore::open(self.dirs[index].path(), node, 0, 16 << 20).unwrap();
         let records = store.records().unwrap().into_iter().collect();
         drop(store);
         closed.wait();

@@ -270,7 +270,7 @@ async fn a_request_from_a_non_member_is_refused_and_logged() {
 async fn a_data_directory_of_another_node_id_is_refused_at_start() {
     let dir = TempDir::new().unwrap();
     // Node 2 had this directory.
-    let (store, closed) = ReplicaStore::open(dir.path(), NodeId(2), 2_001).unwrap();
+    let (store, closed) = ReplicaStore::open(dir.path(), NodeId(2), 2_001, 16 << 20).unwrap();
     drop(store);
     closed.wait();
     let peer_base = consecutive_free(3);
