@@ -480,15 +480,21 @@ fn purges(history: &History) -> Vec<PurgeSeen> {
 }
 
 /// Whether a purge may have removed a message whose send was invoked at `sent_ms`
-/// (spec/replication.md §2): sent before an acknowledged purge's answer; or, for a purge without
-/// an answer, entered at or below its watermark, the coordinator's clock at the purge plus
-/// `SKEW_MAX`, which by true time is at most `SKEW_MAX` and the clocks' spread after the purge's
-/// invocation.
+/// (spec/replication.md §2): sent before an acknowledged purge's answer; or entered at or below
+/// its watermark, the coordinator's clock at the purge plus `SKEW_MAX`, which by true time is at
+/// most `SKEW_MAX` and the clocks' spread after the purge's invocation. Within `SKEW_MAX` the
+/// acknowledgement waits that out (§2, step 3), so only a purge without an answer needs the
+/// second rule; with clocks beyond the bound and no monitor to stop the node that is ahead, a
+/// send after the answer may be purged too (§2, *Purge depends on clocks*).
 fn purge_may_remove(history: &History, purges: &[PurgeSeen], sent_ms: u64) -> bool {
     let margin_ms = SKEW_MAX_MS + history.clock_spread_ms + history.clock_skew_ms;
-    purges.iter().any(|purge| match purge.acknowledged_at_ms {
-        Some(at_ms) => sent_ms < at_ms,
-        None => sent_ms <= purge.invoked_at_ms + margin_ms,
+    let beyond = history.clock_spread_ms > SKEW_MAX_MS;
+    purges.iter().any(|purge| {
+        let under_watermark = sent_ms <= purge.invoked_at_ms + margin_ms;
+        match purge.acknowledged_at_ms {
+            Some(at_ms) => sent_ms < at_ms || (beyond && under_watermark),
+            None => under_watermark,
+        }
     })
 }
 
@@ -1093,6 +1099,28 @@ mod tests {
             }]
         );
         assert!(!before.is_empty());
+    }
+
+    #[test]
+    fn with_clocks_beyond_the_bound_a_purge_excuses_sends_up_to_its_watermark_after_its_answer() {
+        // An unmonitored coordinator 3.8 s ahead stamps a watermark 3.8 s past the true time,
+        // so sends acknowledged after its answer may be hidden too (spec/replication.md §2,
+        // *Purge depends on clocks*); past the watermark they are not.
+        let spread_ms = 3_800;
+        let mut s = Script::new();
+        s.history.clock_spread_ms = spread_ms;
+        s.op(1, Call::Purge, 100, 1_200, Outcome::Ok);
+        s.send(2, "m2", 1_300);
+        s.send(3, "m3", 100 + SKEW_MAX_MS + spread_ms);
+        let late = s.send(4, "m4", 100 + SKEW_MAX_MS + spread_ms + 10);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::Lost {
+                body: late,
+                delivered_before: false
+            }]
+        );
     }
 
     #[test]

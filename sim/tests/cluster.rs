@@ -23,8 +23,10 @@ const SWEEP_SEEDS_DEFAULT: u64 = 10;
 /// Seeds every sweep runs besides the fresh ones: 1 (three single crashes, one member kept away
 /// past the horizon and two collection periods), 3 (every member crashing at once), 6 (a lost disk with another member cut around it), 15 and 117
 /// (five members, clocks beyond the bound and unmonitored: the first showed F3 in a full run,
-/// the second replayed differently in one process, sim/README.md, *Determinism*), 85 (F3).
-const REGRESSION_SEEDS: &[u64] = &[1, 3, 6, 15, 85, 117];
+/// the second replayed differently in one process, sim/README.md, *Determinism*), 85 (F3),
+/// 178466831 and 178466832 (a purge through a coordinator seconds ahead, unmonitored, hides
+/// sends acknowledged after its answer: the checker's purge rule, sim/README.md, *Findings*).
+const REGRESSION_SEEDS: &[u64] = &[1, 3, 6, 15, 85, 117, 178_466_831, 178_466_832];
 /// The seed `replay` runs when `TRIREME_SIM_SEED` is not set.
 const REPLAY_SEED_DEFAULT: u64 = 1;
 
