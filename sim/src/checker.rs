@@ -587,6 +587,45 @@ fn check_lost(
             *first = (*first).min(op.invoked_at_ms);
         }
     }
+    // A send with a deduplication id may be answered with the message of any earlier send of
+    // that id in its window, acknowledged or not (spec/replication.md §4: a retry confirms a
+    // message whose own send got no answer): that message entered when that send began. So a
+    // purge between the two may have hidden the message the later send is answered with.
+    let mut dedup_sends: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for op in ops {
+        if let Call::Send {
+            dedup_id: Some(key),
+            ..
+        } = &op.call
+            && op.outcome().may_have_happened()
+        {
+            dedup_sends
+                .entry(key.as_str())
+                .or_default()
+                .push(op.invoked_at_ms);
+        }
+    }
+    let earliest_of_window = |key: &str, at_ms: u64| -> Option<u64> {
+        dedup_sends
+            .get(key)?
+            .iter()
+            .copied()
+            .filter(|&ms| ms <= at_ms && ms + trireme_core::limits::dedup_window_ms > at_ms)
+            .min()
+    };
+    let mut dedup_entered_at: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in ops {
+        if let Call::Send {
+            body,
+            dedup_id: Some(key),
+            ..
+        } = &op.call
+            && let Some(ms) = earliest_of_window(key, op.invoked_at_ms)
+        {
+            let first = dedup_entered_at.entry(body.as_str()).or_insert(ms);
+            *first = (*first).min(ms);
+        }
+    }
     for body in acknowledged {
         let ids = ids_of.get(body);
         let first_ms = ids
@@ -594,6 +633,7 @@ fn check_lost(
             .flatten()
             .filter_map(|id| entered_at.get(id).copied())
             .chain(sent_at.get(body).copied())
+            .chain(dedup_entered_at.get(body).copied())
             .min();
         let gone = ids.is_some_and(|ids| ids.iter().any(|id| possibly_deleted.contains(id)))
             || first_ms.is_some_and(|sent_ms| purge_may_remove(history, purges, sent_ms));
@@ -1113,6 +1153,49 @@ mod tests {
         s.send(2, "m2", 1_300);
         s.send(3, "m3", 100 + SKEW_MAX_MS + spread_ms);
         let late = s.send(4, "m4", 100 + SKEW_MAX_MS + spread_ms + 10);
+        s.drained(10_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::Lost {
+                body: late,
+                delivered_before: false
+            }]
+        );
+    }
+
+    #[test]
+    fn a_duplicate_answered_after_a_purge_may_name_a_message_the_purge_hid() {
+        // The first send of `k` got no answer but stored its message; the purge hid it; the
+        // second send of `k`, after the purge, is answered with that message (a duplicate,
+        // spec/replication.md §4), which is never delivered. Without a deduplication id the
+        // same late send is lost.
+        let mut s = Script::new();
+        s.op(
+            1,
+            Call::Send {
+                body: body(1, 1),
+                delay_s: None,
+                dedup_id: Some("k".to_owned()),
+            },
+            0,
+            2_000,
+            unknown(),
+        );
+        s.op(1, Call::Purge, 3_000, 4_100, Outcome::Ok);
+        s.op(
+            2,
+            Call::Send {
+                body: body(2, 2),
+                delay_s: None,
+                dedup_id: Some("k".to_owned()),
+            },
+            5_000,
+            5_010,
+            Outcome::Sent {
+                message_id: "x".to_owned(),
+            },
+        );
+        let late = s.send(3, "m3", 5_000);
         s.drained(10_000);
         assert_eq!(
             s.check(),

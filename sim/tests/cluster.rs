@@ -25,8 +25,9 @@ const SWEEP_SEEDS_DEFAULT: u64 = 10;
 /// (five members, clocks beyond the bound and unmonitored: the first showed F3 in a full run,
 /// the second replayed differently in one process, sim/README.md, *Determinism*), 85 (F3),
 /// 178466831 and 178466832 (a purge through a coordinator seconds ahead, unmonitored, hides
-/// sends acknowledged after its answer: the checker's purge rule, sim/README.md, *Findings*).
-const REGRESSION_SEEDS: &[u64] = &[1, 3, 6, 15, 85, 117, 178_466_831, 178_466_832];
+/// sends acknowledged after its answer: the checker's purge rule, sim/README.md, *Findings*),
+/// 582530084 (a duplicate answered after a purge with the message the purge hid, the same).
+const REGRESSION_SEEDS: &[u64] = &[1, 3, 6, 15, 85, 117, 178_466_831, 178_466_832, 582_530_084];
 /// The seed `replay` runs when `TRIREME_SIM_SEED` is not set.
 const REPLAY_SEED_DEFAULT: u64 = 1;
 
