@@ -87,6 +87,19 @@ impl SyncFailures {
         }
     }
 
+    /// Failures at `rate` once [`SyncFailures::start`] is called (a quiet start first).
+    #[must_use]
+    pub fn off_until_started(rate: f64) -> SyncFailures {
+        let failures = SyncFailures::new(rate);
+        failures.on.store(false, Ordering::SeqCst);
+        failures
+    }
+
+    /// Failures from now on (the end of a quiet start).
+    pub fn start(&self) {
+        self.on.store(true, Ordering::SeqCst);
+    }
+
     /// No more failures (the healing phase).
     pub fn stop(&self) {
         self.on.store(false, Ordering::SeqCst);

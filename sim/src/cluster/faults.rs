@@ -174,6 +174,9 @@ pub enum Action {
     Resume(u16),
     /// Set the member's clock to this offset from true time, ms (a step of the wall clock).
     StepClock(u16, i64),
+    /// End of the quiet start (`QUIET_MS`): from now on the members' syncs fail at the seed's
+    /// rate.
+    Chaos,
     /// End of the safety phase: every link healthy, every member running, syncs succeed.
     Heal,
 }
@@ -227,6 +230,9 @@ fn draw_clocks(rng: &mut ChaCha8Rng, members: u16) -> Clocks {
     }
     clocks
 }
+
+/// The quiet start: no fault before it (spec of the run: quiet, chaos, heal, drain).
+pub const QUIET_MS: u64 = 1_000;
 
 /// Draws the plan of `seed` for a safety phase of `safety_ms`.
 #[must_use]
@@ -392,6 +398,14 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
         actions.push((at + length_ms, Action::Resume(who)));
     }
     actions.retain(|(at, _)| *at < safety_ms);
+    // The quiet start: the members form the cluster and the clients create the queue before
+    // anything fails (a seed whose syncs failed from the first commit, or whose first cut came
+    // within the first join, could keep the cluster from forming for the whole safety phase and
+    // test nothing). What was drawn earlier happens when the quiet start ends.
+    for (at, _) in &mut actions {
+        *at = (*at).max(QUIET_MS);
+    }
+    actions.push((QUIET_MS, Action::Chaos));
     actions.push((safety_ms, Action::Heal));
     // Stable: actions at the same time keep their drawing order.
     actions.sort_by_key(|(at, _)| *at);

@@ -650,6 +650,11 @@ impl World<'_> {
                 sim.set_link_max_message_latency(member_host(*a), member_host(*b), normal);
             }
             Action::StepClock(node, offset_ms) => self.clocks[node].step(*offset_ms),
+            Action::Chaos => {
+                for failures in self.failures {
+                    failures.start();
+                }
+            }
             Action::Heal => {
                 for failures in self.failures {
                     failures.stop();
@@ -724,7 +729,7 @@ pub fn run(options: &Options) -> Report {
         .collect();
     let failures: Vec<SyncFailures> = nodes
         .clone()
-        .map(|_| SyncFailures::new(mix.sync_failure_rate))
+        .map(|_| SyncFailures::off_until_started(mix.sync_failure_rate))
         .collect();
     for node in nodes.clone() {
         add_member(
