@@ -96,6 +96,28 @@ pub enum Violation {
     /// L1 (cluster): after the heal and the drain, the replicas of some records still differ
     /// (or some member's records could not be read): what the last comparison saw.
     NotConverged { differences: Vec<String> },
+    /// S6 / I7 (spec/replication.md §7, *What a client sees across moves*): a receive of the
+    /// run's queue delivered a message with a receive count above the queue's
+    /// `maxReceiveCount`; a receive that finds the count at the maximum moves the message
+    /// instead.
+    DeliveredPastMax {
+        message_id: String,
+        generation: u32,
+        receive_count: u32,
+        max_receive_count: u32,
+    },
+    /// S6 / I7: the dead-letter queue delivered a message whose count says it was moved before
+    /// it reached `maxReceiveCount` (at least the maximum plus one, this receive included), and
+    /// no dead-letter now of it may have happened (which moves at any count from 1).
+    DeadLetteredEarly {
+        message_id: String,
+        generation: u32,
+        receive_count: u32,
+    },
+    /// I6: the dead-letter queue delivered a message that was never sent to the run's queue
+    /// under that id: no send carried its body, or the run's queue named that body's message
+    /// by other ids only.
+    DeadLetterNotFromSource { message_id: String, body: String },
 }
 
 impl fmt::Display for Violation {
@@ -142,9 +164,11 @@ pub fn tally(history: &History) -> Tally {
     }
 }
 
-/// A delivery as the checker sees it: which message, which count, and when.
+/// A delivery as the checker sees it: which message, which life and count, and when.
 #[derive(Clone, Debug)]
 struct Seen {
+    /// The message's generation (its life: counts, handles and deletes compare within one).
+    generation: u32,
     receive_count: u32,
     invoked_at_ms: u64,
     completed_at_ms: u64,
@@ -199,6 +223,7 @@ pub fn check(history: &History) -> Vec<Violation> {
                 .entry(&delivery.message_id)
                 .or_default()
                 .push(Seen {
+                    generation: delivery.generation,
                     receive_count: delivery.receive_count,
                     invoked_at_ms: op.invoked_at_ms,
                     completed_at_ms: *completed_at_ms,
@@ -233,6 +258,7 @@ pub fn check(history: &History) -> Vec<Violation> {
     }
 
     check_receive_counts(&deliveries, skew, &mut violations);
+    check_dead_letter(history, &mut violations);
     check_deletes(ops, &deliveries, skew, &mut violations);
     // A deadline checked by another node's clock may pass early by the clocks' spread.
     check_visibility(
@@ -266,7 +292,7 @@ fn check_receive_counts(
     for (id, seen) in deliveries {
         let mut counts = BTreeSet::new();
         for delivery in seen {
-            if !counts.insert(delivery.receive_count) {
+            if !counts.insert((delivery.generation, delivery.receive_count)) {
                 violations.insert(Violation::HandleReissued {
                     message_id: (*id).to_owned(),
                     receive_count: delivery.receive_count,
@@ -275,7 +301,8 @@ fn check_receive_counts(
         }
         for earlier in seen {
             for later in seen {
-                if earlier.completed_at_ms + skew < later.invoked_at_ms
+                if earlier.generation == later.generation
+                    && earlier.completed_at_ms + skew < later.invoked_at_ms
                     && earlier.receive_count >= later.receive_count
                 {
                     violations.insert(Violation::ReceiveCountWentDown {
@@ -289,7 +316,98 @@ fn check_receive_counts(
     }
 }
 
-/// S3 (an acknowledged delete stays deleted) and S4 (a superseded handle never deletes).
+/// The dead-letter rules (spec/replication.md §7, *What a client sees across moves*): a
+/// delivery from the run's queue carries at most its `maxReceiveCount`, whatever ran
+/// concurrently; a delivery from the dead-letter queue carries at least the maximum plus one, or,
+/// when a dead-letter now of the message may have happened first, at least 2 (it moves at a count
+/// from 1); and it is a message the run's queue had, under the same id with the same body.
+fn check_dead_letter(history: &History, violations: &mut BTreeSet<Violation>) {
+    let skew = history.clock_skew_ms;
+    // Which ids the run's queue named for each body: answered sends, deliveries from it.
+    let mut source_ids: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for op in &history.ops {
+        match (&op.call, &op.completed) {
+            (Call::Send { body, .. }, Some((_, Outcome::Sent { message_id }))) => {
+                source_ids.entry(body).or_default().insert(message_id);
+            }
+            (
+                Call::Receive {
+                    dead_letter: false, ..
+                },
+                Some((_, Outcome::Received(got))),
+            ) => {
+                for delivery in got {
+                    source_ids
+                        .entry(&delivery.body)
+                        .or_default()
+                        .insert(&delivery.message_id);
+                }
+            }
+            _ => {}
+        }
+    }
+    let sent: BTreeSet<&str> = history
+        .ops
+        .iter()
+        .filter_map(|op| match &op.call {
+            Call::Send { body, .. } => Some(body.as_str()),
+            _ => None,
+        })
+        .collect();
+    for op in &history.ops {
+        let (Call::Receive { dead_letter, .. }, Some((completed_at_ms, Outcome::Received(got)))) =
+            (&op.call, &op.completed)
+        else {
+            continue;
+        };
+        for delivery in got {
+            let id = delivery.message_id.as_str();
+            if !*dead_letter {
+                if let Some(max) = history.max_receive_count
+                    && delivery.receive_count > max
+                {
+                    violations.insert(Violation::DeliveredPastMax {
+                        message_id: id.to_owned(),
+                        generation: delivery.generation,
+                        receive_count: delivery.receive_count,
+                        max_receive_count: max,
+                    });
+                }
+                continue;
+            }
+            let now_moved = history.ops.iter().any(|other| {
+                matches!(&other.call, Call::DeadLetterNow { message_id, .. } if message_id == id)
+                    && other.invoked_at_ms < completed_at_ms + skew
+                    && other.outcome().may_have_happened()
+            });
+            let least = match history.max_receive_count {
+                Some(max) if !now_moved => max + 1,
+                _ => 2,
+            };
+            if delivery.receive_count < least {
+                violations.insert(Violation::DeadLetteredEarly {
+                    message_id: id.to_owned(),
+                    generation: delivery.generation,
+                    receive_count: delivery.receive_count,
+                });
+            }
+            let body = delivery.body.as_str();
+            let named_elsewhere = source_ids.get(body).is_some_and(|ids| !ids.contains(id));
+            if !sent.contains(body) || named_elsewhere {
+                violations.insert(Violation::DeadLetterNotFromSource {
+                    message_id: id.to_owned(),
+                    body: body.to_owned(),
+                });
+            }
+        }
+    }
+}
+
+/// S3 (an acknowledged delete stays deleted) and S4 (a superseded handle never deletes), both
+/// within the delete's generation (spec/replication.md §7: a generation lives in one queue). A
+/// later life may still deliver the message: a delete with a handle of a life the message has
+/// left answers success and writes nothing (*Delete* step 3), and a redrive may have taken the
+/// message on before the delete's tombstone (§7, *Considerations*).
 fn check_deletes(
     ops: &[Op],
     deliveries: &BTreeMap<&str, Vec<Seen>>,
@@ -299,6 +417,7 @@ fn check_deletes(
     for op in ops {
         let Call::Delete {
             message_id,
+            generation,
             receive_count,
         } = &op.call
         else {
@@ -308,10 +427,11 @@ fn check_deletes(
             continue;
         }
         let deleted_at_ms = op.completed_at_ms();
-        let seen = deliveries
+        let all = deliveries
             .get(message_id.as_str())
             .map_or(&[][..], Vec::as_slice);
-        for delivery in seen {
+        let seen: Vec<&Seen> = all.iter().filter(|d| d.generation == *generation).collect();
+        for delivery in &seen {
             if delivery.invoked_at_ms > deleted_at_ms + skew {
                 violations.insert(Violation::Resurrected {
                     message_id: message_id.clone(),
@@ -330,13 +450,22 @@ fn check_deletes(
             .max();
         let Some(newer_count) = newer else { continue };
         // A delete with a newer handle that may have happened first makes this one a repeated
-        // delete of a gone message, which succeeds (spec/queue-core.md#delete, case 2).
+        // delete of a gone message, which succeeds (spec/queue-core.md#delete, case 2). So does
+        // a message that may have left this life first (a later generation delivered, or a
+        // dead-letter now of it that may have happened): *Delete* step 3 of
+        // spec/replication.md answers success and writes nothing.
         let explained = ops.iter().any(|other| {
-            matches!(&other.call, Call::Delete { message_id: m, receive_count: k }
-                if m == message_id && *k > *receive_count)
+            matches!(&other.call, Call::Delete { message_id: m, generation: g, receive_count: k }
+                if m == message_id && g == generation && *k > *receive_count)
                 && other.invoked_at_ms < deleted_at_ms + skew
                 && other.outcome().may_have_happened()
-        });
+        }) || all.iter().any(|d| d.generation > *generation)
+            || ops.iter().any(|other| {
+                matches!(&other.call, Call::DeadLetterNow { message_id: m, generation: g, .. }
+                    if m == message_id && g == generation)
+                    && other.invoked_at_ms < deleted_at_ms + skew
+                    && other.outcome().may_have_happened()
+            });
         if !explained {
             violations.insert(Violation::StaleDeleteSucceeded {
                 message_id: message_id.clone(),
@@ -362,15 +491,17 @@ fn check_visibility(
             for second in seen {
                 // A later delivery that completed before this one started is a count inversion,
                 // reported by `check_receive_counts`.
-                if second.receive_count <= first.receive_count
+                if second.generation != first.generation
+                    || second.receive_count <= first.receive_count
                     || second.completed_at_ms < first.invoked_at_ms
                     || second.completed_at_ms + skew >= visible_from_ms
                 {
                     continue;
                 }
                 let changed = ops.iter().any(|op| {
-                    matches!(&op.call, Call::ChangeVisibility { message_id, receive_count, .. }
-                        if message_id == id && *receive_count == first.receive_count)
+                    matches!(&op.call, Call::ChangeVisibility { message_id, generation, receive_count, .. }
+                        if message_id == id && *generation == first.generation
+                            && *receive_count == first.receive_count)
                         && op.invoked_at_ms < second.completed_at_ms + skew
                         && op.outcome().may_have_happened()
                 });
@@ -530,7 +661,9 @@ fn check_purged(history: &History, purges: &[PurgeSeen], violations: &mut BTreeS
             if op.invoked_at_ms <= purged_at_ms + skew {
                 continue;
             }
-            for delivery in got {
+            // A moved or redriven generation entered its queue later than its send, and the
+            // watermark compares that time (spec/replication.md §2, *Considerations*).
+            for delivery in got.iter().filter(|d| d.generation == 0) {
                 if sent_before
                     .get(delivery.message_id.as_str())
                     .is_some_and(|sent_ms| *sent_ms + skew < purge.invoked_at_ms)
@@ -725,17 +858,36 @@ mod tests {
         }
 
         fn receive(&mut self, client: u32, at: u64, done: u64, got: &[(&str, &str, u32)]) {
+            let got: Vec<_> = got
+                .iter()
+                .map(|(id, body, count)| (*id, *body, 0, *count))
+                .collect();
+            self.receive_from(false, client, at, done, &got);
+        }
+
+        /// A receive of the run's queue or (`dead_letter`) its dead-letter queue; each delivery
+        /// `(id, body, generation, count)`.
+        fn receive_from(
+            &mut self,
+            dead_letter: bool,
+            client: u32,
+            at: u64,
+            done: u64,
+            got: &[(&str, &str, u32, u32)],
+        ) {
             let got = got
                 .iter()
-                .map(|(id, body, count)| Delivery {
+                .map(|(id, body, generation, count)| Delivery {
                     message_id: (*id).to_owned(),
                     body: (*body).to_owned(),
                     receive_count: *count,
+                    generation: *generation,
                 })
                 .collect();
             self.op(
                 client,
                 Call::Receive {
+                    dead_letter,
                     max: 10,
                     wait_s: 0,
                     visibility_s: 5,
@@ -747,10 +899,24 @@ mod tests {
         }
 
         fn delete(&mut self, client: u32, id: &str, count: u32, at: u64, outcome: Outcome) {
+            self.delete_of(client, id, 0, count, at, outcome);
+        }
+
+        /// A delete with the handle of the delivery `(id, generation, count)`.
+        fn delete_of(
+            &mut self,
+            client: u32,
+            id: &str,
+            generation: u32,
+            count: u32,
+            at: u64,
+            outcome: Outcome,
+        ) {
             self.op(
                 client,
                 Call::Delete {
                     message_id: id.to_owned(),
+                    generation,
                     receive_count: count,
                 },
                 at,
@@ -1055,6 +1221,7 @@ mod tests {
             1,
             Call::ChangeVisibility {
                 message_id: "m1".to_owned(),
+                generation: 0,
                 receive_count: 1,
                 timeout_s: 0,
             },
@@ -1325,5 +1492,208 @@ mod tests {
                 code: "QueueDoesNotExist".to_owned()
             }]
         );
+    }
+
+    /// A dead-letter now of the delivery `(id, generation, count)`.
+    fn dead_letter_now(s: &mut Script, id: &str, generation: u32, count: u32, at: u64) {
+        s.op(
+            1,
+            Call::DeadLetterNow {
+                message_id: id.to_owned(),
+                generation,
+                receive_count: count,
+            },
+            at,
+            at + 1,
+            Outcome::Ok,
+        );
+    }
+
+    #[test]
+    fn a_delivery_from_the_source_past_max_receive_count_is_caught() {
+        let run = |last_count: u32| {
+            let mut s = Script::new();
+            s.history.max_receive_count = Some(2);
+            let b = s.send(1, "m1", 0);
+            s.receive(1, 10, 11, &[("m1", &b, 1)]);
+            s.receive(1, 6_000, 6_001, &[("m1", &b, last_count)]);
+            s.delete(1, "m1", last_count, 6_100, Outcome::Ok);
+            s.drained(20_000);
+            s.check()
+        };
+        assert_eq!(run(2), vec![]);
+        assert_eq!(
+            run(3),
+            vec![Violation::DeliveredPastMax {
+                message_id: "m1".to_owned(),
+                generation: 0,
+                receive_count: 3,
+                max_receive_count: 2,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_dead_letter_delivery_below_the_maximum_needs_a_dead_letter_now() {
+        let run = |dlq_count: u32, now: bool| {
+            let mut s = Script::new();
+            s.history.max_receive_count = Some(3);
+            let b = s.send(1, "m1", 0);
+            s.receive(1, 10, 11, &[("m1", &b, 1)]);
+            if now {
+                dead_letter_now(&mut s, "m1", 0, 1, 100);
+            }
+            s.receive_from(true, 2, 200, 201, &[("m1", &b, 1, dlq_count)]);
+            s.delete_of(2, "m1", 1, dlq_count, 300, Outcome::Ok);
+            s.drained(20_000);
+            s.check()
+        };
+        let early = |count: u32| {
+            vec![Violation::DeadLetteredEarly {
+                message_id: "m1".to_owned(),
+                generation: 1,
+                receive_count: count,
+            }]
+        };
+        // Moved by receives: only once the count reached 3, so delivered there at 4 or more.
+        assert_eq!(run(4, false), vec![]);
+        assert_eq!(run(2, false), early(2));
+        // Moved by its holder at count 1: delivered there at 2.
+        assert_eq!(run(2, true), vec![]);
+        assert_eq!(run(1, true), early(1));
+    }
+
+    #[test]
+    fn a_dead_letter_delivery_of_a_message_the_source_never_had_is_caught() {
+        let mut s = Script::new();
+        s.history.max_receive_count = Some(1);
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.receive_from(true, 2, 6_000, 6_001, &[("m1", &b, 1, 2)]);
+        s.delete_of(2, "m1", 1, 2, 6_100, Outcome::Ok);
+        s.drained(20_000);
+        assert_eq!(s.check(), vec![]);
+        // The same body under another id in the dead-letter queue.
+        s.receive_from(true, 2, 7_000, 7_001, &[("m9", &b, 1, 2)]);
+        let found = s.check();
+        assert!(
+            found.contains(&Violation::DeadLetterNotFromSource {
+                message_id: "m9".to_owned(),
+                body: b.clone(),
+            }),
+            "{found:?}"
+        );
+        // A body no send carried.
+        let mut s = Script::new();
+        s.history.max_receive_count = Some(1);
+        let never = body(7, 7);
+        s.receive_from(true, 2, 6_000, 6_001, &[("m2", &never, 1, 2)]);
+        s.drained(20_000);
+        assert!(s.check().contains(&Violation::DeadLetterNotFromSource {
+            message_id: "m2".to_owned(),
+            body: never,
+        }));
+    }
+
+    #[test]
+    fn counts_handles_and_deletes_compare_within_a_generation_across_moves() {
+        // Delivered twice from the source, moved, delivered from the dead-letter queue at 3,
+        // redriven (counts start again) and delivered from the source at 1, then deleted.
+        let history = |late_dead_letter: bool| {
+            let mut s = Script::new();
+            s.history.max_receive_count = Some(2);
+            let b = s.send(1, "m1", 0);
+            s.receive(1, 10, 11, &[("m1", &b, 1)]);
+            s.receive(1, 6_000, 6_001, &[("m1", &b, 2)]);
+            s.receive_from(true, 2, 12_000, 12_001, &[("m1", &b, 1, 3)]);
+            s.op(0, Call::StartMoveTask, 18_000, 18_001, Outcome::Ok);
+            s.receive_from(false, 1, 19_000, 19_001, &[("m1", &b, 2, 1)]);
+            s.delete_of(1, "m1", 2, 1, 19_100, Outcome::Ok);
+            if late_dead_letter {
+                s.receive_from(true, 2, 20_000, 20_001, &[("m1", &b, 1, 4)]);
+            }
+            s.drained(40_000);
+            (s, b)
+        };
+        let (s, _) = history(false);
+        // Generation 2's delivery is not inside generation 0's visibility, not a reissued count 1.
+        assert_eq!(s.check(), vec![]);
+        // Without generations the same deliveries break I1 and I5 (what the checker used to see).
+        let mut flat = s.history.clone();
+        for op in &mut flat.ops {
+            if let Some((_, Outcome::Received(got))) = &mut op.completed {
+                for delivery in got {
+                    delivery.generation = 0;
+                }
+            }
+        }
+        assert!(check(&flat).contains(&Violation::HandleReissued {
+            message_id: "m1".to_owned(),
+            receive_count: 1,
+        }));
+        // A copy of generation 1 delivered again after the redrive: the page's duplicate (the
+        // redrive's tombstone raced a receive in the dead-letter queue), not a breach.
+        assert_eq!(history(true).0.check(), vec![]);
+        // A delete of generation 1 acknowledged, then a delivery of generation 1: resurrected
+        // in the dead-letter queue; generation 2's delivery after it is not.
+        let (mut s, b) = history(false);
+        s.delete_of(2, "m1", 1, 3, 12_100, Outcome::Ok);
+        assert_eq!(s.check(), vec![]);
+        s.receive_from(true, 3, 13_000, 13_001, &[("m1", &b, 1, 4)]);
+        assert!(s.check().contains(&Violation::Resurrected {
+            message_id: "m1".to_owned(),
+            deleted_at_ms: 12_101,
+            delivered_at_ms: 13_001,
+        }));
+    }
+
+    #[test]
+    fn a_superseded_handle_may_succeed_once_the_message_left_its_life() {
+        let run = |moved: bool| {
+            let mut s = Script::new();
+            s.history.max_receive_count = Some(2);
+            let b = s.send(1, "m1", 0);
+            s.receive(1, 10, 11, &[("m1", &b, 1)]);
+            s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
+            if moved {
+                s.receive_from(true, 2, 12_000, 12_001, &[("m1", &b, 1, 3)]);
+                s.delete_of(2, "m1", 1, 3, 12_100, Outcome::Ok);
+            }
+            // Client 1's late delete with its superseded handle of generation 0.
+            s.delete(1, "m1", 1, 13_000, Outcome::Ok);
+            if !moved {
+                s.delete(2, "m1", 2, 14_000, Outcome::Ok);
+            }
+            s.drained(40_000);
+            s.check()
+        };
+        assert_eq!(run(true), vec![]);
+        assert_eq!(
+            run(false),
+            vec![Violation::StaleDeleteSucceeded {
+                message_id: "m1".to_owned(),
+                handle_count: 1,
+                newer_count: 2,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_message_moved_to_the_dead_letter_queue_and_never_deleted_is_lost() {
+        let mut s = Script::new();
+        s.history.max_receive_count = Some(1);
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        s.receive_from(true, 2, 6_000, 6_001, &[("m1", &b, 1, 2)]);
+        s.drained(20_000);
+        assert_eq!(
+            s.check(),
+            vec![Violation::Lost {
+                body: b.clone(),
+                delivered_before: true,
+            }]
+        );
+        s.delete_of(2, "m1", 1, 2, 6_100, Outcome::Ok);
+        assert_eq!(s.check(), vec![]);
     }
 }

@@ -12,6 +12,9 @@ use std::fmt::Write as _;
 pub enum Call {
     /// `CreateQueue` of the run's queue (idempotent).
     CreateQueue,
+    /// `CreateQueue` of the run's dead-letter queue (idempotent), before the run's queue names
+    /// it in its redrive policy.
+    CreateDeadLetterQueue,
     /// `SendMessage` with a body no other send uses, except a retry of a send with a
     /// deduplication id, which repeats its body and id.
     Send {
@@ -19,25 +22,40 @@ pub enum Call {
         delay_s: Option<u32>,
         dedup_id: Option<String>,
     },
-    /// `ReceiveMessages`.
+    /// `ReceiveMessages`, from the run's queue or (`dead_letter`) its dead-letter queue.
     Receive {
+        dead_letter: bool,
         max: u32,
         wait_s: u32,
         /// The visibility timeout in effect for what this receive delivers (the override, or the
         /// queue's default when none was given).
         visibility_s: u32,
     },
-    /// `DeleteMessage` with the handle of the delivery `(message_id, receive_count)`.
+    /// `DeleteMessage` with the handle of the delivery `(message_id, generation,
+    /// receive_count)`, in the queue that delivered it.
     Delete {
         message_id: String,
+        generation: u32,
         receive_count: u32,
     },
-    /// `ChangeVisibility` with the handle of the delivery `(message_id, receive_count)`.
+    /// `ChangeVisibility` with the handle of the delivery `(message_id, generation,
+    /// receive_count)`.
     ChangeVisibility {
         message_id: String,
+        generation: u32,
         receive_count: u32,
         timeout_s: u32,
     },
+    /// Dead-letter now (`Command::DeadLetterNow`, spec/queue-core.md) with the handle of a
+    /// delivery from the run's queue: the message moves to the dead-letter queue at once.
+    DeadLetterNow {
+        message_id: String,
+        generation: u32,
+        receive_count: u32,
+    },
+    /// The start of a move task taking the dead-letter queue's messages back to their source
+    /// (`StartMessageMoveTask`, spec/replication.md §8); it runs in the background.
+    StartMoveTask,
     /// `GetQueue`, for the queue's counts after the drain.
     Stats,
     /// `CreateQueue` (`create`) or `DeleteQueue` of a queue apart from the run's, raced
@@ -54,6 +72,11 @@ pub struct Delivery {
     pub message_id: String,
     pub body: String,
     pub receive_count: u32,
+    /// The message's life the delivery belongs to: its generation in the cluster (0 when
+    /// sent, one more at every dead-letter move and every redrive, spec/replication.md, *The
+    /// record*), read from the receipt handle; always 0 on a node running alone. Receive counts,
+    /// handles and deletes compare within one generation.
+    pub generation: u32,
 }
 
 /// How a call completed.
@@ -141,6 +164,9 @@ pub struct History {
     /// another's may pass this much early by true time (spec/replication.md, *Time*): within
     /// `SKEW_MAX` by the bound, beyond it a duplicate, never a loss.
     pub clock_spread_ms: u64,
+    /// The run's queue's `maxReceiveCount`, when it has a redrive policy (to the dead-letter
+    /// queue the receives with `dead_letter` read).
+    pub max_receive_count: Option<u32>,
 }
 
 /// How much a run exercised the system under test: what a harness that never reached it would

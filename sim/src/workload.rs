@@ -386,6 +386,7 @@ impl Client {
             .map(|held| {
                 self.invoke(Call::Delete {
                     message_id: held.message_id.clone(),
+                    generation: 0,
                     receive_count: held.receive_count,
                 })
             })
@@ -421,6 +422,7 @@ impl Client {
         visibility_s: Option<u32>,
     ) -> Option<Vec<Held>> {
         let op = self.invoke(Call::Receive {
+            dead_letter: false,
             max,
             wait_s,
             visibility_s: visibility_s.unwrap_or(QUEUE_VISIBILITY_S),
@@ -441,6 +443,8 @@ impl Client {
                         message_id: m.message_id.clone(),
                         body: m.body.clone(),
                         receive_count: m.receive_count,
+                        // One node: no moves between lives (the run has no dead-letter queue).
+                        generation: 0,
                     })
                     .collect();
                 self.complete(op, Outcome::Received(deliveries));
@@ -467,6 +471,7 @@ impl Client {
     async fn delete(&mut self, held: &Held) -> bool {
         let op = self.invoke(Call::Delete {
             message_id: held.message_id.clone(),
+            generation: 0,
             receive_count: held.receive_count,
         });
         let request = pb::DeleteMessageRequest {
@@ -483,6 +488,7 @@ impl Client {
     async fn change_visibility(&mut self, held: &Held, timeout_s: u32) -> bool {
         let op = self.invoke(Call::ChangeVisibility {
             message_id: held.message_id.clone(),
+            generation: 0,
             receive_count: held.receive_count,
             timeout_s,
         });

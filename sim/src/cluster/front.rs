@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use trireme_core::{Command, DedupId, MessageId, Outcome, QueueAttributes, QueueName};
+use trireme_core::{
+    Command, DedupId, MessageId, Outcome, QueueAttributes, QueueName, ReceiptHandle, RedrivePolicy,
+};
 use trireme_node::backend::Backend;
 use trireme_node::clock::Clock;
 use trireme_node::cluster::Cluster;
@@ -25,6 +27,7 @@ use trireme_node::cluster::edge::ClusterEdge;
 use trireme_node::engine::EngineError;
 use trireme_node::handle::HandleCodec;
 use trireme_node::metrics::MessageCounters;
+use trireme_node::redrive::RedriveError;
 use trireme_replication::RecordKey;
 use trireme_replication::record::{Body, Record};
 use turmoil::net::{TcpListener, TcpStream};
@@ -37,6 +40,9 @@ use crate::history::fnv1a;
 pub const FRONT_PORT: u16 = 7300;
 /// The one queue of the run, created by the clients through the edge before anything else.
 pub const QUEUE: &str = "sim-queue";
+/// The run's dead-letter queue, in the seeds whose queue has a redrive policy: an ordinary queue
+/// the clients create first (spec/replication.md §7).
+pub const DEAD_LETTER_QUEUE: &str = "sim-dlq";
 /// The queue whose creates and deletes race through two members, apart from the run's.
 pub const RACE_QUEUE: &str = "sim-race";
 /// The receipt handles' key, the same on every member (the cluster secret's part).
@@ -72,13 +78,45 @@ impl Ticket {
     pub fn message_id(&self) -> String {
         format!("{:032x}", self.message.0)
     }
+
+    /// The receipt handle the edge encoded, read with the cluster's handle key as a member
+    /// reads it; `None` for a string no member issued.
+    #[must_use]
+    pub fn receipt_handle(&self) -> Option<ReceiptHandle> {
+        HandleCodec::new(HANDLE_KEY)
+            .expect("the key is long enough")
+            .decode(&self.handle)
+            .ok()
+    }
+
+    /// The generation of the message's life this handle belongs to (spec/replication.md, *The
+    /// record*): what the history compares handles and deletes within. 0 for a string no
+    /// member issued.
+    #[must_use]
+    pub fn generation(&self) -> u32 {
+        self.receipt_handle()
+            .map_or(0, |handle| handle.claim.generation)
+    }
+
+    /// Whether the handle names the dead-letter queue (a client knows which queue it received
+    /// from; the handle carries it).
+    #[must_use]
+    pub fn dead_letter(&self) -> bool {
+        self.receipt_handle()
+            .is_some_and(|handle| handle.queue.as_str() == DEAD_LETTER_QUEUE)
+    }
 }
 
 /// A call to the front.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
-    /// `CreateQueue` of the run's queue, with the attributes every client asks for.
-    CreateQueue,
+    /// `CreateQueue` of the run's queue, with the attributes every client asks for: with
+    /// `max_receive_count`, a redrive policy to [`DEAD_LETTER_QUEUE`]; with `dead_letter`, that
+    /// queue itself (default attributes but the visibility timeout).
+    CreateQueue {
+        dead_letter: bool,
+        max_receive_count: Option<u32>,
+    },
     /// A send; with a deduplication id, the send of spec/replication.md §4.
     Send {
         body: String,
@@ -89,8 +127,10 @@ pub enum Request {
     SendBatch {
         entries: Vec<(String, u32)>,
     },
-    /// A receive; `wait_s` above 0 is a long poll (spec/replication.md §9).
+    /// A receive of the run's queue or (`dead_letter`) its dead-letter queue; `wait_s` above 0
+    /// is a long poll (spec/replication.md §9).
     Receive {
+        dead_letter: bool,
         max: u32,
         visibility_s: u32,
         wait_s: u32,
@@ -106,6 +146,13 @@ pub enum Request {
         ticket: Ticket,
         timeout_s: u32,
     },
+    /// Dead-letter now (`Command::DeadLetterNow`, gRPC only: the SQS endpoint has no such
+    /// action) with a handle of the run's queue.
+    DeadLetterNow {
+        ticket: Ticket,
+    },
+    /// `StartMessageMoveTask` from the dead-letter queue back to its source.
+    StartMoveTask,
     /// `PurgeQueue` of the run's queue.
     Purge,
     /// `CreateQueue` (`create`) or `DeleteQueue` of [`RACE_QUEUE`].
@@ -122,6 +169,9 @@ pub enum Request {
 /// how two differ.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {
+    /// The queue the record is of (a dead-letter copy lives on the replicas of the dead-letter
+    /// queue and the message id, spec/replication.md, *Placement*).
+    pub queue: String,
     /// The message id, as the history names it.
     pub message_id: String,
     /// FNV-1a of the whole record's debug rendering: equal exactly when the records are.
@@ -142,6 +192,7 @@ impl Held {
             Body::Tombstone(_) => format!("g{}-tombstone", record.generation.0),
         };
         Held {
+            queue: key.queue.as_str().to_owned(),
             message_id: format!("{:032x}", key.message.0),
             hash: fnv1a(format!("{record:?}").as_bytes()),
             summary,
@@ -187,7 +238,16 @@ pub enum Answer {
 
 fn encode_request(request: &Request) -> String {
     match request {
-        Request::CreateQueue => "create".to_owned(),
+        Request::CreateQueue {
+            dead_letter: true, ..
+        } => "create dlq".to_owned(),
+        Request::CreateQueue {
+            dead_letter: false,
+            max_receive_count,
+        } => format!(
+            "create queue {}",
+            max_receive_count.map_or("-".to_owned(), |max| max.to_string())
+        ),
         Request::Send {
             body,
             delay_s,
@@ -209,14 +269,17 @@ fn encode_request(request: &Request) -> String {
             line
         }
         Request::Receive {
+            dead_letter,
             max,
             visibility_s,
             wait_s,
-        } => format!("receive {max} {visibility_s} {wait_s}"),
+        } => format!("receive {dead_letter} {max} {visibility_s} {wait_s}"),
         Request::Delete { ticket } => format!("delete {}", ticket.encode()),
         Request::ChangeVisibility { ticket, timeout_s } => {
             format!("visibility {} {timeout_s}", ticket.encode())
         }
+        Request::DeadLetterNow { ticket } => format!("deadletternow {}", ticket.encode()),
+        Request::StartMoveTask => "movetask".to_owned(),
         Request::Purge => "purge".to_owned(),
         Request::RaceQueue { create } => format!("race {create}"),
         Request::Count => "count".to_owned(),
@@ -227,7 +290,17 @@ fn encode_request(request: &Request) -> String {
 fn decode_request(line: &str) -> Option<Request> {
     let words: Vec<&str> = line.split_whitespace().collect();
     Some(match words.as_slice() {
-        ["create"] => Request::CreateQueue,
+        ["create", "dlq"] => Request::CreateQueue {
+            dead_letter: true,
+            max_receive_count: None,
+        },
+        ["create", "queue", max] => Request::CreateQueue {
+            dead_letter: false,
+            max_receive_count: match *max {
+                "-" => None,
+                max => Some(max.parse().ok()?),
+            },
+        },
         ["send", delay_s, body, dedup] => Request::Send {
             body: (*body).to_owned(),
             delay_s: delay_s.parse().ok()?,
@@ -248,7 +321,8 @@ fn decode_request(line: &str) -> Option<Request> {
                 .map(|ticket| Ticket::decode(ticket))
                 .collect::<Option<Vec<_>>>()?,
         },
-        ["receive", max, visibility_s, wait_s] => Request::Receive {
+        ["receive", dead_letter, max, visibility_s, wait_s] => Request::Receive {
+            dead_letter: dead_letter.parse().ok()?,
             max: max.parse().ok()?,
             visibility_s: visibility_s.parse().ok()?,
             wait_s: wait_s.parse().ok()?,
@@ -260,6 +334,10 @@ fn decode_request(line: &str) -> Option<Request> {
             ticket: Ticket::decode(ticket)?,
             timeout_s: timeout_s.parse().ok()?,
         },
+        ["deadletternow", ticket] => Request::DeadLetterNow {
+            ticket: Ticket::decode(ticket)?,
+        },
+        ["movetask"] => Request::StartMoveTask,
         ["purge"] => Request::Purge,
         ["race", create] => Request::RaceQueue {
             create: create.parse().ok()?,
@@ -293,8 +371,8 @@ fn encode_answer(answer: &Answer) -> String {
             let mut line = "records".to_owned();
             for held in held {
                 line.push_str(&format!(
-                    " {},{:016x},{}",
-                    held.message_id, held.hash, held.summary
+                    " {},{},{:016x},{}",
+                    held.queue, held.message_id, held.hash, held.summary
                 ));
             }
             line
@@ -352,8 +430,9 @@ fn decode_answer(line: &str) -> Option<Answer> {
         ["records", held @ ..] => Answer::Records(Ok(held
             .iter()
             .map(|item| {
-                let mut parts = item.splitn(3, ',');
+                let mut parts = item.splitn(4, ',');
                 Some(Held {
+                    queue: parts.next()?.to_owned(),
                     message_id: parts.next()?.to_owned(),
                     hash: u64::from_str_radix(parts.next()?, 16).ok()?,
                     summary: parts.next()?.to_owned(),
@@ -426,13 +505,24 @@ impl Front {
 
     async fn execute(&self, request: Request) -> Answer {
         match request {
-            Request::CreateQueue => {
+            Request::CreateQueue {
+                dead_letter,
+                max_receive_count,
+            } => {
                 let attributes = QueueAttributes {
                     visibility_timeout_s: QUEUE_VISIBILITY_S,
+                    redrive: max_receive_count.map(|max_receive_count| RedrivePolicy {
+                        dead_letter_queue: dead_letter_queue(),
+                        max_receive_count,
+                    }),
                     ..QueueAttributes::default()
                 };
                 let command = Command::CreateQueue {
-                    name: queue(),
+                    name: if dead_letter {
+                        dead_letter_queue()
+                    } else {
+                        queue()
+                    },
                     attributes,
                     tags: BTreeMap::new(),
                 };
@@ -478,8 +568,9 @@ impl Front {
                     match self.backend.handles().decode(&ticket.handle) {
                         Ok(handle) => {
                             answers.push(None);
+                            // The queue that issued the handle, as its client knows it.
                             commands.push(Command::Delete {
-                                queue: queue(),
+                                queue: handle.queue.clone(),
                                 handle,
                             });
                         }
@@ -499,13 +590,19 @@ impl Front {
                 )
             }
             Request::Receive {
+                dead_letter,
                 max,
                 visibility_s,
                 wait_s,
             } => {
+                let name = if dead_letter {
+                    dead_letter_queue()
+                } else {
+                    queue()
+                };
                 match self
                     .backend
-                    .receive(queue(), max, Some(visibility_s), Some(wait_s))
+                    .receive(name, max, Some(visibility_s), Some(wait_s))
                     .await
                 {
                     Ok(delivered) => Answer::Received(
@@ -530,11 +627,47 @@ impl Front {
                 };
                 let result = self
                     .command(Command::Delete {
-                        queue: queue(),
+                        queue: handle.queue.clone(),
                         handle,
                     })
                     .await;
                 deleted(result)
+            }
+            Request::DeadLetterNow { ticket } => {
+                let Ok(handle) = self.backend.handles().decode(&ticket.handle) else {
+                    return refused("ReceiptHandleUndecodable");
+                };
+                match self
+                    .command(Command::DeadLetterNow {
+                        queue: handle.queue.clone(),
+                        handle,
+                    })
+                    .await
+                {
+                    Ok(Outcome::DeadLettered { .. }) => Answer::Done,
+                    Ok(other) => unexpected(&other),
+                    Err(answer) => answer,
+                }
+            }
+            Request::StartMoveTask => {
+                // What the SQS endpoint's StartMessageMoveTask calls, without a destination:
+                // each message back to its source.
+                match self
+                    .backend
+                    .start_move_task(dead_letter_queue(), None, None, None)
+                    .await
+                {
+                    Ok(_) => Answer::Done,
+                    Err(RedriveError::Engine(error)) => failed(error),
+                    Err(other) => {
+                        let text = format!("{other:?}");
+                        refused(
+                            text.split(|c: char| !c.is_ascii_alphanumeric())
+                                .next()
+                                .unwrap_or("Refused"),
+                        )
+                    }
+                }
             }
             Request::ChangeVisibility { ticket, timeout_s } => {
                 let Ok(handle) = self.backend.handles().decode(&ticket.handle) else {
@@ -542,7 +675,7 @@ impl Front {
                 };
                 match self
                     .command(Command::ChangeVisibility {
-                        queue: queue(),
+                        queue: handle.queue.clone(),
                         handle,
                         timeout_s,
                     })
@@ -576,22 +709,25 @@ impl Front {
                 Err(answer) => answer,
             },
             Request::Count => {
-                // The queue's incarnation and watermark as this member knows them (a settled
-                // read when its view is not fresh); no queue is no message.
-                let state = match self.cluster.queue(&queue()).await {
-                    Ok(state) => state,
-                    Err(_) => return unavailable("count"),
-                };
-                let now = self.clock.now();
-                let (ready, in_flight, delayed) = state.map_or((0, 0, 0), |state| {
-                    self.cluster.store().view(|view| {
-                        view.counts(&queue(), state.incarnation, state.purge_watermark, now)
-                    })
-                });
-                Answer::Counts {
-                    ready,
-                    in_flight: in_flight + delayed,
+                // Each queue's incarnation and watermark as this member knows them (a settled
+                // read when its view is not fresh); no queue is no message. The run's queue and
+                // its dead-letter queue together: a drained run leaves both empty.
+                let (mut ready, mut in_flight) = (0, 0);
+                for name in [queue(), dead_letter_queue()] {
+                    let state = match self.cluster.queue(&name).await {
+                        Ok(state) => state,
+                        Err(_) => return unavailable("count"),
+                    };
+                    let now = self.clock.now();
+                    let (r, f, d) = state.map_or((0, 0, 0), |state| {
+                        self.cluster.store().view(|view| {
+                            view.counts(&name, state.incarnation, state.purge_watermark, now)
+                        })
+                    });
+                    ready += r;
+                    in_flight += f + d;
                 }
+                Answer::Counts { ready, in_flight }
             }
             Request::Records => Answer::Records(
                 self.cluster
@@ -668,6 +804,12 @@ fn unavailable(reason: &str) -> Answer {
 #[must_use]
 pub fn queue() -> QueueName {
     QueueName::try_from(QUEUE.to_owned()).expect("a valid queue name")
+}
+
+/// The run's dead-letter queue's name.
+#[must_use]
+pub fn dead_letter_queue() -> QueueName {
+    QueueName::try_from(DEAD_LETTER_QUEUE.to_owned()).expect("a valid queue name")
 }
 
 /// Serves `front` on `listener` until the host goes down: each connection one request.
@@ -751,7 +893,22 @@ mod tests {
             handle: "AQID-_xyz".to_owned(),
         };
         for request in [
-            Request::CreateQueue,
+            Request::CreateQueue {
+                dead_letter: false,
+                max_receive_count: None,
+            },
+            Request::CreateQueue {
+                dead_letter: false,
+                max_receive_count: Some(2),
+            },
+            Request::CreateQueue {
+                dead_letter: true,
+                max_receive_count: None,
+            },
+            Request::DeadLetterNow {
+                ticket: ticket.clone(),
+            },
+            Request::StartMoveTask,
             Request::Send {
                 body: "c1-s2-00ff".to_owned(),
                 delay_s: 3,
@@ -763,6 +920,7 @@ mod tests {
                 dedup: Some("k7".to_owned()),
             },
             Request::Receive {
+                dead_letter: true,
                 max: 10,
                 visibility_s: 5,
                 wait_s: 2,
@@ -813,6 +971,7 @@ mod tests {
             },
             Answer::Records(Ok(vec![])),
             Answer::Records(Ok(vec![Held {
+                queue: QUEUE.to_owned(),
                 message_id: ticket.message_id(),
                 hash: u64::MAX,
                 summary: "g1-live-seq2-count3".to_owned(),

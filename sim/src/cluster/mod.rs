@@ -32,6 +32,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use trireme_node::clock::Clock;
 use trireme_node::cluster::anti_entropy::AntiEntropySettings;
 use trireme_node::cluster::collection::CollectionSettings;
+use trireme_node::cluster::move_task::MoveTaskSettings;
 use trireme_node::cluster::peers::LinkSettings;
 use trireme_node::cluster::store::ReplicaStore;
 use trireme_node::cluster::{Cluster, ClusterSettings};
@@ -161,6 +162,12 @@ impl Report {
             self.digest,
             self.plan.mix,
         );
+        if let Some(max) = self.history.max_receive_count {
+            text.push_str(&format!(
+                "  dead letters: {}\n",
+                dead_letter_summary(&self.history, max)
+            ));
+        }
         if let Some(error) = &self.error {
             text.push_str(&format!("  run error: {error}\n"));
         }
@@ -172,6 +179,36 @@ impl Report {
         }
         text
     }
+}
+
+/// What a run with a dead-letter queue did with it: deliveries from it, deliveries of a later
+/// life (moved, or redriven back), dead-letter nows and the move task's start.
+fn dead_letter_summary(history: &History, max: u32) -> String {
+    use crate::history::{Call, Outcome};
+    let (mut from_dead_letter, mut redriven) = (0, 0);
+    let (mut now_acknowledged, mut now_total, mut move_task) = (0, 0, "not started".to_owned());
+    for op in &history.ops {
+        match (&op.call, op.outcome()) {
+            (Call::Receive { dead_letter, .. }, Outcome::Received(got)) => {
+                if *dead_letter {
+                    from_dead_letter += got.len();
+                } else {
+                    redriven += got.iter().filter(|d| d.generation >= 2).count();
+                }
+            }
+            (Call::DeadLetterNow { .. }, outcome) => {
+                now_total += 1;
+                now_acknowledged += usize::from(outcome.acknowledged());
+            }
+            (Call::StartMoveTask, outcome) => move_task = format!("{outcome:?}"),
+            _ => {}
+        }
+    }
+    format!(
+        "maxReceiveCount {max}, {from_dead_letter} delivered from the dead-letter queue, \
+         {redriven} redriven deliveries, dead-letter now {now_acknowledged} of {now_total} \
+         acknowledged, move task {move_task}"
+    )
 }
 
 /// The seed of member `node`'s random sources on its `boot`-th start.
@@ -318,6 +355,8 @@ fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
                     period: COLLECTION_PERIOD,
                     ..CollectionSettings::default()
                 }),
+                // The move tasks' driver (spec/replication.md §8), as the node runs it.
+                cluster.spawn_move_tasks(MoveTaskSettings::default()),
             );
             let front = Front::new(cluster.clone(), clock, member_seed ^ 0x1d5);
             // The node's SQS app on the same edge; it refuses until the member has joined.
@@ -704,6 +743,7 @@ pub fn run(options: &Options) -> Report {
     let history = Rc::new(RefCell::new(History {
         clock_skew_ms: TICK_MS,
         clock_spread_ms,
+        max_receive_count: workload::max_receive_count(options.seed),
         ..History::default()
     }));
     let nodes = 1..=members;

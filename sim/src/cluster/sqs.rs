@@ -18,13 +18,15 @@ use trireme_node::sqs::{SqsSettings, router};
 use trireme_node::trace::TraceIds;
 use turmoil::net::{TcpListener, TcpStream};
 
-use super::front::{Answer, Failure, Got, QUEUE, RACE_QUEUE, Request, Ticket};
+use super::front::{Answer, DEAD_LETTER_QUEUE, Failure, Got, QUEUE, RACE_QUEUE, Request, Ticket};
 use super::workload::QUEUE_VISIBILITY_S;
 
 /// The port every member serves the SQS endpoint on.
 pub const SQS_PORT: u16 = 9324;
 /// The account in the queue URLs (the endpoint's default).
 const ACCOUNT: &str = "000000000000";
+/// The region in the queue ARNs (the endpoint's default).
+const REGION: &str = "us-east-1";
 /// Longest response the client reads; a longer one is a broken endpoint.
 const RESPONSE_BYTES_MAX: u64 = 1024 * 1024;
 
@@ -64,21 +66,57 @@ pub async fn serve(listener: TcpListener, backend: Backend, host: String, seed: 
     let _ = axum::serve(SimListener(listener), app).await;
 }
 
-/// The run's queue's URL at `host`.
-fn queue_url(host: &str) -> String {
-    format!("http://{host}:{SQS_PORT}/{ACCOUNT}/{QUEUE}")
+/// The run's queue's URL at `host`, or its dead-letter queue's.
+fn queue_url(host: &str, dead_letter: bool) -> String {
+    let name = if dead_letter {
+        DEAD_LETTER_QUEUE
+    } else {
+        QUEUE
+    };
+    format!("http://{host}:{SQS_PORT}/{ACCOUNT}/{name}")
+}
+
+/// The URL of the queue that issued `ticket`'s handle, as its client knows it.
+fn ticket_url(host: &str, ticket: &Ticket) -> String {
+    queue_url(host, ticket.dead_letter())
+}
+
+/// The ARN of `name`.
+fn queue_arn(name: &str) -> String {
+    format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{name}")
 }
 
 /// The action and JSON body of `request`; `None` for what only the front answers.
 fn encode(host: &str, request: &Request) -> Option<(&'static str, Value)> {
-    let url = queue_url(host);
+    let url = queue_url(host, false);
     Some(match request {
-        Request::CreateQueue => (
-            "CreateQueue",
-            json!({
-                "QueueName": QUEUE,
-                "Attributes": { "VisibilityTimeout": QUEUE_VISIBILITY_S.to_string() },
-            }),
+        Request::CreateQueue {
+            dead_letter,
+            max_receive_count,
+        } => {
+            let mut attributes = json!({ "VisibilityTimeout": QUEUE_VISIBILITY_S.to_string() });
+            if let Some(max) = max_receive_count {
+                attributes["RedrivePolicy"] = json!(
+                    json!({
+                        "deadLetterTargetArn": queue_arn(DEAD_LETTER_QUEUE),
+                        "maxReceiveCount": max.to_string(),
+                    })
+                    .to_string()
+                );
+            }
+            let name = if *dead_letter {
+                DEAD_LETTER_QUEUE
+            } else {
+                QUEUE
+            };
+            (
+                "CreateQueue",
+                json!({ "QueueName": name, "Attributes": attributes }),
+            )
+        }
+        Request::StartMoveTask => (
+            "StartMessageMoveTask",
+            json!({ "SourceArn": queue_arn(DEAD_LETTER_QUEUE) }),
         ),
         Request::Send {
             body,
@@ -109,7 +147,8 @@ fn encode(host: &str, request: &Request) -> Option<(&'static str, Value)> {
         Request::DeleteBatch { tickets } => (
             "DeleteMessageBatch",
             json!({
-                "QueueUrl": url,
+                // A batch holds handles of one queue (the client batches them so).
+                "QueueUrl": tickets.first().map_or(url, |ticket| ticket_url(host, ticket)),
                 "Entries": tickets
                     .iter()
                     .enumerate()
@@ -121,13 +160,14 @@ fn encode(host: &str, request: &Request) -> Option<(&'static str, Value)> {
             }),
         ),
         Request::Receive {
+            dead_letter,
             max,
             visibility_s,
             wait_s,
         } => (
             "ReceiveMessage",
             json!({
-                "QueueUrl": url,
+                "QueueUrl": queue_url(host, *dead_letter),
                 "MaxNumberOfMessages": max,
                 "VisibilityTimeout": visibility_s,
                 "WaitTimeSeconds": wait_s,
@@ -136,12 +176,12 @@ fn encode(host: &str, request: &Request) -> Option<(&'static str, Value)> {
         ),
         Request::Delete { ticket } => (
             "DeleteMessage",
-            json!({ "QueueUrl": url, "ReceiptHandle": ticket.handle }),
+            json!({ "QueueUrl": ticket_url(host, ticket), "ReceiptHandle": ticket.handle }),
         ),
         Request::ChangeVisibility { ticket, timeout_s } => (
             "ChangeMessageVisibility",
             json!({
-                "QueueUrl": url,
+                "QueueUrl": ticket_url(host, ticket),
                 "ReceiptHandle": ticket.handle,
                 "VisibilityTimeout": timeout_s,
             }),
@@ -152,7 +192,8 @@ fn encode(host: &str, request: &Request) -> Option<(&'static str, Value)> {
             "DeleteQueue",
             json!({ "QueueUrl": format!("http://{host}:{SQS_PORT}/{ACCOUNT}/{RACE_QUEUE}") }),
         ),
-        Request::Count | Request::Records => return None,
+        // Dead-letter now is the node's own action, on gRPC only.
+        Request::DeadLetterNow { .. } | Request::Count | Request::Records => return None,
     })
 }
 
@@ -167,7 +208,7 @@ fn message_id(text: &str) -> Option<u128> {
 /// The answer a 200 response to `request` gives, `None` when it does not read as one.
 fn decode(request: &Request, body: &Value) -> Option<Answer> {
     Some(match request {
-        Request::CreateQueue | Request::RaceQueue { create: true } => {
+        Request::CreateQueue { .. } | Request::RaceQueue { create: true } => {
             body.get("QueueUrl")?.as_str()?;
             Answer::Done
         }
@@ -205,13 +246,17 @@ fn decode(request: &Request, body: &Value) -> Option<Answer> {
         }
         Request::Delete { .. } => delete_ok(),
         Request::ChangeVisibility { .. } | Request::Purge => Answer::Done,
+        Request::StartMoveTask => {
+            body.get("TaskHandle")?.as_str()?;
+            Answer::Done
+        }
         Request::SendBatch { entries } => batch(body, entries.len(), |entry| {
             Some(Answer::Sent {
                 message_id: format!("{:032x}", message_id(entry.get("MessageId")?.as_str()?)?),
             })
         })?,
         Request::DeleteBatch { tickets } => batch(body, tickets.len(), |_| Some(delete_ok()))?,
-        Request::Count | Request::Records => return None,
+        Request::DeadLetterNow { .. } | Request::Count | Request::Records => return None,
     })
 }
 

@@ -19,11 +19,11 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use trireme_core::MessageId;
+use trireme_core::{MessageId, QueueName};
 use trireme_replication::NodeId;
 use trireme_replication::placement::{Placement, Ring};
 
-use super::front::{self, Answer, Failure, Got, Held as Stored, Request, Ticket, queue};
+use super::front::{self, Answer, Failure, Got, Held as Stored, Request, Ticket};
 use super::sqs;
 use crate::clock::sim_now_ms;
 use crate::history::{Call, Delivery, History, OpId, Outcome};
@@ -37,6 +37,8 @@ pub const VISIBILITY_S_MAX: u32 = 6;
 pub const DELAY_S_MAX: u32 = 3;
 /// The drain's visibility: a drained message is deleted long before it could come back.
 const DRAIN_VISIBILITY_S: u32 = 10;
+/// The share of the mix's receives that read the dead-letter queue, in the seeds with one.
+const DEAD_LETTER_SHARE: f64 = 0.1;
 /// The share of the mix's receives that are long polls, and their longest wait.
 const LONG_POLL_SHARE: f64 = 0.3;
 const WAIT_S_MAX: u32 = 3;
@@ -106,6 +108,21 @@ pub struct ClientSetup {
 struct Held {
     ticket: Ticket,
     receive_count: u32,
+    /// The life of the message the handle is of (from the handle, [`Ticket::generation`]).
+    generation: u32,
+    /// Received from the dead-letter queue.
+    dead_letter: bool,
+}
+
+impl Held {
+    fn of(got: Got, dead_letter: bool) -> Held {
+        Held {
+            generation: got.ticket.generation(),
+            ticket: got.ticket,
+            receive_count: got.receive_count,
+            dead_letter,
+        }
+    }
 }
 
 struct Client {
@@ -122,6 +139,11 @@ struct Client {
     purge_at_ms: Option<u64>,
     /// When this client races a create and a delete of the race queue (client 1).
     race_at_ms: Vec<u64>,
+    /// The run's queue's `maxReceiveCount`, in the seeds whose queue has a dead-letter queue.
+    max_receive_count: Option<u32>,
+    /// When this client starts a move task from the dead-letter queue back to the run's queue
+    /// (client 0, in the seeds with a dead-letter queue).
+    move_task_at_ms: Option<u64>,
 }
 
 /// Runs one client: the random mix until the safety phase ends, then the drain.
@@ -140,6 +162,8 @@ pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
         stale: Vec::new(),
         purge_at_ms: purge_at_ms(setup.seed, setup.client, setup.phases.safety_end_ms),
         race_at_ms: race_at_ms(setup.seed, setup.client, setup.phases.safety_end_ms),
+        max_receive_count: max_receive_count(setup.seed),
+        move_task_at_ms: move_task_at_ms(setup.seed, setup.client, setup.phases.safety_end_ms),
     };
     client.create_queue().await;
     while sim_now_ms() < client.phases.safety_end_ms {
@@ -167,6 +191,23 @@ fn purge_at_ms(seed: u64, client: u32, safety_end_ms: u64) -> Option<u64> {
         .then(|| rng.random_range(safety_end_ms / 3..safety_end_ms * 2 / 3))
 }
 
+/// The run's queue's `maxReceiveCount` in a run of `seed`: in half the seeds the queue has a
+/// redrive policy to [`front::DEAD_LETTER_QUEUE`] with a maximum of 1 to 3 (drawn apart from the
+/// clients' own streams, so a seed without one keeps its draws).
+#[must_use]
+pub fn max_receive_count(seed: u64) -> Option<u32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0064_6c71_5f6d_6178);
+    rng.random_bool(0.5).then(|| rng.random_range(1..=3))
+}
+
+/// When client `client` starts the move task in a run of `seed`: client 0, in the seeds with a
+/// dead-letter queue, once, 40% to 80% into the safety phase.
+fn move_task_at_ms(seed: u64, client: u32, safety_end_ms: u64) -> Option<u64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6d6f_7665);
+    (client == 0 && max_receive_count(seed).is_some())
+        .then(|| rng.random_range(safety_end_ms * 2 / 5..safety_end_ms * 4 / 5))
+}
+
 /// When client `client` races creates and deletes of the race queue: client 1, four times in
 /// the safety phase (drawn apart from the clients' own streams).
 fn race_at_ms(seed: u64, client: u32, safety_end_ms: u64) -> Vec<u64> {
@@ -186,18 +227,25 @@ fn race_at_ms(seed: u64, client: u32, safety_end_ms: u64) -> Vec<u64> {
 /// differences.
 fn compare(members: u16, snapshots: &BTreeMap<u16, Vec<Stored>>) -> Convergence {
     let ring = Ring::new((1..=members).map(NodeId)).expect("three or five members");
-    let by_member: BTreeMap<u16, BTreeMap<&str, &Stored>> = snapshots
+    // A record is a queue's and a message's: a dead-letter copy lives on the replicas of the
+    // dead-letter queue and the id (spec/replication.md, *Placement*).
+    let by_member: BTreeMap<u16, BTreeMap<(&str, &str), &Stored>> = snapshots
         .iter()
         .map(|(node, held)| {
-            let map = held.iter().map(|h| (h.message_id.as_str(), h)).collect();
+            let map = held
+                .iter()
+                .map(|h| ((h.queue.as_str(), h.message_id.as_str()), h))
+                .collect();
             (*node, map)
         })
         .collect();
-    let ids: BTreeSet<&str> = by_member.values().flat_map(|m| m.keys().copied()).collect();
+    let ids: BTreeSet<(&str, &str)> = by_member.values().flat_map(|m| m.keys().copied()).collect();
     let mut differences = Vec::new();
     for id in &ids {
-        let message = MessageId(u128::from_str_radix(id, 16).expect("ids are hex"));
-        let replicas = ring.replicas(&queue(), message);
+        let (name, message) = id;
+        let message = MessageId(u128::from_str_radix(message, 16).expect("ids are hex"));
+        let name = QueueName::try_from((*name).to_owned()).expect("a stored queue's name");
+        let replicas = ring.replicas(&name, message);
         let held: Vec<(u16, Option<&Stored>)> = (1..=members)
             .map(|node| (node, by_member[&node].get(id).copied()))
             .collect();
@@ -227,7 +275,7 @@ fn compare(members: u16, snapshots: &BTreeMap<u16, Vec<Stored>>) -> Convergence 
                     )
                 })
                 .collect();
-            differences.push(format!("{id}: {}", on.join(", ")));
+            differences.push(format!("{}/{}: {}", id.0, id.1, on.join(", ")));
         }
     }
     if differences.is_empty() {
@@ -304,6 +352,11 @@ impl Client {
             let op = self.invoke(Call::Purge);
             let result = self.call(&Request::Purge).await;
             self.complete(op, settled(result));
+        } else if self.move_task_at_ms.is_some_and(|at| at <= now) {
+            self.move_task_at_ms = None;
+            let op = self.invoke(Call::StartMoveTask);
+            let result = self.call(&Request::StartMoveTask).await;
+            self.complete(op, settled(result));
         } else if self.race_at_ms.first().is_some_and(|at| *at <= now) {
             self.race_at_ms.remove(0);
             self.race_queue().await;
@@ -316,6 +369,14 @@ impl Client {
                     .rng
                     .random_range(2..=BATCH_ENTRIES_MAX)
                     .min(self.held.len());
+                // A batch names one queue: the first held's, and the handles of it that follow.
+                let first = self.held[0].dead_letter;
+                let count = self
+                    .held
+                    .iter()
+                    .take(count)
+                    .take_while(|held| held.dead_letter == first)
+                    .count();
                 let batch: Vec<Held> = self.held.drain(..count).collect();
                 self.delete_batch(batch).await;
             } else {
@@ -343,7 +404,11 @@ impl Client {
             } else {
                 0
             };
-            if let Some(got) = self.receive(max, visibility_s, wait_s).await {
+            // With a dead-letter queue, some receives read it (drawn only then, so a seed
+            // without one keeps its draws).
+            let dead_letter =
+                self.max_receive_count.is_some() && self.rng.random_bool(DEAD_LETTER_SHARE);
+            if let Some(got) = self.receive(dead_letter, max, visibility_s, wait_s).await {
                 self.held.extend(got);
             }
         }
@@ -360,8 +425,13 @@ impl Client {
             if self.change_visibility(held.clone(), timeout_s).await && timeout_s > 0 {
                 self.held.push(held);
             }
+        } else if roll < 0.75 && self.max_receive_count.is_some() && !held.dead_letter {
+            // Its holder gives up on it: dead-letter now, through a member's front (the SQS
+            // endpoint has no such action).
+            self.dead_letter_now(held).await;
         } else if roll < 0.90 {
-            // Abandoned: the message becomes visible again when its timeout ends.
+            // Abandoned: the message becomes visible again when its timeout ends (and, in the
+            // run's queue, moves to the dead-letter queue after `maxReceiveCount` receives).
         } else {
             let due_ms = sim_now_ms() + self.rng.random_range(7_000..=12_000);
             self.stale.push((held, due_ms));
@@ -372,9 +442,31 @@ impl Client {
     /// (every client asks with the same attributes, so concurrent creates agree), or the safety
     /// phase ends; each attempt is an op of the history.
     async fn create_queue(&mut self) {
+        if self.max_receive_count.is_some() {
+            // The dead-letter queue first: a redrive policy must name an existing queue.
+            let mut created = false;
+            while !created && sim_now_ms() < self.phases.safety_end_ms {
+                let op = self.invoke(Call::CreateDeadLetterQueue);
+                let result = self
+                    .call(&Request::CreateQueue {
+                        dead_letter: true,
+                        max_receive_count: None,
+                    })
+                    .await;
+                created = matches!(result, Ok(Answer::Done));
+                self.complete(op, settled(result));
+                if !created {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+        }
+        let request = Request::CreateQueue {
+            dead_letter: false,
+            max_receive_count: self.max_receive_count,
+        };
         while sim_now_ms() < self.phases.safety_end_ms {
             let op = self.invoke(Call::CreateQueue);
-            let result = self.call(&Request::CreateQueue).await;
+            let result = self.call(&request).await;
             let done = matches!(result, Ok(Answer::Done));
             self.complete(op, settled(result));
             if done {
@@ -437,6 +529,7 @@ impl Client {
             .map(|held| {
                 self.invoke(Call::Delete {
                     message_id: held.ticket.message_id(),
+                    generation: held.generation,
                     receive_count: held.receive_count,
                 })
             })
@@ -520,14 +613,23 @@ impl Client {
         }
     }
 
-    /// A receive; `None` when it failed.
-    async fn receive(&mut self, max: u32, visibility_s: u32, wait_s: u32) -> Option<Vec<Held>> {
+    /// A receive of the run's queue or (`dead_letter`) its dead-letter queue; `None` when it
+    /// failed.
+    async fn receive(
+        &mut self,
+        dead_letter: bool,
+        max: u32,
+        visibility_s: u32,
+        wait_s: u32,
+    ) -> Option<Vec<Held>> {
         let op = self.invoke(Call::Receive {
+            dead_letter,
             max,
             wait_s,
             visibility_s,
         });
         let request = Request::Receive {
+            dead_letter,
             max,
             visibility_s,
             wait_s,
@@ -540,17 +642,11 @@ impl Client {
                         message_id: g.ticket.message_id(),
                         body: g.body.clone(),
                         receive_count: g.receive_count,
+                        generation: g.ticket.generation(),
                     })
                     .collect();
                 self.complete(op, Outcome::Received(deliveries));
-                Some(
-                    got.into_iter()
-                        .map(|g| Held {
-                            ticket: g.ticket,
-                            receive_count: g.receive_count,
-                        })
-                        .collect(),
-                )
+                Some(got.into_iter().map(|g| Held::of(g, dead_letter)).collect())
             }
             Ok(other) => {
                 self.complete(
@@ -572,6 +668,7 @@ impl Client {
     async fn delete(&mut self, held: Held) -> bool {
         let op = self.invoke(Call::Delete {
             message_id: held.ticket.message_id(),
+            generation: held.generation,
             receive_count: held.receive_count,
         });
         let result = self
@@ -584,9 +681,30 @@ impl Client {
         done
     }
 
+    /// Dead-letter now with `held`'s handle of the run's queue, through a member's front.
+    async fn dead_letter_now(&mut self, held: Held) {
+        let op = self.invoke(Call::DeadLetterNow {
+            message_id: held.ticket.message_id(),
+            generation: held.generation,
+            receive_count: held.receive_count,
+        });
+        let member = member_host(self.rng.random_range(1..=self.members));
+        let result = self
+            .call_member(
+                &member,
+                &Request::DeadLetterNow {
+                    ticket: held.ticket,
+                },
+                false,
+            )
+            .await;
+        self.complete(op, settled(result));
+    }
+
     async fn change_visibility(&mut self, held: Held, timeout_s: u32) -> bool {
         let op = self.invoke(Call::ChangeVisibility {
             message_id: held.ticket.message_id(),
+            generation: held.generation,
             receive_count: held.receive_count,
             timeout_s,
         });
@@ -607,8 +725,13 @@ impl Client {
         self.held.clear();
         self.stale.clear();
         let mut last_delivery_ms = sim_now_ms();
+        // With a dead-letter queue, the drain reads both queues in turn.
+        let mut dead_letter = false;
         loop {
-            match self.receive(10, DRAIN_VISIBILITY_S, 0).await {
+            if self.max_receive_count.is_some() {
+                dead_letter = !dead_letter;
+            }
+            match self.receive(dead_letter, 10, DRAIN_VISIBILITY_S, 0).await {
                 Some(got) if !got.is_empty() => {
                     for held in got {
                         self.delete(held).await;
