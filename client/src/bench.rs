@@ -6,8 +6,10 @@
 //! in flight: what a receive costs at the queue's depth, consuming nothing), `consume`
 //! (consumers that receive up to ten with a long poll and delete what they got in one batch,
 //! until the queue is empty), `steady` (producers at a target rate and consumers together,
-//! printing the queue's depth each second) and `idle` (many long polls held open on an empty
-//! queue, to see what waiting consumers cost the node). Latencies
+//! printing the queue's depth each second), `idle` (many long polls held open on an empty
+//! queue, to see what waiting consumers cost the node) and `kill` (sync senders while the
+//! operator's commands kill a member and restart it, then a drain that looks for every
+//! acknowledged message: `kill.rs`). Latencies
 //! go into HDR histograms (microseconds, three significant digits), one per task, merged at the
 //! end of the phase, so the hot path takes no lock.
 //!
@@ -16,6 +18,8 @@
 //! is counted by the error's kind and the task goes on after a short pause. This module only
 //! measures: it asserts nothing about speed, and it belongs to the `trireme` binary (the library
 //! does not export it).
+
+mod kill;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -82,6 +86,8 @@ pub(crate) enum PhaseKind {
     Steady,
     /// Long polls held open on an empty queue.
     Idle,
+    /// Sync senders while one member is killed and restarted, then a drain.
+    Kill,
 }
 
 /// `trireme bench`'s arguments. The endpoints and `--json` are the CLI's global ones.
@@ -91,7 +97,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "trireme-bench")]
     queue: QueueName,
     /// Phases to run, comma separated, always in the order sync, pipe, receive, consume, steady,
-    /// idle (the default leaves out receive and idle).
+    /// idle, kill (the default leaves out receive, idle and kill).
     #[arg(
         long,
         value_delimiter = ',',
@@ -150,6 +156,8 @@ pub(crate) struct BenchArgs {
     /// No progress line on stderr.
     #[arg(long)]
     no_progress: bool,
+    #[command(flatten)]
+    kill: kill::KillArgs,
 }
 
 impl BenchArgs {
@@ -274,6 +282,8 @@ struct PhaseReport {
     consume: Option<ConsumeCounts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     steady: Option<SteadyReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kill: Option<kill::KillReport>,
 }
 
 /// Consumer-side counts of the consume and steady phases.
@@ -408,6 +418,11 @@ impl Shared {
 pub(crate) async fn run(config: ClientConfig, json: bool, args: BenchArgs) -> Result<()> {
     args.check()?;
     let endpoints = config.endpoints.clone();
+    let kill_plan = args.kill.plan(
+        args.phases.contains(&PhaseKind::Kill),
+        &endpoints,
+        args.body_bytes,
+    )?;
     let mut clients = Vec::with_capacity(endpoints.len() * args.connections);
     for _ in 0..args.connections {
         for home in 0..endpoints.len() {
@@ -504,6 +519,31 @@ pub(crate) async fn run(config: ClientConfig, json: bool, args: BenchArgs) -> Re
                     .await
                     .with_context(|| format!("creating queue {idle}"))?;
                 let phase = idle_phase(&shared, &args, &idle, progress).await;
+                print_phase(json, &phase);
+                report.phases.push(phase);
+            }
+            PhaseKind::Kill => {
+                let plan = kill_plan
+                    .as_ref()
+                    .expect("a plan whenever the kill phase is chosen");
+                // A queue of its own, so the drain meets only what this phase sent.
+                let queue = QueueName::new(format!("{}-kill", args.queue))?;
+                admin
+                    .create_queue(&queue, &QueueAttributes::default())
+                    .await
+                    .with_context(|| format!("creating queue {queue}"))?;
+                let phase = kill::kill_phase(kill::KillRun {
+                    plan,
+                    config: &config,
+                    clients: &shared.clients,
+                    endpoints: &report.endpoints,
+                    queue,
+                    body_bytes: args.body_bytes,
+                    consumers: args.consumers,
+                    cap,
+                    progress,
+                })
+                .await;
                 print_phase(json, &phase);
                 report.phases.push(phase);
             }
@@ -1215,6 +1255,7 @@ fn phase_report(
         errors: recorder.errors,
         consume: None,
         steady: None,
+        kill: None,
     }
 }
 
@@ -1230,6 +1271,7 @@ fn print_phase(json: bool, phase: &PhaseReport) {
         PhaseKind::Steady => format!("steady, {} producers", phase.tasks),
         PhaseKind::Receive => "receive (visibility 0, nothing consumed)".to_owned(),
         PhaseKind::Idle => format!("idle, {} long polls", phase.tasks),
+        PhaseKind::Kill => format!("kill, {} sync senders", phase.tasks),
     };
     println!(
         "{name}: {} messages in {:.2} s = {:.0} messages/s (stopped by {:?})",
@@ -1257,6 +1299,9 @@ fn print_phase(json: bool, phase: &PhaseReport) {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
+    }
+    if let Some(kill) = &phase.kill {
+        kill::print(kill);
     }
     if phase.errors.is_empty() {
         println!("  errors: none");

@@ -1,32 +1,40 @@
 //! `trireme bench` against a real node on loopback: the JSON report's shape and its counts
-//! (every message sent is consumed, every phase stops by itself), never its speed.
+//! (every message sent is consumed, every phase stops by itself), never its speed. The kill
+//! phase runs against two single nodes (not a cluster), one of which the test kills when the
+//! bench's kill command asks, so that what that node acknowledged is lost with it.
 
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::process::Command;
+use trireme_client::QueueName;
 
-use crate::node::{TestNode, create_queue, queue_name, send_numbered};
+use crate::node::{KillableNode, TestNode, create_queue, queue_name, send_numbered};
 
 /// Runs `trireme bench` with `extra` against `node`, requires success and returns stdout.
 async fn bench(node: &TestNode, extra: &[&str]) -> String {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
-    command
-        .env_remove("TRIREME_ENDPOINT")
-        .arg("--endpoint")
-        .arg(&node.address)
-        .args(extra)
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
-        .await
-        .expect("the bench stopped by itself within 120 s")
-        .unwrap();
+    let output = bench_output(&node.address, extra).await;
     assert!(
         output.status.success(),
         "stderr: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).unwrap()
+}
+
+/// Runs `trireme bench` with `extra` against `endpoints` (comma separated) to its end.
+async fn bench_output(endpoints: &str, extra: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trireme"));
+    command
+        .env_remove("TRIREME_ENDPOINT")
+        .arg("--endpoint")
+        .arg(endpoints)
+        .args(extra)
+        .kill_on_drop(true);
+    tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the bench stopped by itself within 120 s")
+        .unwrap()
 }
 
 fn count(value: &Value) -> u64 {
@@ -248,4 +256,157 @@ async fn the_receive_probe_consumes_nothing_and_idle_polls_end_at_their_time() {
 
     let stats = client.queue_stats(&queue).await.unwrap();
     assert_eq!(stats.ready + stats.in_flight, 3, "nothing was consumed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kill_phase_finds_what_the_killed_node_acknowledged_lost() {
+    // Two single nodes: what `doomed` acknowledged dies with it, since nothing replicates it.
+    let mut doomed = KillableNode::start().await;
+    let survivor = TestNode::start().await;
+    let queue = queue_name("bench-kill");
+    let kill_queue = QueueName::new(format!("{queue}-kill")).unwrap();
+    for client in [doomed.client(), survivor.client()] {
+        create_queue(&client, &queue).await;
+        create_queue(&client, &kill_queue).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let asked = dir.path().join("kill-asked");
+    let kill_command = format!("touch '{}'", asked.display());
+    let endpoints = format!("{},{}", doomed.address, survivor.address);
+    let bench = tokio::spawn({
+        let (queue, doomed_address) = (queue.clone(), doomed.address.clone());
+        async move {
+            bench_output(
+                &endpoints,
+                &[
+                    "--json",
+                    "bench",
+                    "--queue",
+                    queue.as_str(),
+                    "--phases",
+                    "kill",
+                    "--kill-command",
+                    &kill_command,
+                    "--killed-endpoint",
+                    &doomed_address,
+                    "--kill-senders",
+                    "4",
+                    "--kill-after",
+                    "1",
+                    "--kill-seconds",
+                    "3",
+                    "--body-bytes",
+                    "64",
+                    "--seconds",
+                    "30",
+                    "--no-progress",
+                ],
+            )
+            .await
+        }
+    });
+    // The bench's kill command only leaves a file; the kill itself is the test's.
+    let waited = tokio::time::timeout(Duration::from_secs(60), async {
+        while !asked.exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "the bench ran its kill command");
+    doomed.kill().await;
+    let output = bench.await.unwrap();
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let phase = &report["phases"][0];
+    assert_eq!(phase["phase"], "kill");
+    assert_eq!(phase["tasks"], 4);
+    let kill = &phase["kill"];
+    assert_eq!(kill["kill"]["status"], "exit 0", "{kill}");
+    assert_eq!(kill["restart"], Value::Null);
+    assert_eq!(kill["member_seen_down"], true, "{kill}");
+    assert_eq!(kill["member_back_ms_after_kill"], Value::Null, "{kill}");
+
+    let attempts = count(&kill["attempts"]);
+    let acknowledged = count(&kill["acknowledged"]);
+    let failed = count(&kill["failed_total"]);
+    assert_eq!(attempts, acknowledged + failed, "{kill}");
+    assert_eq!(count(&phase["messages"]), acknowledged);
+    let by_kind: u64 = kill["failed"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(count)
+        .sum();
+    assert_eq!(by_kind, failed, "{kill}");
+    // Senders 0 and 2 are homed on the doomed node; only a send in flight on it when it died
+    // may fail, since the next one goes to the survivor.
+    let senders = kill["per_sender"].as_array().unwrap();
+    assert_eq!(senders.len(), 4);
+    let mut homed_on_doomed = 0;
+    for sender in senders {
+        let homed = sender["sender"].as_u64().unwrap() % 2 == 0;
+        assert_eq!(sender["home_killed"], homed, "{sender}");
+        homed_on_doomed += u64::from(homed);
+        assert_eq!(
+            count(&sender["attempts"]),
+            count(&sender["acknowledged"]) + count(&sender["failed"])
+        );
+        // Every sender was answered before the kill; without a restart command nothing is
+        // after a restart.
+        assert!(sender["longest_gap"]["before_kill"].is_object(), "{sender}");
+        assert!(sender["longest_gap"]["after_restart"].is_null(), "{sender}");
+    }
+    assert!(failed <= homed_on_doomed, "{kill}");
+
+    // What the doomed node acknowledged is lost, and only that: every lost message was sent by
+    // a sender homed there. The survivor's messages are all found once, and it is left empty.
+    let r = &kill["reconciliation"];
+    let lost = count(&r["lost"]);
+    assert!(lost > 0, "{kill}");
+    for pair in r["lost_first"].as_array().unwrap() {
+        assert_eq!(pair[0].as_u64().unwrap() % 2, 0, "{kill}");
+    }
+    assert_eq!(
+        count(&r["received_distinct"]) + lost,
+        acknowledged + count(&r["failed_but_stored"]),
+        "{kill}"
+    );
+    assert_eq!(count(&r["duplicates"]), 0, "{kill}");
+    assert_eq!(count(&r["unknown"]), 0, "{kill}");
+    assert_eq!(kill["drain"]["foreign"], 0, "{kill}");
+    let stats = survivor.client().queue_stats(&kill_queue).await.unwrap();
+    assert_eq!(stats.ready + stats.in_flight + stats.delayed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_flags_that_make_no_phase_are_refused_before_any_call() {
+    // Nothing listens on this endpoint: a refusal must come from the flags alone.
+    for (extra, says) in [
+        (&["bench", "--phases", "kill"][..], "--kill-command"),
+        (
+            &["bench", "--phases", "sync", "--kill-command", "true"][..],
+            "--phases kill",
+        ),
+        (
+            &[
+                "bench",
+                "--phases",
+                "kill",
+                "--kill-command",
+                "true",
+                "--kill-after",
+                "30",
+            ][..],
+            "--kill-seconds",
+        ),
+    ] {
+        let output = bench_output("127.0.0.1:1", extra).await;
+        assert!(!output.status.success(), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+    }
 }
