@@ -34,8 +34,8 @@ use tokio::time::Instant;
 use trireme_client::{Client, ClientConfig, QueueName, ReceiveOptions, RetryPolicy, SendMessage};
 
 use super::{
-    ERROR_PAUSE, Live, PhaseKind, PhaseReport, RECEIVE_VISIBILITY_S, Recorder, Stop, delete_batch,
-    phase_report, spawn_progress, stop_progress,
+    ERROR_PAUSE, Live, PhaseKind, PhaseReport, Recorder, Stop, delete_batch, phase_report,
+    spawn_progress, stop_progress,
 };
 
 /// Bytes at the start of a kill-phase body that name it: the run (16 hex digits), the sender
@@ -53,6 +53,12 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// lost); while the depth says messages remain it goes on, to the phase cap. Each receive
 /// waits up to [`DRAIN_WAIT_S`].
 const DRAIN_EMPTY_RECEIVES_MAX: u32 = 5;
+
+/// Visibility timeout of the drain's receives: far longer than a receive-then-delete takes,
+/// yet short, because a message whose claim race both coordinators gave up waits it out
+/// before any receive returns it (spec/replication.md, *Split claims (F2)*); with 60 s the
+/// drain met such messages 61-78 s after it began (BENCHMARKS.md 6d).
+const DRAIN_VISIBILITY_S: u32 = 10;
 
 /// Long-poll wait of the drain's receives.
 const DRAIN_WAIT_S: u32 = 1;
@@ -819,7 +825,7 @@ async fn drain(
     let deadline = started + run.cap;
     let options = ReceiveOptions {
         max_messages: trireme_client::limits::RECEIVE_MESSAGES_MAX,
-        visibility_timeout_seconds: Some(RECEIVE_VISIBILITY_S),
+        visibility_timeout_seconds: Some(DRAIN_VISIBILITY_S),
         wait_seconds: Some(DRAIN_WAIT_S),
     };
     let mut consumers = JoinSet::new();
