@@ -16,10 +16,9 @@ use trireme_sim::cluster::faults::{Action, ClockKind, Plan, plan};
 use trireme_sim::cluster::{Options, Report, SAFETY_MS_DEFAULT, run};
 
 /// Fresh seeds the sweep runs when `TRIREME_SIM_SEEDS` is not set, from a base drawn anew each
-/// run ([`sweep_base`]): CI's share (sim/README.md, *Cost*). At the 11.9 seeds a minute
-/// measured on this 2-core machine when quiet (debug build, two at a time), the 40 and the
-/// regression seeds take about 4 minutes; 200 would take about 17.
-const SWEEP_SEEDS_DEFAULT: u64 = 40;
+/// run ([`sweep_base`]): issue 11's 200 per CI run. 5.9 s of CPU a seed with the dependencies
+/// optimised (sim/README.md, *Cost*): about 10.5 minutes on this machine's two cores.
+const SWEEP_SEEDS_DEFAULT: u64 = 200;
 /// Seeds every sweep runs besides the fresh ones: 1 (three single crashes, one member kept away
 /// past the horizon and two collection periods), 3 (every member crashing at once), 6 (a lost disk with another member cut around it), 15 and 117
 /// (five members, clocks beyond the bound and unmonitored: the first showed F3 in a full run,
