@@ -118,6 +118,15 @@ pub enum Violation {
     /// under that id: no send carried its body, or the run's queue named that body's message
     /// by other ids only.
     DeadLetterNotFromSource { message_id: String, body: String },
+    /// L2 with a bound (cluster): a message delivered after the heal was first delivered after
+    /// it later than the run's bound allows (from the heal, or from its send when that began
+    /// after the heal).
+    DeliveredLate {
+        message_id: String,
+        ready_from_ms: u64,
+        delivered_at_ms: u64,
+        bound_ms: u64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -375,10 +384,14 @@ fn check_dead_letter(history: &History, violations: &mut BTreeSet<Violation>) {
                 }
                 continue;
             }
+            // A dead-letter now answered StaleReceiptHandle may have copied the message before
+            // a receive's claim refused the source's tombstone (spec/replication.md §7, *What a
+            // client sees across moves* (2)).
             let now_moved = history.ops.iter().any(|other| {
                 matches!(&other.call, Call::DeadLetterNow { message_id, .. } if message_id == id)
                     && other.invoked_at_ms < completed_at_ms + skew
-                    && other.outcome().may_have_happened()
+                    && (other.outcome().may_have_happened()
+                        || matches!(other.outcome(), Outcome::Refused { code } if code == "StaleReceiptHandle"))
             });
             let least = match history.max_receive_count {
                 Some(max) if !now_moved => max + 1,
@@ -781,6 +794,80 @@ fn check_lost(
     }
 }
 
+/// What [`check_delivered_in_time`] measured: the slowest first delivery after the heal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Liveness {
+    /// Messages delivered after the heal.
+    pub messages: usize,
+    /// The longest wait from the heal (or a later send) to a message's first delivery after it,
+    /// ms, and that message.
+    pub slowest_ms: u64,
+    pub slowest: Option<String>,
+}
+
+/// L2 with a bound (spec/replication.md, *Liveness*; the run states the bound): every message a
+/// receive delivered after `heal_ms` was first delivered after it within `bound_ms` of the
+/// heal, or of its earliest send when that began after the heal. A message never delivered
+/// after the heal is [`Violation::Lost`]'s question (or excused by a delete or purge that may
+/// have happened); this rule is about how long the ones that are delivered wait.
+#[must_use]
+pub fn check_delivered_in_time(
+    history: &History,
+    heal_ms: u64,
+    bound_ms: u64,
+) -> (Liveness, Vec<Violation>) {
+    // The earliest send of each body, and the bodies each message id carried.
+    let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in &history.ops {
+        if let Call::Send { body, .. } = &op.call {
+            let at = sent_at.entry(body).or_insert(op.invoked_at_ms);
+            *at = (*at).min(op.invoked_at_ms);
+        }
+    }
+    // Each message's first delivery completed at or after the heal, and its body.
+    let mut first: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
+    for op in &history.ops {
+        let (Call::Receive { .. }, Some((done, Outcome::Received(got)))) =
+            (&op.call, &op.completed)
+        else {
+            continue;
+        };
+        if *done < heal_ms {
+            continue;
+        }
+        for delivery in got {
+            let entry = first
+                .entry(&delivery.message_id)
+                .or_insert((*done, &delivery.body));
+            if *done < entry.0 {
+                *entry = (*done, &delivery.body);
+            }
+        }
+    }
+    let mut liveness = Liveness {
+        messages: first.len(),
+        ..Liveness::default()
+    };
+    let mut violations = Vec::new();
+    for (id, (delivered_at_ms, body)) in first {
+        let ready_from_ms = sent_at.get(body).map_or(heal_ms, |at| (*at).max(heal_ms));
+        let waited = delivered_at_ms.saturating_sub(ready_from_ms);
+        if waited > liveness.slowest_ms {
+            liveness.slowest_ms = waited;
+            liveness.slowest = Some(id.to_owned());
+        }
+        if waited > bound_ms {
+            violations.push(Violation::DeliveredLate {
+                message_id: id.to_owned(),
+                ready_from_ms,
+                delivered_at_ms,
+                bound_ms,
+            });
+        }
+    }
+    (liveness, violations)
+}
+
 /// L3: the last counts the drain read show an empty queue.
 fn check_drained(ops: &[Op], violations: &mut BTreeSet<Violation>) {
     let last = ops
@@ -954,6 +1041,38 @@ mod tests {
         Outcome::Refused {
             code: "FailedPrecondition".to_owned(),
         }
+    }
+
+    #[test]
+    fn a_message_first_delivered_after_the_heal_later_than_the_bound_is_late() {
+        let mut s = Script::new();
+        let early = s.send(1, "m1", 0);
+        let on_time = s.send(2, "m2", 100);
+        // Delivered before the heal (at 10 s) and again 19 s after it: the wait counts from
+        // the heal, so m1 is late under a bound of 18 s.
+        s.receive(1, 200, 201, &[("m1", &early, 1)]);
+        s.receive(1, 28_000, 29_000, &[("m1", &early, 2)]);
+        s.receive(2, 26_000, 27_000, &[("m2", &on_time, 1)]);
+        // A send begun after the heal is waited for from its start: 19.9 s after the heal,
+        // 17.9 s after the send.
+        let late_send = s.send(3, "m3", 12_000);
+        s.receive(2, 29_500, 29_900, &[("m3", &late_send, 1)]);
+        let (liveness, violations) = check_delivered_in_time(&s.history, 10_000, 18_000);
+        assert_eq!(
+            violations,
+            vec![Violation::DeliveredLate {
+                message_id: "m1".to_owned(),
+                ready_from_ms: 10_000,
+                delivered_at_ms: 29_000,
+                bound_ms: 18_000,
+            }]
+        );
+        assert_eq!(
+            (liveness.messages, liveness.slowest_ms, liveness.slowest),
+            (3, 19_000, Some("m1".to_owned()))
+        );
+        let (_, violations) = check_delivered_in_time(&s.history, 10_000, 19_000);
+        assert_eq!(violations, vec![], "19 s is within a bound of 19 s");
     }
 
     #[test]
@@ -1561,6 +1680,44 @@ mod tests {
         // Moved by its holder at count 1: delivered there at 2.
         assert_eq!(run(2, true), vec![]);
         assert_eq!(run(1, true), early(1));
+    }
+
+    #[test]
+    fn a_dead_letter_now_answered_stale_may_have_copied_the_message() {
+        let run = |code: &str| {
+            let mut s = Script::new();
+            s.history.max_receive_count = Some(3);
+            let b = s.send(1, "m1", 0);
+            s.receive(1, 10, 11, &[("m1", &b, 1)]);
+            s.op(
+                1,
+                Call::DeadLetterNow {
+                    message_id: "m1".to_owned(),
+                    generation: 0,
+                    receive_count: 1,
+                },
+                100,
+                101,
+                Outcome::Refused {
+                    code: code.to_owned(),
+                },
+            );
+            s.receive_from(true, 2, 200, 201, &[("m1", &b, 1, 2)]);
+            s.delete_of(2, "m1", 1, 2, 300, Outcome::Ok);
+            s.drained(20_000);
+            s.check()
+        };
+        // Copied, then a receive's claim refused the source's tombstone (seed 888012).
+        assert_eq!(run("StaleReceiptHandle"), vec![]);
+        // Any other refusal moved nothing.
+        assert_eq!(
+            run("MessageNotInFlight"),
+            vec![Violation::DeadLetteredEarly {
+                message_id: "m1".to_owned(),
+                generation: 1,
+                receive_count: 2,
+            }]
+        );
     }
 
     #[test]
