@@ -31,7 +31,8 @@ const SWEEP_SEEDS_DEFAULT: u64 = 200;
 /// so only one member's gate lets it coordinate: a drain that deleted through a member drawn
 /// once went quiet with a message still there), 888012 (a dead-letter now answered
 /// StaleReceiptHandle had copied the message to the dead-letter queue, spec/replication.md §7),
-/// 612614412 (two of three members' clocks far off and monitored: `assert_exercised`).
+/// 612614412 (two of three members' clocks far off and monitored: `assert_exercised`),
+/// 183453173 (member 4 ran out of turmoil's ephemeral ports: `EPHEMERAL_PORTS`).
 const REGRESSION_SEEDS: &[u64] = &[
     1,
     3,
@@ -46,6 +47,7 @@ const REGRESSION_SEEDS: &[u64] = &[
     777_009,
     888_012,
     612_614_412,
+    183_453_173,
 ];
 /// The seed `replay` runs when `TRIREME_SIM_SEED` is not set.
 const REPLAY_SEED_DEFAULT: u64 = 1;

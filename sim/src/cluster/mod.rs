@@ -90,6 +90,13 @@ const _: () = assert!(*faults::PAUSE_MS.start() > VISIBILITY_S_MAX as u64 * 1_00
 /// paused member's held connection attempts arrive at once when it resumes, and a replacement
 /// disk's member accepts nothing while it waits out the horizon. Linux's default backlog.
 const TCP_CAPACITY: usize = 4_096;
+/// A host's ports for outgoing connections: turmoil's default (49152-65535, 16,384 ports) ran
+/// out on member 4 of fresh seed 183453173 after 177 s simulated (turmoil panics
+/// "ports exhausted" where an operating system would refuse the connect), so that member never
+/// answered the drain's count (`DrainUnconfirmed`). Every port above the listeners' (at most
+/// 9324), three times as many; why a member holds so many connections' ports is not found
+/// yet (sim/README.md, *Findings*).
+const EPHEMERAL_PORTS: std::ops::RangeInclusive<u16> = 16_384..=65_535;
 /// How often a member looks whether its store failed.
 const STORE_WATCH: Duration = Duration::from_millis(100);
 /// How long a member whose store failed stays down before the harness starts it again.
@@ -750,7 +757,8 @@ pub fn run(options: &Options) -> Report {
         .tick_duration(Duration::from_millis(TICK_MS))
         .min_message_latency(Duration::from_millis(0))
         .max_message_latency(Duration::from_millis(mix.latency_ms_max))
-        .tcp_capacity(TCP_CAPACITY);
+        .tcp_capacity(TCP_CAPACITY)
+        .ephemeral_ports(EPHEMERAL_PORTS);
     if mix.random_order {
         builder.enable_random_order();
     }
