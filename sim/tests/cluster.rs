@@ -5,14 +5,15 @@
 //! `TRIREME_SIM_SEED=<seed> cargo test -p trireme-sim --test cluster -- --exact replay --nocapture`.
 //! `TRIREME_SIM_SEEDS=<n>` widens the sweep; `TRIREME_SIM_SEED_BASE=<n>` moves its start;
 //! `TRIREME_SIM_LOG=<filter>` shows the members' logs during `replay`; `TRIREME_SIM_BUG=<bug>`
-//! plants a bug of `trireme_replication::planted::Bug` in `replay` and so in the sweep.
+//! plants a bug of `trireme_replication::planted::Bug` in `replay` and so in the sweep;
+//! `TRIREME_SIM_FOCUS=<profile>` runs them under a focused profile (`faults::Focus`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
 use trireme_replication::planted::{Bug, plant};
 use trireme_sim::checker::Violation;
-use trireme_sim::cluster::faults::{Action, ClockKind, Plan, plan};
+use trireme_sim::cluster::faults::{Action, ClockKind, Focus, Plan, plan};
 use trireme_sim::cluster::{Options, Report, SAFETY_MS_DEFAULT, run};
 
 /// Fresh seeds the sweep runs when `TRIREME_SIM_SEEDS` is not set, from a base drawn anew each
@@ -67,9 +68,23 @@ fn replay_command(seed: u64) -> String {
     let bug = std::env::var("TRIREME_SIM_BUG")
         .map(|name| format!("TRIREME_SIM_BUG={} ", name.trim()))
         .unwrap_or_default();
+    let focus = std::env::var("TRIREME_SIM_FOCUS")
+        .map(|name| format!("TRIREME_SIM_FOCUS={} ", name.trim()))
+        .unwrap_or_default();
     format!(
-        "{bug}TRIREME_SIM_SEED={seed} cargo test -p trireme-sim --test cluster -- --exact replay --nocapture"
+        "{bug}{focus}TRIREME_SIM_SEED={seed} cargo test -p trireme-sim --test cluster -- --exact replay --nocapture"
     )
+}
+
+/// The focused profile `TRIREME_SIM_FOCUS` names, if set: `replay` (and so the sweep) runs its
+/// seeds under it instead of the random mix (sim/README.md, *Planted bugs*).
+fn env_focus() -> Option<Focus> {
+    let name = std::env::var("TRIREME_SIM_FOCUS").ok()?;
+    Some(match name.trim() {
+        "KeptAway" => Focus::KeptAway,
+        "LostDiskBehind" => Focus::LostDiskBehind,
+        other => panic!("TRIREME_SIM_FOCUS names no focused profile: {other:?}"),
+    })
 }
 
 /// The bug `TRIREME_SIM_BUG` names, if set: `replay` (and so the sweep, which runs each seed
@@ -84,6 +99,8 @@ fn env_bug() -> Option<Bug> {
         "TombstoneNotDominant" => Bug::TombstoneNotDominant,
         "AntiEntropySkipsTombstones" => Bug::AntiEntropySkipsTombstones,
         "AckBeforeFsync" => Bug::AckBeforeFsync,
+        "CollectAfterTwo" => Bug::CollectAfterTwo,
+        "EmptyReplacementVotes" => Bug::EmptyReplacementVotes,
         other => panic!("TRIREME_SIM_BUG names no planted bug: {other:?}"),
     })
 }
@@ -307,7 +324,10 @@ fn replay() {
     }
     let seed = env_u64("TRIREME_SIM_SEED").unwrap_or(REPLAY_SEED_DEFAULT);
     plant(env_bug());
-    let report = run_named(&Options::seed(seed));
+    let report = run_named(&Options {
+        focus: env_focus(),
+        ..Options::seed(seed)
+    });
     plant(None);
     let report = report.unwrap_or_else(|failure| panic!("{failure}"));
     println!("{}", report.summary());
@@ -646,4 +666,81 @@ fn acknowledging_before_fsync_is_caught_within_3_seeds_that_crash_every_member()
         },
     );
     assert!(report.error.is_none(), "the run itself finished");
+}
+
+/// Runs the seeds from 0 under `focus` with `bug` planted until the checker reports a
+/// violation, then the same seed without the bug, which must pass: the focused profile shows
+/// the bug, not a fault of its own. Returns the seed and what the checker found with the bug.
+/// Panics if `seeds` seeds pass with the bug planted.
+fn caught_focused(bug: Bug, focus: Focus, seeds: u64) -> (u64, Report) {
+    let options = |seed| Options {
+        focus: Some(focus),
+        ..Options::seed(seed)
+    };
+    plant(Some(bug));
+    let mut outcome = None;
+    for seed in 0..seeds {
+        match run_named(&options(seed)) {
+            Ok(report) if !report.violations.is_empty() => {
+                outcome = Some((seed, report));
+                break;
+            }
+            Ok(report) => print!("{bug:?} not caught under {focus:?}: {}", report.summary()),
+            Err(failure) => println!("{bug:?} under {focus:?}: {failure}"),
+        }
+    }
+    plant(None);
+    let (seed, report) = outcome.unwrap_or_else(|| {
+        panic!("{bug:?} passed {seeds} seeds under {focus:?}: the checker missed it")
+    });
+    print!(
+        "{bug:?} caught under {focus:?} at seed {seed}: {}",
+        report.summary()
+    );
+    let clean = run_named(&options(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        clean.passed(),
+        "seed {seed} under {focus:?} passes without the bug: {}replay: TRIREME_SIM_FOCUS={focus:?} {}",
+        clean.summary(),
+        replay_command(seed)
+    );
+    assert_exercised(&clean);
+    (seed, report)
+}
+
+#[test]
+fn collection_confirming_a_tombstone_on_two_replicas_is_caught_within_3_seeds() {
+    // A member kept away past the horizon and two collection periods while the clients delete
+    // messages it holds (`Focus::KeptAway`): collection that confirms on the two others drops
+    // those tombstones before it returns, and its live copies come back to a later receive.
+    let (_, report) = caught_focused(Bug::CollectAfterTwo, Focus::KeptAway, 3);
+    assert!(report.error.is_none(), "the run itself finished");
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| matches!(v, Violation::Resurrected { .. })),
+        "a deleted message comes back"
+    );
+}
+
+#[test]
+fn an_empty_replacement_that_votes_at_once_is_caught_within_4_seeds() {
+    // A lost disk's replacement that votes at once forms a quorum with a member cut from its
+    // peers around the loss (`Focus::LostDiskBehind`): neither knows what the lost disk
+    // acknowledged meanwhile, so deleted messages come back or claimed ones are claimed again.
+    let (_, report) = caught_focused(Bug::EmptyReplacementVotes, Focus::LostDiskBehind, 4);
+    assert!(report.error.is_none(), "the run itself finished");
+    assert!(
+        report.violations.iter().any(|v| matches!(
+            v,
+            Violation::Resurrected { .. }
+                | Violation::HandleReissued { .. }
+                | Violation::ReceiveCountWentDown { .. }
+                | Violation::StaleDeleteSucceeded { .. }
+                | Violation::DeliveredWhileInvisible { .. }
+        )),
+        "a read quorum that missed deletes and claims: a message back after its delete, a \
+         receive count or handle issued twice, or a superseded handle that deletes"
+    );
 }

@@ -1466,7 +1466,16 @@ impl CollectOp {
         let target = Target { key, replicas };
         (
             CollectOp {
-                read: ReadPhase::new(replicas, REPLICAS),
+                // The planted bug confirms at the first two replies: a replica that missed the
+                // delete is never asked to agree.
+                read: ReadPhase::new(
+                    replicas,
+                    if planted(Bug::CollectAfterTwo) {
+                        REPLICAS - 1
+                    } else {
+                        REPLICAS
+                    },
+                ),
                 now,
                 answered: false,
             },

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use trireme_core::Millis;
 
 use crate::NodeId;
+use crate::planted::{Bug, planted};
 
 /// What a member knows of one peer's disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +165,8 @@ pub fn verdict(
         .max();
     match old_disk_heard {
         None => Verdict::NewMember,
+        // The planted bug takes a replacement for a new member: it votes at once.
+        Some(_) if planted(Bug::EmptyReplacementVotes) => Verdict::NewMember,
         Some(heard) => Verdict::Replacement {
             votes_from: heard.plus_ms(margin_ms),
         },

@@ -39,6 +39,16 @@ pub enum Bug {
     /// are not fsynced; spec/replication.md#durability): a crash loses what it acknowledged,
     /// and two such replicas lose an acknowledged write.
     AckBeforeFsync,
+    /// Collection confirms a tombstone held by two replicas instead of all three
+    /// (spec/replication.md#tombstones-and-their-collection, step 1; the model's
+    /// `CollectAfterTwo`): a replica that was away when the message was deleted still holds
+    /// its live copy when the other two drop the tombstone, and brings it back when it returns.
+    CollectAfterTwo,
+    /// A new disk that replaces a lost one votes at once, as a new member does, instead of
+    /// waiting out the horizon and rebuilding from its peers (spec/replication.md, *Stragglers
+    /// and replacement*; the model's `RebuildingReplicaServes`): with a peer that missed what
+    /// the lost disk acknowledged, it makes a read quorum that knows none of it.
+    EmptyReplacementVotes,
 }
 
 #[cfg(feature = "sim-bugs")]

@@ -412,6 +412,136 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
     Plan { mix, actions }
 }
 
+/// A focused swarm profile: a plan that leaves out every fault but the few one rare race needs
+/// and places them so that the race happens in nearly every run (sim/README.md, *Planted
+/// bugs*). The seed still draws the clients, the member chosen, the places and lengths, the
+/// network's latency and the disks' flushes; the run's workload is the random mix's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Focus {
+    /// Collection's race (spec/replication.md#tombstones-and-their-collection): three members on
+    /// true clocks, no crash and no failed sync (a crash of a collector while it waits out the
+    /// horizon forgets what it confirmed), and one member kept away from every host from
+    /// `KEPT_AWAY_FROM_MS` (the workload has sent and received for 4-5 s, so many messages it
+    /// holds are in flight or waiting) until shortly before the heal, more than the horizon plus
+    /// two collection periods after the deletes of its first 6-9 s away. Those deletes'
+    /// tombstones are on the other two only: collection must wait for the member, and one that
+    /// confirmed at two replicas drops them while the member still holds the live copies it
+    /// brings back when it returns (planted bug `CollectAfterTwo`).
+    KeptAway,
+    /// A replacement's race (spec/replication.md, *Stragglers and replacement*): three members
+    /// on true clocks, no failed sync. A member ("behind") is cut from its peers for 3-5 s, so
+    /// what the others acknowledge meanwhile is on them only; then another member's disk is
+    /// lost. The third member is cut from its peers, and from "behind" until the end of the
+    /// episode, before "behind" is mended, so nothing refills "behind". The new disk starts
+    /// 0.5-1.5 s after the loss and asks both peers whether it replaces a disk; the third
+    /// answers only in a window of 0.8-1 s from 1 s after that start, between two passes of
+    /// the new disk's anti-entropy (every 3 s from its start), which would otherwise refill it
+    /// from the third as soon as it could ask it; then the third is cut again for 4-6 s. A
+    /// replacement that waits out the horizon answers nothing meanwhile, so no quorum forms;
+    /// one that votes at once forms one with "behind" that knows nothing the lost disk
+    /// acknowledged during the first cut: deleted messages come back, claimed ones are claimed
+    /// again (planted bug `EmptyReplacementVotes`).
+    LostDiskBehind,
+}
+
+/// When the member of [`Focus::KeptAway`] leaves, at the earliest: the clients have created
+/// the queue (in the quiet start) and sent and received for 4 s.
+const KEPT_AWAY_FROM_MS: u64 = QUIET_MS + 4_000;
+/// How long the member of [`Focus::KeptAway`] is away: the horizon, two collection periods
+/// and 6-9 s in which the deletes it misses are dropped before it returns.
+const KEPT_AWAY_MS: std::ops::RangeInclusive<u64> =
+    HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 6_000..=HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 9_000;
+
+/// The plan of `seed` under `focus`, for a safety phase of `safety_ms` (at least 30 s).
+#[must_use]
+pub fn focused_plan(seed: u64, safety_ms: u64, focus: Focus) -> Plan {
+    assert!(
+        safety_ms >= 30_000,
+        "a focused race needs the whole safety phase"
+    );
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xf0c0_5ed0);
+    let members = 3;
+    let mix = Mix {
+        members,
+        clients: rng.random_range(3..=4),
+        crashes: 0,
+        crash_all: false,
+        disk_loss: focus == Focus::LostDiskBehind,
+        isolations: 0,
+        long_isolation: focus == Focus::KeptAway,
+        peer_cuts: 0,
+        slow_links: 0,
+        latency_ms_max: [1, 5][rng.random_range(0..2)],
+        sync_probability: [0.0, 0.05, 0.5][rng.random_range(0..3)],
+        torn_writes: false,
+        sync_failure_rate: 0.0,
+        random_order: rng.random_bool(0.5),
+        clocks: Clocks {
+            kind: ClockKind::True,
+            offsets_ms: vec![0; usize::from(members)],
+            monitor: false,
+        },
+        one_way_cuts: 0,
+        holds: 0,
+        pause: false,
+    };
+    let who = rng.random_range(1..=members);
+    let mut actions = vec![(QUIET_MS, Action::Chaos)];
+    match focus {
+        Focus::KeptAway => {
+            let length_ms = rng.random_range(KEPT_AWAY_MS);
+            let latest = safety_ms - length_ms - 500;
+            let at = rng.random_range(KEPT_AWAY_FROM_MS.min(latest)..=latest);
+            actions.push((at, Action::Isolate(who)));
+            actions.push((at + length_ms, Action::Rejoin(who)));
+        }
+        Focus::LostDiskBehind => {
+            // Another member, and the third.
+            let behind = (who + rng.random_range(0..members - 1)) % members + 1;
+            let third = (1..=members)
+                .find(|m| *m != who && *m != behind)
+                .expect("three members");
+            let at = rng.random_range(8_000..=12_000);
+            let restart_at = at + rng.random_range(500..=1_500);
+            // The new disk's anti-entropy passes start with it: one at `restart_at`, whose
+            // round with the third fails within its connect timeout, the next 3 s later.
+            let answer_at = restart_at + 1_000;
+            let cut_again_at = answer_at + rng.random_range(800..=1_000);
+            let end_at = cut_again_at + rng.random_range(4_000..=6_000);
+            actions.extend([
+                (
+                    at - rng.random_range(3_000..=5_000),
+                    Action::CutPeers(behind),
+                ),
+                (at, Action::LoseDisk(who)),
+                (at + 100, Action::CutPeers(third)),
+                (at + 100, Action::CutOneWay(behind, third)),
+                (at + 100, Action::CutOneWay(third, behind)),
+                (at + 200, Action::MendPeers(behind)),
+                (restart_at, Action::Restart(who)),
+                (answer_at, Action::MendPeers(third)),
+                (cut_again_at, Action::CutPeers(third)),
+                (end_at, Action::MendPeers(third)),
+                (end_at, Action::MendOneWay(behind, third)),
+                (end_at, Action::MendOneWay(third, behind)),
+            ]);
+        }
+    }
+    assert!(actions.iter().all(|(at, _)| *at < safety_ms));
+    actions.push((safety_ms, Action::Heal));
+    actions.sort_by_key(|(at, _)| *at);
+    Plan { mix, actions }
+}
+
+/// The plan of a run: the seed's random mix, or a focused profile.
+#[must_use]
+pub fn plan_for(seed: u64, safety_ms: u64, focus: Option<Focus>) -> Plan {
+    match focus {
+        None => plan(seed, safety_ms),
+        Some(focus) => focused_plan(seed, safety_ms, focus),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,6 +615,61 @@ mod tests {
                     _ => {}
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_focused_plan_has_only_its_race_s_faults() {
+        for seed in 0..40 {
+            let kept = focused_plan(seed, 30_000, Focus::KeptAway);
+            assert_eq!(kept, focused_plan(seed, 30_000, Focus::KeptAway));
+            assert_eq!(kept.mix.members, 3);
+            assert_eq!(kept.mix.clocks.kind, ClockKind::True);
+            assert_eq!(kept.mix.sync_failure_rate, 0.0);
+            let faults: Vec<&(u64, Action)> = kept
+                .actions
+                .iter()
+                .filter(|(_, action)| !matches!(action, Action::Chaos | Action::Heal))
+                .collect();
+            let [(away, Action::Isolate(a)), (back, Action::Rejoin(b))] = faults[..] else {
+                panic!("seed {seed}: one isolation and nothing else: {faults:?}");
+            };
+            assert_eq!(a, b);
+            assert!(*away >= KEPT_AWAY_FROM_MS);
+            // The deletes of its first 6 s away are confirmed, wait out the horizon and are
+            // dropped (one collection period each) before it returns, and it returns before
+            // the heal.
+            assert!(back - away > HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 6_000 - 1);
+            assert!(*back < 30_000);
+
+            let lost = focused_plan(seed, 30_000, Focus::LostDiskBehind);
+            assert_eq!(lost.mix.members, 3);
+            assert_eq!(lost.mix.clocks.kind, ClockKind::True);
+            let order: Vec<&Action> = lost.actions.iter().map(|(_, action)| action).collect();
+            let [
+                Action::Chaos,
+                Action::CutPeers(behind),
+                Action::LoseDisk(who),
+                Action::CutPeers(third),
+                Action::CutOneWay(..),
+                Action::CutOneWay(..),
+                Action::MendPeers(mended),
+                Action::Restart(restarted),
+                Action::MendPeers(answers),
+                Action::CutPeers(cut_again),
+                Action::MendPeers(_),
+                Action::MendOneWay(..),
+                Action::MendOneWay(..),
+                Action::Heal,
+            ] = order[..]
+            else {
+                panic!("seed {seed}: the lost disk's race and nothing else: {order:?}");
+            };
+            assert_eq!((who, behind), (restarted, mended));
+            assert_eq!((third, third), (answers, cut_again));
+            let mut three = [*who, *behind, *third];
+            three.sort_unstable();
+            assert_eq!(three, [1, 2, 3]);
         }
     }
 }

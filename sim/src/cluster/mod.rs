@@ -39,7 +39,7 @@ use trireme_node::cluster::{Cluster, ClusterSettings};
 use trireme_replication::NodeId;
 use turmoil::net::TcpListener;
 
-use self::faults::{Action, ClockKind, HORIZON_MS, Plan, plan};
+use self::faults::{Action, ClockKind, HORIZON_MS, Plan};
 use self::front::{FRONT_PORT, Front};
 use self::workload::{
     ClientSetup, Convergence, DELAY_S_MAX, Phases, QUEUE_VISIBILITY_S, VISIBILITY_S_MAX,
@@ -111,6 +111,9 @@ pub struct Options {
     /// Whether the members run anti-entropy (always, but in the test that shows the
     /// convergence check failing without it).
     pub anti_entropy: bool,
+    /// A focused profile instead of the seed's random mix (`faults::Focus`), for the planted
+    /// bugs whose race the random mix rarely shows.
+    pub focus: Option<faults::Focus>,
 }
 
 impl Options {
@@ -121,6 +124,7 @@ impl Options {
             seed,
             safety_ms: SAFETY_MS_DEFAULT,
             anti_entropy: true,
+            focus: None,
         }
     }
 }
@@ -746,7 +750,7 @@ impl World<'_> {
 /// Runs `options` to the end and checks the history.
 #[must_use]
 pub fn run(options: &Options) -> Report {
-    let plan = plan(options.seed, options.safety_ms);
+    let plan = faults::plan_for(options.seed, options.safety_ms, options.focus);
     let mix = plan.mix.clone();
     let members = mix.members;
     let mut builder = turmoil::Builder::new();
