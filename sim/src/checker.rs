@@ -184,6 +184,32 @@ struct Seen {
     visibility_s: u32,
 }
 
+/// S4 (spec/replication.md, *Invariants*; spec/queue-core.md, I2): whether the handle of the
+/// delivery `(generation, receive_count)` of `message_id` was superseded before `invoked_at_ms`:
+/// a later receive of the same life delivered a greater count and its client had it before the
+/// call began. A delete or a dead-letter now with such a handle removes and moves nothing
+/// (spec/replication.md, *Delete* steps 1 and 5: a receive acknowledged before the request is on
+/// two replicas, every quorum read meets one), whatever it answers (the SQS endpoint's success
+/// included), with clocks beyond `SKEW_MAX`, across a lost disk and in every generation
+/// (spec/replication.md §7, *What a client sees across moves* (5)). So it never explains a
+/// message's disappearance, a copy in the dead-letter queue, or another delete's success.
+fn superseded_before(
+    deliveries: &BTreeMap<&str, Vec<Seen>>,
+    message_id: &str,
+    generation: u32,
+    receive_count: u32,
+    invoked_at_ms: u64,
+    skew: u64,
+) -> bool {
+    deliveries.get(message_id).is_some_and(|seen| {
+        seen.iter().any(|d| {
+            d.generation == generation
+                && d.receive_count > receive_count
+                && d.completed_at_ms + skew < invoked_at_ms
+        })
+    })
+}
+
 /// Checks `history`; an empty list means every rule held.
 #[must_use]
 pub fn check(history: &History) -> Vec<Violation> {
@@ -267,7 +293,7 @@ pub fn check(history: &History) -> Vec<Violation> {
     }
 
     check_receive_counts(&deliveries, skew, &mut violations);
-    check_dead_letter(history, &mut violations);
+    check_dead_letter(history, &deliveries, &mut violations);
     check_deletes(ops, &deliveries, skew, &mut violations);
     // A deadline checked by another node's clock may pass early by the clocks' spread.
     check_visibility(
@@ -330,7 +356,11 @@ fn check_receive_counts(
 /// concurrently; a delivery from the dead-letter queue carries at least the maximum plus one, or,
 /// when a dead-letter now of the message may have happened first, at least 2 (it moves at a count
 /// from 1); and it is a message the run's queue had, under the same id with the same body.
-fn check_dead_letter(history: &History, violations: &mut BTreeSet<Violation>) {
+fn check_dead_letter(
+    history: &History,
+    deliveries: &BTreeMap<&str, Vec<Seen>>,
+    violations: &mut BTreeSet<Violation>,
+) {
     let skew = history.clock_skew_ms;
     // Which ids the run's queue named for each body: answered sends, deliveries from it.
     let mut source_ids: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
@@ -387,11 +417,28 @@ fn check_dead_letter(history: &History, violations: &mut BTreeSet<Violation>) {
             // A dead-letter now answered StaleReceiptHandle may have copied the message before
             // a receive's claim refused the source's tombstone (spec/replication.md §7, *What a
             // client sees across moves* (2)).
+            // One whose handle was superseded before it began moved nothing (S4).
             let now_moved = history.ops.iter().any(|other| {
-                matches!(&other.call, Call::DeadLetterNow { message_id, .. } if message_id == id)
+                let Call::DeadLetterNow {
+                    message_id,
+                    generation,
+                    receive_count,
+                } = &other.call
+                else {
+                    return false;
+                };
+                message_id == id
                     && other.invoked_at_ms < completed_at_ms + skew
                     && (other.outcome().may_have_happened()
                         || matches!(other.outcome(), Outcome::Refused { code } if code == "StaleReceiptHandle"))
+                    && !superseded_before(
+                        deliveries,
+                        id,
+                        *generation,
+                        *receive_count,
+                        other.invoked_at_ms,
+                        skew,
+                    )
             });
             let least = match history.max_receive_count {
                 Some(max) if !now_moved => max + 1,
@@ -467,17 +514,28 @@ fn check_deletes(
         // a message that may have left this life first (a later generation delivered, or a
         // dead-letter now of it that may have happened): *Delete* step 3 of
         // spec/replication.md answers success and writes nothing.
+        // Neither explains it if its own handle was superseded before it began: it removed
+        // nothing (S4).
+        let took_effect = |other: &Op, count: u32| {
+            other.invoked_at_ms < deleted_at_ms + skew
+                && other.outcome().may_have_happened()
+                && !superseded_before(
+                    deliveries,
+                    message_id,
+                    *generation,
+                    count,
+                    other.invoked_at_ms,
+                    skew,
+                )
+        };
         let explained = ops.iter().any(|other| {
             matches!(&other.call, Call::Delete { message_id: m, generation: g, receive_count: k }
-                if m == message_id && g == generation && *k > *receive_count)
-                && other.invoked_at_ms < deleted_at_ms + skew
-                && other.outcome().may_have_happened()
+                if m == message_id && g == generation && *k > *receive_count
+                    && took_effect(other, *k))
         }) || all.iter().any(|d| d.generation > *generation)
             || ops.iter().any(|other| {
-                matches!(&other.call, Call::DeadLetterNow { message_id: m, generation: g, .. }
-                    if m == message_id && g == generation)
-                    && other.invoked_at_ms < deleted_at_ms + skew
-                    && other.outcome().may_have_happened()
+                matches!(&other.call, Call::DeadLetterNow { message_id: m, generation: g, receive_count: k }
+                    if m == message_id && g == generation && took_effect(other, *k))
             });
         if !explained {
             violations.insert(Violation::StaleDeleteSucceeded {
@@ -692,8 +750,9 @@ fn check_purged(history: &History, purges: &[PurgeSeen], violations: &mut BTreeS
     }
 }
 
-/// S1 after the drain: an acknowledged send whose message no delete may have removed, and no
-/// purge (`purge_may_remove`), is lost.
+/// S1 after the drain: an acknowledged send whose message no delete may have removed (one
+/// whose handle was superseded before it began may not, S4), and no purge
+/// (`purge_may_remove`), is lost.
 fn check_lost(
     history: &History,
     acknowledged: &[&str],
@@ -703,10 +762,25 @@ fn check_lost(
     violations: &mut BTreeSet<Violation>,
 ) {
     let ops = &history.ops;
+    // A delete whose handle was superseded before it began removed nothing (S4), whatever it
+    // answered: the SQS endpoint's success, recorded unknown, included.
     let possibly_deleted: BTreeSet<&str> = ops
         .iter()
         .filter_map(|op| match &op.call {
-            Call::Delete { message_id, .. } if op.outcome().may_have_happened() => {
+            Call::Delete {
+                message_id,
+                generation,
+                receive_count,
+            } if op.outcome().may_have_happened()
+                && !superseded_before(
+                    deliveries,
+                    message_id,
+                    *generation,
+                    *receive_count,
+                    op.invoked_at_ms,
+                    history.clock_skew_ms,
+                ) =>
+            {
                 Some(message_id.as_str())
             }
             _ => None,
@@ -1206,7 +1280,8 @@ mod tests {
         let b = s.send(1, "m1", 0);
         s.receive(1, 10, 11, &[("m1", &b, 3)]);
         s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
-        s.delete(2, "m1", 2, 6_002, unknown());
+        // The holder of count 3 deletes (a delete with count 2 would be superseded, S4).
+        s.delete(1, "m1", 3, 6_002, unknown());
         s.drained(10_000);
         assert_eq!(
             s.check(),
@@ -1225,16 +1300,22 @@ mod tests {
         s.receive(1, 10, 11, &[("m1", &b, 1)]);
         s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
         // Client 1 deletes with the superseded handle 1 and the node says yes; nobody had
-        // deleted with handle 2.
+        // deleted with handle 2. That delete removed nothing (S4), so the message is lost too.
         s.delete(1, "m1", 1, 6_100, Outcome::Ok);
         s.drained(10_000);
         assert_eq!(
             s.check(),
-            vec![Violation::StaleDeleteSucceeded {
-                message_id: "m1".to_owned(),
-                handle_count: 1,
-                newer_count: 2
-            }]
+            vec![
+                Violation::Lost {
+                    body: b.clone(),
+                    delivered_before: true,
+                },
+                Violation::StaleDeleteSucceeded {
+                    message_id: "m1".to_owned(),
+                    handle_count: 1,
+                    newer_count: 2
+                }
+            ]
         );
     }
 
@@ -1852,5 +1933,103 @@ mod tests {
         );
         s.delete_of(2, "m1", 1, 2, 6_100, Outcome::Ok);
         assert_eq!(s.check(), vec![]);
+    }
+
+    /// S4: a delete whose handle a later receive of the same life had superseded before it
+    /// began removed nothing, whatever it answered (the SQS endpoint's success is recorded
+    /// unknown), so it does not excuse the message's disappearance; one begun before that
+    /// receive's answer may have deleted it. The same in a redriven life (generation 2).
+    #[test]
+    fn a_delete_with_a_handle_superseded_before_it_began_excuses_no_loss() {
+        let run = |generation: u32, delete_at: u64, outcome: Outcome| {
+            let mut s = Script::new();
+            s.history.max_receive_count = Some(3);
+            let b = s.send(1, "m1", 0);
+            s.receive_from(false, 1, 10, 11, &[("m1", &b, generation, 1)]);
+            s.receive_from(false, 2, 6_000, 6_500, &[("m1", &b, generation, 2)]);
+            // Client 2 abandons it; client 1 deletes late with handle 1.
+            s.delete_of(1, "m1", generation, 1, delete_at, outcome);
+            s.drained(40_000);
+            s.check()
+        };
+        let lost = vec![Violation::Lost {
+            body: body(0, 1),
+            delivered_before: true,
+        }];
+        for generation in [0, 2] {
+            assert_eq!(run(generation, 7_000, unknown()), lost, "{generation}");
+            // Invoked before the superseding receive answered: it may have taken effect.
+            assert_eq!(run(generation, 6_400, unknown()), vec![], "{generation}");
+        }
+        // An answered delete of it is also a stale delete that succeeded.
+        assert_eq!(
+            run(0, 7_000, Outcome::Ok),
+            vec![
+                Violation::Lost {
+                    body: body(0, 1),
+                    delivered_before: true,
+                },
+                Violation::StaleDeleteSucceeded {
+                    message_id: "m1".to_owned(),
+                    handle_count: 1,
+                    newer_count: 2,
+                },
+            ]
+        );
+    }
+
+    /// S4 for the excuses of other rules: a dead-letter now whose handle was superseded before
+    /// it began moved nothing (no early copy in the dead-letter queue comes from it), and a
+    /// delete with such a handle explains no other stale delete's success.
+    #[test]
+    fn a_superseded_dead_letter_now_or_delete_explains_nothing() {
+        let moved = |superseded: bool| {
+            let mut s = Script::new();
+            s.history.max_receive_count = Some(3);
+            let b = s.send(1, "m1", 0);
+            s.receive(1, 10, 11, &[("m1", &b, 1)]);
+            if superseded {
+                s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
+            }
+            dead_letter_now(&mut s, "m1", 0, 1, 7_000);
+            s.receive_from(true, 2, 8_000, 8_001, &[("m1", &b, 1, 2)]);
+            s.delete_of(2, "m1", 1, 2, 8_100, Outcome::Ok);
+            s.drained(40_000);
+            s.check()
+        };
+        assert_eq!(moved(false), vec![]);
+        assert_eq!(
+            moved(true),
+            vec![Violation::DeadLetteredEarly {
+                message_id: "m1".to_owned(),
+                generation: 1,
+                receive_count: 2,
+            }]
+        );
+        let explained = |superseded: bool| {
+            let mut s = Script::new();
+            let b = s.send(1, "m1", 0);
+            s.receive(1, 10, 11, &[("m1", &b, 1)]);
+            s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
+            if superseded {
+                s.receive(3, 12_000, 12_001, &[("m1", &b, 3)]);
+            }
+            // Client 2's delete with handle 2, unanswered, then client 1's with handle 1,
+            // answered.
+            s.delete(2, "m1", 2, 13_000, unknown());
+            s.delete(1, "m1", 1, 14_000, Outcome::Ok);
+            s.delete(3, "m1", 3, 20_000, Outcome::Ok);
+            s.drained(40_000);
+            s.check()
+        };
+        assert_eq!(explained(false), vec![]);
+        assert_eq!(
+            explained(true),
+            vec![Violation::StaleDeleteSucceeded {
+                message_id: "m1".to_owned(),
+                handle_count: 1,
+                newer_count: 3,
+            }]
+        );
     }
 }

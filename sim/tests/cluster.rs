@@ -83,6 +83,7 @@ fn env_focus() -> Option<Focus> {
     Some(match name.trim() {
         "KeptAway" => Focus::KeptAway,
         "LostDiskBehind" => Focus::LostDiskBehind,
+        "StaleDeletes" => Focus::StaleDeletes,
         other => panic!("TRIREME_SIM_FOCUS names no focused profile: {other:?}"),
     })
 }
@@ -101,6 +102,7 @@ fn env_bug() -> Option<Bug> {
         "AckBeforeFsync" => Bug::AckBeforeFsync,
         "CollectAfterTwo" => Bug::CollectAfterTwo,
         "EmptyReplacementVotes" => Bug::EmptyReplacementVotes,
+        "DeleteWithoutQuorumRead" => Bug::DeleteWithoutQuorumRead,
         other => panic!("TRIREME_SIM_BUG names no planted bug: {other:?}"),
     })
 }
@@ -742,5 +744,35 @@ fn an_empty_replacement_that_votes_at_once_is_caught_within_4_seeds() {
         )),
         "a read quorum that missed deletes and claims: a message back after its delete, a \
          receive count or handle issued twice, or a superseded handle that deletes"
+    );
+}
+
+/// S4 (spec/replication.md#delete): a delete that sends its conditional tombstone without the
+/// quorum read is refused only by the replicas that hold the newer claim; the member the
+/// focused profile keeps cutting from its peers missed it and takes the tombstone, which
+/// dominates the new holder's copy, and that holder leaves the message to time out: it is
+/// gone, and the only delete of it had a superseded handle, which removes nothing. The same
+/// seed passes with the quorum read (`caught_focused`).
+#[test]
+fn a_delete_without_the_quorum_read_is_caught_within_3_focused_seeds() {
+    let (_, planted) = caught_focused(Bug::DeleteWithoutQuorumRead, Focus::StaleDeletes, 3);
+    assert!(planted.error.is_none(), "the run itself finished");
+    assert!(
+        planted.violations.iter().all(|v| matches!(
+            v,
+            Violation::Lost { .. } | Violation::StaleDeleteSucceeded { .. }
+        )),
+        "a superseded delete's tombstone shows as a loss: {}",
+        planted.summary()
+    );
+    // The loss is what S4 sees: without the rule every delete that may have happened excused
+    // it (sim/README.md, *Planted bugs*).
+    assert!(
+        planted
+            .violations
+            .iter()
+            .any(|v| matches!(v, Violation::Lost { .. })),
+        "{}",
+        planted.summary()
     );
 }

@@ -780,6 +780,31 @@ impl HandleOp {
         now: Millis,
     ) -> (HandleOp, Effects<HandleAnswer>) {
         let target = Target { key, replicas };
+        if action == HandleAction::Delete && planted(Bug::DeleteWithoutQuorumRead) {
+            let write = Write::Tombstone {
+                generation: handle.generation,
+                expect: Some(handle.claim),
+                tombstone: Tombstone {
+                    reason: TombstoneReason::Deleted,
+                    at: now,
+                },
+            };
+            let sends = broadcast(&target, FIRST_ROUND, &write);
+            return (
+                HandleOp {
+                    target,
+                    handle,
+                    action,
+                    now,
+                    round: FIRST_ROUND,
+                    phase: HandlePhase::Write {
+                        write: WritePhase::new(replicas),
+                        already_gone: false,
+                    },
+                },
+                Effects::sends(sends),
+            );
+        }
         let sends = reads(&target, FIRST_ROUND);
         (
             HandleOp {

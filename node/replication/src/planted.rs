@@ -49,6 +49,11 @@ pub enum Bug {
     /// and replacement*; the model's `RebuildingReplicaServes`): with a peer that missed what
     /// the lost disk acknowledged, it makes a read quorum that knows none of it.
     EmptyReplacementVotes,
+    /// A delete sends its conditional tombstone without the quorum read first (the model's
+    /// `DeleteWithoutQuorumCheck`, spec/replication.md#delete): only the replicas' own check
+    /// refuses a superseded handle, so a replica that missed the newer claim takes its
+    /// tombstone, which dominates the new holder's copy (S4).
+    DeleteWithoutQuorumRead,
 }
 
 #[cfg(feature = "sim-bugs")]

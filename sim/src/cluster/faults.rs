@@ -415,7 +415,8 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
 /// A focused swarm profile: a plan that leaves out every fault but the few one rare race needs
 /// and places them so that the race happens in nearly every run (sim/README.md, *Planted
 /// bugs*). The seed still draws the clients, the member chosen, the places and lengths, the
-/// network's latency and the disks' flushes; the run's workload is the random mix's.
+/// network's latency and the disks' flushes; the run's workload is the random mix's, unless
+/// `workload::Shape` bends it toward the race.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Focus {
     /// Collection's race (spec/replication.md#tombstones-and-their-collection): three members on
@@ -442,6 +443,15 @@ pub enum Focus {
     /// acknowledged during the first cut: deleted messages come back, claimed ones are claimed
     /// again (planted bug `EmptyReplacementVotes`).
     LostDiskBehind,
+    /// S4's race (spec/replication.md#delete): three members on true clocks, no crash and no
+    /// failed sync; one member ("behind") is cut from its peers for 2-4 s at a time, with 0.5-1.5
+    /// s between cuts, from the end of the quiet start to the heal, so it misses the claims the
+    /// others make meanwhile until anti-entropy brings them. The clients keep many handles for a
+    /// late delete and send those through "behind" (`workload::Shape`): with the quorum read a
+    /// superseded handle's delete writes nothing; without it (planted bug
+    /// `DeleteWithoutQuorumRead`) "behind" takes the tombstone, which then dominates the new
+    /// holder's copy.
+    StaleDeletes,
 }
 
 /// When the member of [`Focus::KeptAway`] leaves, at the earliest: the clients have created
@@ -451,6 +461,21 @@ const KEPT_AWAY_FROM_MS: u64 = QUIET_MS + 4_000;
 /// and 6-9 s in which the deletes it misses are dropped before it returns.
 const KEPT_AWAY_MS: std::ops::RangeInclusive<u64> =
     HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 6_000..=HORIZON_MS + 2 * COLLECTION_PERIOD_MS + 9_000;
+
+/// How long [`Focus::StaleDeletes`] cuts its member from its peers at a time, and how long it
+/// leaves it mended between two cuts.
+const STALE_CUT_MS: std::ops::RangeInclusive<u64> = 2_000..=4_000;
+const STALE_MENDED_MS: std::ops::RangeInclusive<u64> = 500..=1_500;
+
+/// The member a focused plan works on: the one [`Focus::StaleDeletes`] keeps cutting from its
+/// peers (the first member it cuts).
+#[must_use]
+pub fn focused_member(plan: &Plan) -> Option<u16> {
+    plan.actions.iter().find_map(|(_, action)| match action {
+        Action::CutPeers(member) => Some(*member),
+        _ => None,
+    })
+}
 
 /// The plan of `seed` under `focus`, for a safety phase of `safety_ms` (at least 30 s).
 #[must_use]
@@ -525,6 +550,18 @@ pub fn focused_plan(seed: u64, safety_ms: u64, focus: Focus) -> Plan {
                 (end_at, Action::MendOneWay(behind, third)),
                 (end_at, Action::MendOneWay(third, behind)),
             ]);
+        }
+        Focus::StaleDeletes => {
+            let mut at = QUIET_MS + rng.random_range(STALE_MENDED_MS);
+            loop {
+                let mend_at = at + rng.random_range(STALE_CUT_MS);
+                if mend_at >= safety_ms - 500 {
+                    break;
+                }
+                actions.push((at, Action::CutPeers(who)));
+                actions.push((mend_at, Action::MendPeers(who)));
+                at = mend_at + rng.random_range(STALE_MENDED_MS);
+            }
         }
     }
     assert!(actions.iter().all(|(at, _)| *at < safety_ms));
@@ -670,6 +707,32 @@ mod tests {
             let mut three = [*who, *behind, *third];
             three.sort_unstable();
             assert_eq!(three, [1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn a_stale_deletes_plan_only_cuts_one_member_from_its_peers_again_and_again() {
+        for seed in 0..40 {
+            let p = focused_plan(seed, 30_000, Focus::StaleDeletes);
+            assert_eq!(p, focused_plan(seed, 30_000, Focus::StaleDeletes));
+            assert_eq!(p.mix.members, 3);
+            assert_eq!(p.mix.clocks.kind, ClockKind::True);
+            assert_eq!(p.mix.sync_failure_rate, 0.0);
+            let who = focused_member(&p).expect("it cuts a member");
+            let faults: Vec<&(u64, Action)> = p
+                .actions
+                .iter()
+                .filter(|(_, action)| !matches!(action, Action::Chaos | Action::Heal))
+                .collect();
+            assert!(faults.len() >= 10, "seed {seed}: {faults:?}");
+            for pair in faults.chunks(2) {
+                let [(cut, Action::CutPeers(a)), (mended, Action::MendPeers(b))] = pair else {
+                    panic!("seed {seed}: cuts and mends of one member only: {faults:?}");
+                };
+                assert_eq!((*a, *b), (who, who));
+                assert!(STALE_CUT_MS.contains(&(mended - cut)));
+                assert!(*mended < 30_000);
+            }
         }
     }
 }

@@ -42,7 +42,7 @@ use turmoil::net::TcpListener;
 use self::faults::{Action, ClockKind, HORIZON_MS, Plan};
 use self::front::{FRONT_PORT, Front};
 use self::workload::{
-    ClientSetup, Convergence, DELAY_S_MAX, Phases, QUEUE_VISIBILITY_S, VISIBILITY_S_MAX,
+    ClientSetup, Convergence, DELAY_S_MAX, Phases, QUEUE_VISIBILITY_S, Shape, VISIBILITY_S_MAX,
     member_host, run_client,
 };
 use crate::checker::{Liveness, Violation, check, check_delivered_in_time, tally};
@@ -855,6 +855,7 @@ pub fn run(options: &Options) -> Report {
                 history: history.clone(),
                 drained: drained.clone(),
                 convergence: convergence.clone(),
+                shape: Shape::of(options.focus, &plan),
             }),
         );
     }

@@ -105,6 +105,33 @@ pub struct ClientSetup {
     pub drained: Rc<Cell<u32>>,
     /// Client 0's finding.
     pub convergence: Rc<RefCell<Option<Convergence>>>,
+    /// How a focused profile bends the mix (none for the seed's random mix).
+    pub shape: Shape,
+}
+
+/// How a focused profile (`faults::Focus`) bends the random mix toward its race. The default
+/// is the mix itself, whose draws it leaves as they were.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// [`Focus::StaleDeletes`](super::faults::Focus::StaleDeletes): late deletes go through
+    /// this member, the one the plan keeps cutting from its peers, and a held message is more
+    /// often kept for a late delete or abandoned than deleted (`Client::settle_stale_focus`),
+    /// so that superseded handles meet a replica that missed the newer claim and their new
+    /// holders leave them to time out.
+    pub late_deletes_through: Option<u16>,
+}
+
+impl Shape {
+    /// The shape of a run under `focus` with `plan`.
+    #[must_use]
+    pub fn of(focus: Option<super::faults::Focus>, plan: &super::faults::Plan) -> Shape {
+        match focus {
+            Some(super::faults::Focus::StaleDeletes) => Shape {
+                late_deletes_through: super::faults::focused_member(plan),
+            },
+            None | Some(_) => Shape::default(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -147,6 +174,7 @@ struct Client {
     /// When this client starts a move task from the dead-letter queue back to the run's queue
     /// (client 0, in the seeds with a dead-letter queue).
     move_task_at_ms: Option<u64>,
+    shape: Shape,
 }
 
 /// Runs one client: the random mix until the safety phase ends, then the drain.
@@ -167,6 +195,7 @@ pub async fn run_client(setup: ClientSetup) -> turmoil::Result {
         race_at_ms: race_at_ms(setup.seed, setup.client, setup.phases.safety_end_ms),
         max_receive_count: max_receive_count(setup.seed),
         move_task_at_ms: move_task_at_ms(setup.seed, setup.client, setup.phases.safety_end_ms),
+        shape: setup.shape,
     };
     client.create_queue().await;
     while sim_now_ms() < client.phases.safety_end_ms {
@@ -365,7 +394,11 @@ impl Client {
             self.race_queue().await;
         } else if self.stale.first().is_some_and(|(_, due)| *due <= now) {
             let (held, _) = self.stale.remove(0);
-            self.delete(held).await;
+            if let Some(member) = self.shape.late_deletes_through {
+                self.delete_through(held, member).await;
+            } else {
+                self.delete(held).await;
+            }
         } else if !self.held.is_empty() && self.rng.random_bool(0.5) {
             if self.held.len() >= 2 && self.rng.random_bool(BATCH_SHARE) {
                 let count = self
@@ -420,6 +453,10 @@ impl Client {
     /// Deletes a held message, changes its visibility, abandons it, or keeps its handle for a
     /// late delete.
     async fn settle(&mut self, held: Held) {
+        if self.shape.late_deletes_through.is_some() {
+            self.settle_stale_focus(held).await;
+            return;
+        }
         let roll: f64 = self.rng.random();
         if roll < 0.55 {
             self.delete(held).await;
@@ -439,6 +476,40 @@ impl Client {
             let due_ms = sim_now_ms() + self.rng.random_range(7_000..=12_000);
             self.stale.push((held, due_ms));
         }
+    }
+
+    /// [`Focus::StaleDeletes`](super::faults::Focus::StaleDeletes)'s settle: a fifth deleted,
+    /// two fifths abandoned (so a later receive supersedes the handle and its own holder may
+    /// leave it too), two fifths kept for a late delete 7-12 s on, when the message has mostly
+    /// been received again.
+    async fn settle_stale_focus(&mut self, held: Held) {
+        let roll: f64 = self.rng.random();
+        if roll < 0.2 {
+            self.delete(held).await;
+        } else if roll >= 0.6 {
+            let due_ms = sim_now_ms() + self.rng.random_range(7_000..=12_000);
+            self.stale.push((held, due_ms));
+        }
+    }
+
+    /// Deletes with `held`'s handle through `member` (its SQS endpoint or its front).
+    async fn delete_through(&mut self, held: Held, member: u16) {
+        let op = self.invoke(Call::Delete {
+            message_id: held.ticket.message_id(),
+            generation: held.generation,
+            receive_count: held.receive_count,
+        });
+        let via_sqs = self.rng.random_bool(SQS_SHARE);
+        let result = self
+            .call_member(
+                &member_host(member),
+                &Request::Delete {
+                    ticket: held.ticket.clone(),
+                },
+                via_sqs,
+            )
+            .await;
+        self.complete(op, settled(result));
     }
 
     /// Creates the run's queue through members drawn at random until one acknowledges it

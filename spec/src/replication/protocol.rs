@@ -1679,6 +1679,15 @@ impl State {
         receive_count: u8,
         cause: MoveCause,
     ) {
+        // S4 for dead-letter now's first write: a superseded handle moves nothing, so its copy
+        // is never sent (spec#dead-letter-now-replicated, step 2), let alone its tombstone.
+        if cause
+            == (MoveCause::Now {
+                stale_at_invocation: true,
+            })
+        {
+            self.ghost.violate(Violation::StaleHandleTookEffect);
+        }
         if config.has(Bug::SourceTombstonedFirst) {
             self.begin(
                 c,
