@@ -90,12 +90,11 @@ const _: () = assert!(*faults::PAUSE_MS.start() > VISIBILITY_S_MAX as u64 * 1_00
 /// paused member's held connection attempts arrive at once when it resumes, and a replacement
 /// disk's member accepts nothing while it waits out the horizon. Linux's default backlog.
 const TCP_CAPACITY: usize = 4_096;
-/// A host's ports for outgoing connections: turmoil's default (49152-65535, 16,384 ports) ran
-/// out on member 4 of fresh seed 183453173 after 177 s simulated (turmoil panics
-/// "ports exhausted" where an operating system would refuse the connect), so that member never
-/// answered the drain's count (`DrainUnconfirmed`). Every port above the listeners' (at most
-/// 9324), three times as many; why a member holds so many connections' ports is not found
-/// yet (sim/README.md, *Findings*).
+/// A host's ports for outgoing connections. turmoil keeps the port of every connect that was
+/// refused or abandoned before its SYN-ACK for the rest of the run (sim/README.md, *Ports*), so
+/// a host uses one per connection attempt. Every port above the listeners' (at most 9324),
+/// three times turmoil's default, for margin: turmoil's ran out on member 4 of fresh seed
+/// 183453173, a probe storm of the node (17,371 refused connects, sim/README.md, *Findings*).
 const EPHEMERAL_PORTS: std::ops::RangeInclusive<u16> = 16_384..=65_535;
 /// How often a member looks whether its store failed.
 const STORE_WATCH: Duration = Duration::from_millis(100);
