@@ -277,7 +277,10 @@ fn sweep() {
             for line in text.lines() {
                 if let Some(at) = line.find("cluster seed") {
                     println!("{}", &line[at..]);
-                } else if line.starts_with("  mix:") || line.starts_with("  after the heal:") {
+                } else if line.starts_with("  mix:")
+                    || line.starts_with("  dead letters:")
+                    || line.starts_with("  after the heal:")
+                {
                     println!("{line}");
                 }
             }

@@ -47,6 +47,12 @@ use crate::handle::HandleCodec;
 
 mod move_tasks;
 
+/// What the clock gate's refusal says (spec/replication.md#clock-monitoring): a member whose
+/// clock may not coordinate refuses a call before any of it is sent or written, so the call did
+/// nothing, and a client may take the answer for a refusal and call another member. Every other
+/// `Unavailable` may have taken effect.
+pub const NOT_COORDINATING: &str = "coordinates nothing now and did nothing";
+
 /// What a replicated message carries for its consumers, opaque to the replicas.
 #[derive(Debug, Serialize, Deserialize)]
 struct Payload {
@@ -334,7 +340,7 @@ impl ClusterEdge {
             .await
             .map_err(|standing| EngineError::Unavailable {
                 reason: format!(
-                    "node {} coordinates nothing now and did nothing: {standing}",
+                    "node {} {NOT_COORDINATING}: {standing}",
                     self.cluster.node().0
                 ),
             })
@@ -800,8 +806,20 @@ impl ClusterEdge {
             retention_ms: known.attributes.retention_ms(),
             dead_letter,
         };
+        // Whether a pass claimed messages it could not deliver: a refusal of the gate after
+        // one no longer did nothing.
+        let mut claimed = false;
         loop {
-            self.coordinating().await?;
+            self.coordinating().await.map_err(|refusal| match refusal {
+                EngineError::Unavailable { reason } if claimed => EngineError::Unavailable {
+                    reason: reason.replace(
+                        NOT_COORDINATING,
+                        "coordinates nothing now (this receive claimed messages whose bodies \
+                         did not decode)",
+                    ),
+                },
+                other => other,
+            })?;
             // A long poll waits as one of this node's waiters (spec/replication.md §9).
             let delivered = if wait_s == 0 {
                 self.cluster
@@ -819,6 +837,7 @@ impl ClusterEdge {
                     .long_poll(&queue, known.incarnation, wait.clone(), until)
                     .await
             };
+            claimed |= !delivered.is_empty();
             let deliveries: Vec<Delivery> = delivered
                 .into_iter()
                 .filter_map(|delivered| self.delivery(&queue, delivered))

@@ -745,10 +745,24 @@ impl Front {
     }
 }
 
-/// The front's answer to the edge's error: a core refusal changed nothing; every other error
-/// (no quorum, a clock that may not coordinate, overloaded replicas) may have taken effect.
+/// The refusal code of the clock gate's answer (`trireme_node::cluster::edge::NOT_COORDINATING`,
+/// spec/replication.md#clock-monitoring): the member coordinated nothing of the call, which did
+/// nothing, so the history records a refusal.
+pub const NOT_COORDINATING: &str = "NotCoordinating";
+
+/// Whether an unavailable answer's reason is the clock gate's refusal, which did nothing.
+#[must_use]
+pub fn not_coordinating(reason: &str) -> bool {
+    reason.contains(trireme_node::cluster::edge::NOT_COORDINATING)
+}
+
+/// The front's answer to the edge's error: a core refusal changed nothing, nor did the clock
+/// gate's refusal; every other error (no quorum, overloaded replicas) may have taken effect.
 fn failed(error: EngineError) -> Answer {
     match error {
+        EngineError::Unavailable { reason } if not_coordinating(&reason) => {
+            refused(NOT_COORDINATING)
+        }
         EngineError::Rejected(reject) => {
             // The refusal's variant name: one word on the line.
             let text = format!("{reject:?}");
@@ -885,6 +899,23 @@ pub async fn call(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The clock gate's refusal did nothing (spec/replication.md#clock-monitoring): a refusal;
+    /// every other unavailable answer may have taken effect.
+    #[test]
+    fn the_clock_gates_refusal_is_a_refusal() {
+        let gate = EngineError::Unavailable {
+            reason: format!(
+                "node 2 {}: 700 ms from the cluster's clock",
+                trireme_node::cluster::edge::NOT_COORDINATING
+            ),
+        };
+        assert_eq!(failed(gate), refused(NOT_COORDINATING));
+        let quorum = EngineError::Unavailable {
+            reason: "too few replicas answered".to_owned(),
+        };
+        assert!(matches!(failed(quorum), Answer::Unavailable { .. }));
+    }
 
     #[test]
     fn requests_and_answers_read_back_as_written() {

@@ -218,6 +218,7 @@ fn dead_letter_summary(history: &History, max: u32) -> String {
     use crate::history::{Call, Outcome};
     let (mut from_dead_letter, mut redriven) = (0, 0);
     let (mut now_acknowledged, mut now_total, mut move_task) = (0, 0, "not started".to_owned());
+    let mut starts = 0;
     for op in &history.ops {
         match (&op.call, op.outcome()) {
             (Call::Receive { dead_letter, .. }, Outcome::Received(got)) => {
@@ -231,14 +232,17 @@ fn dead_letter_summary(history: &History, max: u32) -> String {
                 now_total += 1;
                 now_acknowledged += usize::from(outcome.acknowledged());
             }
-            (Call::StartMoveTask, outcome) => move_task = format!("{outcome:?}"),
+            (Call::StartMoveTask, outcome) => {
+                starts += 1;
+                move_task = format!("{outcome:?}");
+            }
             _ => {}
         }
     }
     format!(
         "maxReceiveCount {max}, {from_dead_letter} delivered from the dead-letter queue, \
          {redriven} redriven deliveries, dead-letter now {now_acknowledged} of {now_total} \
-         acknowledged, move task {move_task}"
+         acknowledged, move task {move_task} (starts: {starts})"
     )
 }
 

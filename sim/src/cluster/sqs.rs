@@ -18,7 +18,9 @@ use trireme_node::sqs::{SqsSettings, router};
 use trireme_node::trace::TraceIds;
 use turmoil::net::{TcpListener, TcpStream};
 
-use super::front::{Answer, DEAD_LETTER_QUEUE, Failure, Got, QUEUE, RACE_QUEUE, Request, Ticket};
+use super::front::{
+    self, Answer, DEAD_LETTER_QUEUE, Failure, Got, QUEUE, RACE_QUEUE, Request, Ticket,
+};
 use super::workload::QUEUE_VISIBILITY_S;
 
 /// The port every member serves the SQS endpoint on.
@@ -291,8 +293,14 @@ fn batch(
         let index: usize = entry.get("Id")?.as_str()?.parse().ok()?;
         let code = entry.get("Code")?.as_str()?.to_owned();
         let sender_fault = entry.get("SenderFault")?.as_bool()?;
-        // As a whole call's error: the receiver's fault or a throttling may have taken effect.
-        *answers.get_mut(index)? = Some(if !sender_fault || code.contains("Throttl") {
+        let message = entry.get("Message").and_then(Value::as_str).unwrap_or("");
+        // As a whole call's error: the receiver's fault or a throttling may have taken effect,
+        // except the clock gate's refusal, which did nothing.
+        *answers.get_mut(index)? = Some(if front::not_coordinating(message) {
+            Answer::Refused {
+                code: front::NOT_COORDINATING.to_owned(),
+            }
+        } else if !sender_fault || code.contains("Throttl") {
             Answer::Unavailable {
                 reason: format!("sqs_entry_{code}"),
             }
@@ -307,14 +315,21 @@ fn batch(
 }
 
 /// The answer an error response gives: a server error or a throttling refusal may have taken
-/// effect (unknown); any other client error is a refusal that changed nothing.
+/// effect (unknown), except the clock gate's refusal (a `ServiceUnavailable` whose message says
+/// the member coordinated nothing), which did nothing; any other client error is a refusal that
+/// changed nothing.
 fn failed(status: u16, body: &Value) -> Answer {
     let shape = body
         .get("__type")
         .and_then(Value::as_str)
         .unwrap_or("NoErrorShape");
     let code = shape.rsplit('#').next().unwrap_or(shape).to_owned();
-    if status >= 500 || code.contains("Throttl") {
+    let message = body.get("message").and_then(Value::as_str).unwrap_or("");
+    if front::not_coordinating(message) {
+        Answer::Refused {
+            code: front::NOT_COORDINATING.to_owned(),
+        }
+    } else if status >= 500 || code.contains("Throttl") {
         Answer::Unavailable {
             reason: format!("sqs_{status}_{code}"),
         }
@@ -462,5 +477,40 @@ mod tests {
                 code: "QueueDoesNotExist".to_owned()
             }
         );
+    }
+
+    /// The clock gate's refusal did nothing (spec/replication.md#clock-monitoring): the
+    /// endpoint's `ServiceUnavailable` for it, whole or for a batch's entry, is a refusal; its
+    /// other `ServiceUnavailable`s stay unknown.
+    #[test]
+    fn the_clock_gates_refusal_is_a_refusal() {
+        // As the endpoint words `EngineError::Unavailable` (`SqsError::ReplicasUnavailable`).
+        let message = format!(
+            "The cluster could not serve the request: node 2 {}: 700 ms from the cluster's clock.",
+            trireme_node::cluster::edge::NOT_COORDINATING
+        );
+        let refused = Answer::Refused {
+            code: front::NOT_COORDINATING.to_owned(),
+        };
+        let body = json!({ "__type": "com.amazonaws.sqs#ServiceUnavailable", "message": message });
+        assert_eq!(failed(503, &body), refused);
+        let entries = json!({ "Failed": [
+            { "Id": "0", "Code": "ServiceUnavailable", "SenderFault": false, "Message": message },
+            { "Id": "1", "Code": "ServiceUnavailable", "SenderFault": false, "Message": "m" },
+        ] });
+        assert_eq!(
+            batch(&entries, 2, |_| None),
+            Some(Answer::Batch(vec![
+                refused,
+                Answer::Unavailable {
+                    reason: "sqs_entry_ServiceUnavailable".to_owned()
+                }
+            ]))
+        );
+        let quorum = json!({
+            "__type": "com.amazonaws.sqs#ServiceUnavailable",
+            "message": "The cluster could not serve the request: no quorum."
+        });
+        assert!(matches!(failed(503, &quorum), Answer::Unavailable { .. }));
     }
 }

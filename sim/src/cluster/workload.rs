@@ -60,6 +60,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const CALL_DEADLINE: Duration = Duration::from_millis(4_000);
 /// Pause after a failed call, and between empty drain receives.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How many times client 0 asks to start the move task: a start never sent, refused by a member
+/// whose clock may not coordinate, or left without an answer is asked again through another
+/// member, as a client would.
+const MOVE_TASK_STARTS_MAX: u32 = 5;
+/// The move task starts once a message is known to wait ready in the dead-letter queue, or,
+/// failing that, this long before the safety phase ends.
+const MOVE_TASK_LAST_MS: u64 = 2_000;
 /// Longest pause between two calls of one client.
 const THINK_MS_MAX: u64 = 300;
 /// Attempts at counting one member's view after the drain.
@@ -384,11 +391,11 @@ impl Client {
             let op = self.invoke(Call::Purge);
             let result = self.call(&Request::Purge).await;
             self.complete(op, settled(result));
-        } else if self.move_task_at_ms.is_some_and(|at| at <= now) {
+        } else if self.move_task_at_ms.is_some_and(|at| at <= now)
+            && (self.dead_letter_ready(now) || now + MOVE_TASK_LAST_MS >= self.phases.safety_end_ms)
+        {
             self.move_task_at_ms = None;
-            let op = self.invoke(Call::StartMoveTask);
-            let result = self.call(&Request::StartMoveTask).await;
-            self.complete(op, settled(result));
+            self.start_move_task().await;
         } else if self.race_at_ms.first().is_some_and(|at| *at <= now) {
             self.race_at_ms.remove(0);
             self.race_queue().await;
@@ -447,6 +454,78 @@ impl Client {
             if let Some(got) = self.receive(dead_letter, max, visibility_s, wait_s).await {
                 self.held.extend(got);
             }
+        }
+    }
+
+    /// Whether the history shows a message waiting ready in the dead-letter queue now: one
+    /// delivered from it whose visibility timeout has ended, with no delete of that life that
+    /// may have happened and no later delivery from it (what a client would read in the queue's
+    /// `ApproximateNumberOfMessages`, without a call that could move the run's draws).
+    fn dead_letter_ready(&self, now: u64) -> bool {
+        let history = self.history.borrow();
+        let mut visible_at: BTreeMap<(&str, u32), u64> = BTreeMap::new();
+        for op in &history.ops {
+            match (&op.call, &op.completed) {
+                (
+                    Call::Receive {
+                        dead_letter: true,
+                        visibility_s,
+                        ..
+                    },
+                    Some((at, Outcome::Received(got))),
+                ) => {
+                    for delivery in got {
+                        visible_at.insert(
+                            (delivery.message_id.as_str(), delivery.generation),
+                            at + u64::from(*visibility_s) * 1_000,
+                        );
+                    }
+                }
+                (
+                    Call::Delete {
+                        message_id,
+                        generation,
+                        ..
+                    },
+                    _,
+                ) if op.outcome().may_have_happened() => {
+                    visible_at.remove(&(message_id.as_str(), *generation));
+                }
+                _ => {}
+            }
+        }
+        visible_at.values().any(|at| *at <= now)
+    }
+
+    /// Starts the move task: through a member drawn at random, and again through another one
+    /// while the start was never sent, was refused by the clock gate or got no answer, up to [`MOVE_TASK_STARTS_MAX`] times within the
+    /// safety phase. Each start is an op of its own. A start answered, or refused otherwise
+    /// (a task already running: an unanswered start took effect), ends it.
+    async fn start_move_task(&mut self) {
+        let mut member = self.rng.random_range(1..=self.members);
+        for start in 1..=MOVE_TASK_STARTS_MAX {
+            let via_sqs = self.rng.random_bool(SQS_SHARE);
+            let op = self.invoke(Call::StartMoveTask);
+            let result = self
+                .call_member(&member_host(member), &Request::StartMoveTask, via_sqs)
+                .await;
+            let outcome = settled(result);
+            let again = match &outcome {
+                Outcome::Unknown { .. } => true,
+                Outcome::Refused { code } => {
+                    code.starts_with("not sent") || code == front::NOT_COORDINATING
+                }
+                _ => false,
+            };
+            self.complete(op, outcome);
+            if !again || start == MOVE_TASK_STARTS_MAX || sim_now_ms() >= self.phases.safety_end_ms
+            {
+                return;
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+            // Another member: the next of the others, drawn.
+            let step = self.rng.random_range(1..self.members);
+            member = (member - 1 + step) % self.members + 1;
         }
     }
 
