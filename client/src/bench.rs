@@ -518,7 +518,8 @@ pub(crate) async fn run(config: ClientConfig, json: bool, args: BenchArgs) -> Re
                     .create_queue(&idle, &QueueAttributes::default())
                     .await
                     .with_context(|| format!("creating queue {idle}"))?;
-                let phase = idle_phase(&shared, &args, &idle, progress).await;
+                let clients = idle_clients(&config, &args)?;
+                let phase = idle_phase(&clients, &args, &idle, progress).await;
                 print_phase(json, &phase);
                 report.phases.push(phase);
             }
@@ -1035,12 +1036,41 @@ async fn receive_phase(
     phase
 }
 
+/// The idle phase's clients: `--connections` per endpoint, or more when its polls need them. A
+/// node carries at most `CALLS_PER_CONNECTION_MAX` calls on one connection at once, and a poll
+/// beyond would wait in the client for a stream and time out, measuring the client instead of
+/// the node: so every poll gets a stream of its own from the start.
+fn idle_clients(config: &ClientConfig, args: &BenchArgs) -> Result<Vec<Client>> {
+    let endpoints = config.endpoints.len();
+    let needed = args
+        .idle_polls
+        .div_ceil(endpoints * trireme_client::limits::CALLS_PER_CONNECTION_MAX);
+    let connections = args.connections.max(needed);
+    if connections > args.connections {
+        eprintln!(
+            "idle: {connections} connections per endpoint for {} polls (at most {} calls at once \
+             on one connection)",
+            args.idle_polls,
+            trireme_client::limits::CALLS_PER_CONNECTION_MAX
+        );
+    }
+    let mut clients = Vec::with_capacity(endpoints * connections);
+    for _ in 0..connections {
+        for home in 0..endpoints {
+            let mut config = config.clone();
+            config.home_endpoint = Some(home);
+            clients.push(Client::new(config)?);
+        }
+    }
+    Ok(clients)
+}
+
 /// `--idle-polls` tasks each hold a long poll (20 s) open on the empty queue `idle` and open
 /// the next when it ends, until `--steady-seconds` have passed; a poll still open then is
 /// dropped, which cancels it on the node. The node's CPU and memory meanwhile are for the
 /// caller to read from outside: the bench cannot see the node's process.
 async fn idle_phase(
-    shared: &Arc<Shared>,
+    clients: &[Client],
     args: &BenchArgs,
     idle: &QueueName,
     progress: bool,
@@ -1056,7 +1086,7 @@ async fn idle_phase(
     };
     let mut tasks = JoinSet::new();
     for task in 0..args.idle_polls {
-        let client = shared.client(task);
+        let client = clients[task % clients.len()].clone();
         let (live, idle) = (live.clone(), idle.clone());
         tasks.spawn(async move {
             let mut recorder = Recorder::new();

@@ -44,6 +44,13 @@ pub const KEEPALIVE_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
 /// How long a keepalive ping may go unanswered before the connection is dropped.
 pub const KEEPALIVE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
 
+/// Calls one connection to a node carries at once: the node's HTTP/2 limit on concurrent
+/// streams per connection (its `grpc_streams_per_connection_max`). A client holds one
+/// connection per node, so more calls than this at once to one node (long polls, which hold
+/// their stream for their whole wait) queue in the client until a stream frees, and may time
+/// out there: use more clients.
+pub const CALLS_PER_CONNECTION_MAX: usize = 1_024;
+
 /// Endpoints one client may be given: enough for a nine-node cluster many times over, and what
 /// a call's record of the endpoints it tried holds (one bit each in a `u64`).
 pub const ENDPOINTS_MAX: usize = 64;

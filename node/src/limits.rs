@@ -26,7 +26,9 @@ pub const connections_max_ceiling: usize = 65_536;
 /// `cluster_members_max - 1` of them, each a few connections), never clients, so not
 /// configurable with the client caps.
 pub const peer_connections_max: usize = 4_096;
-/// Concurrent HTTP/2 streams per client connection.
+/// Concurrent HTTP/2 streams per client connection: what one client's connection may hold of
+/// the node's `long_polls_max`. The client crate's `CALLS_PER_CONNECTION_MAX` repeats it (its
+/// bench opens enough connections for its long polls).
 pub const grpc_streams_per_connection_max: u32 = 1_024;
 /// HTTP/2 keepalive ping interval: finds dead peers of idle long-poll connections.
 pub const grpc_keepalive_interval_s: u64 = 20;
@@ -54,6 +56,10 @@ pub const engine_queue_commands_max_default: usize = 4_096;
 /// logged. (The per-queue cap, `trireme_core::limits::waiters_per_queue_max`, is refused
 /// `WaiterLimit` / SQS `OverLimit`; a cluster member's edge enforces both.)
 pub const long_polls_max_default: usize = 10_000;
+/// Queues whose decoded attributes a cluster member's edge keeps (decoding the attribute
+/// registers' JSON on every request was ~6 % of a member's CPU re-opening long polls,
+/// BENCHMARKS.md 6f); a new queue beyond it empties the cache.
+pub const decoded_attributes_queues_max: usize = 4_096;
 
 /// Trace ids one replica call's metadata lists (a batch of the peer links serves up to 512
 /// requests); the rest are counted, not listed, so the header stays about 1 KiB.

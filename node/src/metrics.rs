@@ -379,6 +379,9 @@ struct ExchangeLabels {
 pub struct ReplicationMetrics {
     quorum_seconds: Family<OperationLabels, Histogram>,
     read_repairs: Counter,
+    /// Peers' indexes asked by receives whose own index offered too few (spec/replication.md,
+    /// *Candidates beyond the node's own index*): one `Candidates` call each.
+    index_samples: Counter,
     anti_entropy_rounds: Family<PeerLabels, Counter>,
     anti_entropy_failures: Family<PeerLabels, Counter>,
     anti_entropy_records: Family<ExchangeLabels, Counter>,
@@ -394,6 +397,7 @@ impl Default for ReplicationMetrics {
         ReplicationMetrics {
             quorum_seconds: Family::new_with_constructor(latency_histogram),
             read_repairs: Counter::default(),
+            index_samples: Counter::default(),
             anti_entropy_rounds: Family::default(),
             anti_entropy_failures: Family::default(),
             anti_entropy_records: Family::default(),
@@ -411,6 +415,17 @@ impl ReplicationMetrics {
             .get_or_create(&OperationLabels { operation })
             .observe(seconds(elapsed));
         self.read_repairs.inc_by(repairs as u64);
+    }
+
+    /// One peer's index asked by a receive whose own index offered too few.
+    pub fn count_index_sample(&self) {
+        self.index_samples.inc();
+    }
+
+    /// Peers' indexes asked by receives since this node started.
+    #[must_use]
+    pub fn index_samples(&self) -> u64 {
+        self.index_samples.get()
     }
 
     /// One anti-entropy round with `peer`: records this node pushed and pulled, or a failure.
@@ -494,6 +509,11 @@ impl ReplicationMetrics {
             "trireme_read_repairs",
             "Read-repair writes sent to replicas that answered with less",
             self.read_repairs.clone(),
+        );
+        registry.register(
+            "trireme_index_samples",
+            "Peers' indexes asked by receives whose own index offered too few",
+            self.index_samples.clone(),
         );
         registry.register(
             "trireme_anti_entropy_rounds",

@@ -89,6 +89,50 @@ pub struct ClusterEdge {
     long_polls: Arc<LongPollCounts>,
     /// The node's cap on long polls in all (`long_polls_max`).
     long_polls_max: usize,
+    /// Queues' attributes as last decoded from their registers.
+    decoded: Arc<DecodedAttributes>,
+}
+
+/// Queue attributes decoded from their registers, kept per queue with the registers they came
+/// from: a lookup whose registers are the same takes them without decoding the JSON again, and
+/// any change of a register decodes anew. At most `decoded_attributes_queues_max` queues.
+#[derive(Debug, Default)]
+struct DecodedAttributes {
+    by_queue: Mutex<BTreeMap<QueueName, Decoded>>,
+}
+
+/// A queue's attribute registers and the attributes decoded from them.
+type Decoded = (BTreeMap<String, String>, QueueAttributes);
+
+impl DecodedAttributes {
+    /// The attributes `registers` hold, as [`attributes_from_registers`] decodes them.
+    fn get(
+        &self,
+        name: &QueueName,
+        registers: &BTreeMap<String, String>,
+    ) -> Result<QueueAttributes, String> {
+        if let Some((seen, attributes)) = self
+            .by_queue
+            .lock()
+            .expect("the decoded attributes' lock is never poisoned")
+            .get(name)
+            && seen == registers
+        {
+            return Ok(attributes.clone());
+        }
+        let attributes = attributes_from_registers(registers)?;
+        let mut by_queue = self
+            .by_queue
+            .lock()
+            .expect("the decoded attributes' lock is never poisoned");
+        if by_queue.len() >= crate::limits::decoded_attributes_queues_max
+            && !by_queue.contains_key(name)
+        {
+            by_queue.clear();
+        }
+        by_queue.insert(name.clone(), (registers.clone(), attributes.clone()));
+        Ok(attributes)
+    }
 }
 
 /// Long polls waiting through one edge: in all, and per queue (the single node's
@@ -212,6 +256,7 @@ impl ClusterEdge {
             ids: Arc::new(Mutex::new(ids)),
             long_polls: Arc::default(),
             long_polls_max: crate::limits::long_polls_max_default,
+            decoded: Arc::default(),
         }
     }
 
@@ -396,13 +441,18 @@ impl ClusterEdge {
         else {
             return Ok(None);
         };
-        let attributes = attributes_from_registers(&state.attributes).map_err(|reason| {
-            error!(queue = %name, %reason, "a queue's attribute registers do not decode");
-            EngineError::Storage(StoreFault {
-                kind: FaultKind::Corrupt,
-                detail: format!("queue {name}: an attribute register does not decode: {reason}"),
-            })
-        })?;
+        let attributes = self
+            .decoded
+            .get(name, &state.attributes)
+            .map_err(|reason| {
+                error!(queue = %name, %reason, "a queue's attribute registers do not decode");
+                EngineError::Storage(StoreFault {
+                    kind: FaultKind::Corrupt,
+                    detail: format!(
+                        "queue {name}: an attribute register does not decode: {reason}"
+                    ),
+                })
+            })?;
         Ok(Some(Known {
             incarnation: state.incarnation,
             attributes,
@@ -1202,5 +1252,32 @@ mod tests {
             .map(|(field, _)| field)
             .collect();
         assert_eq!(changed, ["delay_s"]);
+    }
+
+    #[test]
+    fn decoded_attributes_follow_every_change_of_a_register_within_the_bound() {
+        let decoded = DecodedAttributes::default();
+        let queue = QueueName::try_from("jobs".to_owned()).expect("a valid name");
+        let before = attribute_registers(&QueueAttributes::default());
+        let changed = QueueAttributes {
+            visibility_timeout_s: 7,
+            ..QueueAttributes::default()
+        };
+        let after = attribute_registers(&changed);
+        assert_eq!(decoded.get(&queue, &before), Ok(QueueAttributes::default()));
+        assert_eq!(decoded.get(&queue, &before), Ok(QueueAttributes::default()));
+        assert_eq!(decoded.get(&queue, &after), Ok(changed));
+        let mut bad = after.clone();
+        bad.insert("delay_s".to_owned(), "\"soon\"".to_owned());
+        assert!(
+            decoded.get(&queue, &bad).is_err(),
+            "a bad register is never kept"
+        );
+        for n in 0..=crate::limits::decoded_attributes_queues_max {
+            let other = QueueName::try_from(format!("q{n}")).expect("a valid name");
+            decoded.get(&other, &before).expect("decodes");
+            let kept = decoded.by_queue.lock().expect("not poisoned").len();
+            assert!(kept <= crate::limits::decoded_attributes_queues_max);
+        }
     }
 }

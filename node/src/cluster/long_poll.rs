@@ -113,6 +113,22 @@ impl LongPolls {
         waiters.woken.notify_one();
     }
 
+    /// Long polls in line on the queue at this node, their clients gone or not.
+    fn in_line(&self, queue: &QueueName, incarnation: Incarnation) -> usize {
+        self.queues
+            .lock()
+            .expect("the waiters' lock is never poisoned")
+            .get(&(queue.clone(), incarnation))
+            .map_or(0, |waiters| {
+                waiters
+                    .waiting
+                    .lock()
+                    .expect("the waiters' lock is never poisoned")
+                    .waiters
+                    .len()
+            })
+    }
+
     /// Whether this node has waiters on the queue.
     #[cfg(test)]
     fn waiting(&self, queue: &QueueName, incarnation: Incarnation) -> bool {
@@ -255,17 +271,17 @@ impl Cluster {
         wait: Wait,
         until: tokio::time::Instant,
     ) -> Vec<Delivered> {
-        let arrival = self.arrive(queue, incarnation);
-        let first = self
-            .receive(
-                queue,
-                incarnation,
-                wait.max,
-                wait.visibility_timeout_ms,
-                wait.retention_ms,
-                wait.dead_letter.as_ref(),
-            )
-            .await;
+        let (arrival, others_in_line) = self.arrive(queue, incarnation);
+        // The ordinary receive, but beside waiters in line it asks no peer's index: what only
+        // a peer's index shows is owed to the oldest waiter, whose re-poll reads a quorum of
+        // indexes within the poll period (spec/replication.md §9, *Arrival*). Else every
+        // arriving poll of a busy queue would cost a peer call.
+        let candidates = if others_in_line {
+            self.own_candidates(queue, incarnation, wait.max)
+        } else {
+            self.sampled_candidates(queue, incarnation, wait.max).await
+        };
+        let first = self.claim(queue, incarnation, candidates, &wait).await;
         if !first.is_empty() || tokio::time::Instant::now() >= until {
             return first;
         }
@@ -277,6 +293,13 @@ impl Cluster {
             delivered = replied => delivered.unwrap_or_default(),
             () = tokio::time::sleep_until(until) => Vec::new(),
         }
+    }
+
+    /// Long polls waiting in line on the queue at this node (those whose clients have gone
+    /// leave the line at the queue's next receive for its waiters).
+    #[must_use]
+    pub fn waiters_in_line(&self, queue: &QueueName, incarnation: Incarnation) -> usize {
+        self.inner.long_polls.in_line(queue, incarnation)
     }
 
     /// Wakes this node's waiters on the queue and sends the wake-up to every peer: `ids` were
@@ -296,7 +319,9 @@ impl Cluster {
         }
     }
 
-    fn arrive(&self, queue: &QueueName, incarnation: Incarnation) -> Arrival {
+    /// Counts a long poll among the queue's arriving waiters (starting the queue's waiters'
+    /// task if it has none), and says whether waiters were already in line.
+    fn arrive(&self, queue: &QueueName, incarnation: Incarnation) -> (Arrival, bool) {
         let key = (queue.clone(), incarnation);
         let mut queues = self
             .inner
@@ -309,14 +334,17 @@ impl Cluster {
             tokio::spawn(self.clone().serve_waiters(key, Arc::clone(&waiters)));
             waiters
         });
-        waiters
+        let mut waiting = waiters
             .waiting
             .lock()
-            .expect("the waiters' lock is never poisoned")
-            .arriving += 1;
-        Arrival {
+            .expect("the waiters' lock is never poisoned");
+        waiting.arriving += 1;
+        let others_in_line = !waiting.waiters.is_empty();
+        drop(waiting);
+        let arrival = Arrival {
             waiters: Arc::clone(waiters),
-        }
+        };
+        (arrival, others_in_line)
     }
 
     /// The queue's waiters' task: runs while the queue has waiters.

@@ -809,15 +809,18 @@ impl Cluster {
         let mut candidates = self.own_candidates(queue, incarnation, max);
         if candidates.len() < max
             && let Some(peer) = self.next_sampled_peer()
-            && let Ok(Some((theirs, _))) = tokio::time::timeout(
+        {
+            self.inner.metrics.count_index_sample();
+            if let Ok(Some((theirs, _))) = tokio::time::timeout(
                 SAMPLE_WAIT,
                 self.peer_candidates(peer, queue, incarnation, max.saturating_mul(REPLICAS)),
             )
             .await
-        {
-            for id in theirs {
-                if !candidates.contains(&id) {
-                    candidates.push(id);
+            {
+                for id in theirs {
+                    if !candidates.contains(&id) {
+                        candidates.push(id);
+                    }
                 }
             }
         }

@@ -193,3 +193,53 @@ fn a_member_that_missed_the_sends_serves_them_at_once_to_its_own_receivers() {
         assert_eq!(delivered, (0..5).collect());
     });
 }
+
+/// Waits (bounded) until `member` has `count` long polls in line on the queue.
+async fn until_in_line(member: &Member, count: usize) {
+    for _ in 0..1_000 {
+        let in_line = member
+            .call(|cluster| async move { cluster.waiters_in_line(&queue("jobs"), INCARNATION) })
+            .await;
+        if in_line >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{count} long polls never waited in line");
+}
+
+async fn index_samples(member: &Member) -> u64 {
+    member
+        .call(|cluster| async move { cluster.metrics().index_samples() })
+        .await
+}
+
+/// spec/replication.md §9, *Arrival*: a long poll that finds its member's own index empty asks
+/// one peer's index first, as a short poll does; one that arrives while another waits in line
+/// on the queue asks no peer (the waiters' re-poll reads a quorum of indexes for both), so
+/// many polls re-opening on one queue cost their member no peer call each.
+#[test]
+fn a_long_poll_arriving_beside_a_waiter_asks_no_peers_index() {
+    let cluster = start(3);
+    runtime().block_on(async {
+        let m = &cluster.members;
+        let first = long_poll(&m[0], 1, 3);
+        let second = async {
+            until_in_line(&m[0], 1).await;
+            assert_eq!(
+                index_samples(&m[0]).await,
+                1,
+                "the first arrival sampled a peer"
+            );
+            let (served, ()) = tokio::join!(long_poll(&m[0], 1, 2), until_in_line(&m[0], 2));
+            assert_eq!(
+                index_samples(&m[0]).await,
+                1,
+                "the second arrival asked no peer"
+            );
+            served
+        };
+        let (first, second) = tokio::join!(first, second);
+        assert!(first.is_empty() && second.is_empty(), "nothing was sent");
+    });
+}
