@@ -164,6 +164,10 @@ pub struct History {
     /// another's may pass this much early by true time (spec/replication.md, *Time*): within
     /// `SKEW_MAX` by the bound, beyond it a duplicate, never a loss.
     pub clock_spread_ms: u64,
+    /// The longest the network may hold a request before delivering it (the cluster's holds and
+    /// pause), ms; 0 where nothing is held that long. A call's request may reach its node this
+    /// long after it was sent, after its client gave up on it.
+    pub held_max_ms: u64,
     /// The run's queue's `maxReceiveCount`, when it has a redrive policy (to the dead-letter
     /// queue the receives with `dead_letter` read).
     pub max_receive_count: Option<u32>,

@@ -41,6 +41,27 @@ const LONG_ISOLATION_MS: std::ops::RangeInclusive<u64> =
 /// when its held requests and replies arrive.
 pub const PAUSE_MS: std::ops::RangeInclusive<u64> = 7_000..=10_000;
 
+/// The longest the plan's holds and pause keep what a link carries before delivering it, ms
+/// (0 without either): a request held so may reach its member that long after it was sent,
+/// after its client gave up on it (the checker's window of a purge without an answer).
+pub fn held_max_ms(actions: &[(u64, Action)]) -> u64 {
+    actions
+        .iter()
+        .filter_map(|(at, action)| {
+            let end = actions.iter().find_map(|(later, other)| {
+                let ends = match (action, other) {
+                    (Action::Hold(a, b), Action::Release(c, d)) => (a, b) == (c, d),
+                    (Action::Pause(a), Action::Resume(b)) => a == b,
+                    _ => false,
+                };
+                (ends && later >= at).then_some(*later)
+            })?;
+            Some(end - at)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// How the members' clocks relate (spec/replication.md, *Time* and *Clock monitoring*).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClockKind {

@@ -779,6 +779,7 @@ pub fn run(options: &Options) -> Report {
     let history = Rc::new(RefCell::new(History {
         clock_skew_ms: TICK_MS,
         clock_spread_ms,
+        held_max_ms: faults::held_max_ms(&plan.actions),
         max_receive_count: workload::max_receive_count(options.seed),
         ..History::default()
     }));
