@@ -605,6 +605,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_longest_hold_is_the_longest_pause_or_hold_of_the_plan() {
+        let actions = [
+            (1_000, Action::Hold(1, 2)),
+            (1_500, Action::Pause(3)),
+            (2_000, Action::Release(1, 2)),
+            (3_000, Action::Hold(2, 3)),
+            (4_000, Action::Release(2, 3)),
+            (9_500, Action::Resume(3)),
+        ];
+        assert_eq!(held_max_ms(&actions), 8_000);
+        assert_eq!(held_max_ms(&actions[..3]), 1_000);
+        assert_eq!(held_max_ms(&[(5, Action::Heal)]), 0);
+    }
+
+    #[test]
     fn a_seed_draws_the_same_plan_and_faults_stay_in_the_safety_phase() {
         let plans: Vec<Plan> = (0..60).map(|seed| plan(seed, 30_000)).collect();
         assert_eq!(
