@@ -127,6 +127,17 @@ pub enum Violation {
         delivered_at_ms: u64,
         bound_ms: u64,
     },
+    /// L9b (spec/replication.md §9), read only under the focused profile `Focus::Waiters`: a
+    /// long poll invoked at `invoked_at_ms` answered at `answered_at_ms` without an
+    /// acknowledged message that was ready, delivered to nobody and claimable by no other
+    /// receive from `waited_from_ms` on, more than the bound before its answer.
+    WaiterNotServed {
+        message_id: String,
+        invoked_at_ms: u64,
+        waited_from_ms: u64,
+        answered_at_ms: u64,
+        bound_ms: u64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -956,6 +967,101 @@ pub fn check_delivered_in_time(
     (liveness, violations)
 }
 
+/// L9b (spec/replication.md §9, *Liveness*: no waiter stays waiting beside a ready message
+/// for longer than one poll period when no wake-up announces it), as the focused profile
+/// `Focus::Waiters` lets a history show it. A long poll of the run's queue answered by
+/// `safety_end_ms` with fewer messages than it asked for breaks it when an acknowledged message
+/// it did not deliver was, for `bound_ms` of its wait:
+/// - ready: from its send's answer plus its delay (the coordinator dates the delay before it
+///   answers; the profile's clocks are true, and the history's clock skew is added);
+/// - delivered by no other receive invoked before the poll's answer;
+/// - claimable by no other receive: every receive invoked before the poll's answer had
+///   answered and its visibility timeout had passed (a receive, an empty one included, may
+///   leave a claim that hides a message until its deadline);
+/// - and purged by nobody: no purge was invoked before the poll's answer.
+///
+/// Under the random mix these conditions almost never hold together, and the history does not
+/// say which member served a poll or whether it could reach its peers: the rule is the
+/// profile's, whose faults are none and whose only receives are one client's polls.
+#[must_use]
+pub fn check_waiters_served(
+    history: &History,
+    safety_end_ms: u64,
+    bound_ms: u64,
+) -> Vec<Violation> {
+    let ops = &history.ops;
+    let ready: Vec<(&str, u64)> = ops
+        .iter()
+        .filter_map(|op| match (&op.call, &op.completed) {
+            (Call::Send { delay_s, .. }, Some((at, Outcome::Sent { message_id }))) => Some((
+                message_id.as_str(),
+                at + u64::from(delay_s.unwrap_or(0)) * 1_000 + history.clock_skew_ms,
+            )),
+            _ => None,
+        })
+        .collect();
+    let mut violations = Vec::new();
+    for (index, poll) in ops.iter().enumerate() {
+        let (
+            Call::Receive {
+                dead_letter: false,
+                max,
+                wait_s,
+                ..
+            },
+            Some((answered, Outcome::Received(got))),
+        ) = (&poll.call, &poll.completed)
+        else {
+            continue;
+        };
+        if *wait_s == 0 || *answered > safety_end_ms || got.len() >= *max as usize {
+            continue;
+        }
+        let purged = ops
+            .iter()
+            .any(|op| matches!(op.call, Call::Purge) && op.invoked_at_ms < *answered);
+        if purged {
+            continue;
+        }
+        // What other receives invoked before the answer delivered, and until when a claim one
+        // of them made may hold.
+        let mut delivered_by_others: BTreeSet<&str> = BTreeSet::new();
+        let mut claims_until = 0;
+        for (other, op) in ops.iter().enumerate() {
+            let Call::Receive { visibility_s, .. } = &op.call else {
+                continue;
+            };
+            if other == index || op.invoked_at_ms >= *answered {
+                continue;
+            }
+            if let Some((_, Outcome::Received(got))) = &op.completed {
+                delivered_by_others.extend(got.iter().map(|d| d.message_id.as_str()));
+            }
+            claims_until = op
+                .completed_at_ms()
+                .saturating_add(u64::from(*visibility_s) * 1_000)
+                .saturating_add(history.clock_skew_ms)
+                .max(claims_until);
+        }
+        for (message_id, ready_from) in &ready {
+            let from = (*ready_from).max(poll.invoked_at_ms).max(claims_until);
+            if from.saturating_add(bound_ms) <= *answered
+                && !got.iter().any(|d| d.message_id == *message_id)
+                && !delivered_by_others.contains(message_id)
+            {
+                violations.push(Violation::WaiterNotServed {
+                    message_id: (*message_id).to_owned(),
+                    invoked_at_ms: poll.invoked_at_ms,
+                    waited_from_ms: from,
+                    answered_at_ms: *answered,
+                    bound_ms,
+                });
+            }
+        }
+    }
+    violations
+}
+
 /// L3: the last counts the drain read show an empty queue.
 fn check_drained(ops: &[Op], violations: &mut BTreeSet<Violation>) {
     let last = ops
@@ -1161,6 +1267,125 @@ mod tests {
         );
         let (_, violations) = check_delivered_in_time(&s.history, 10_000, 19_000);
         assert_eq!(violations, vec![], "19 s is within a bound of 19 s");
+    }
+
+    /// A long poll of client 0 for up to `max` with a visibility of 1 s, delivering `got`
+    /// (`(id, body)` at count 1).
+    fn long_poll(s: &mut Script, max: u32, at: u64, done: u64, got: &[(&str, &str)]) {
+        let got = got
+            .iter()
+            .map(|(id, body)| Delivery {
+                message_id: (*id).to_owned(),
+                body: (*body).to_owned(),
+                receive_count: 1,
+                generation: 0,
+            })
+            .collect();
+        s.op(
+            0,
+            Call::Receive {
+                dead_letter: false,
+                max,
+                wait_s: 10,
+                visibility_s: 1,
+            },
+            at,
+            done,
+            Outcome::Received(got),
+        );
+    }
+
+    #[test]
+    fn a_long_poll_left_beside_a_ready_message_past_the_bound_breaks_l9b() {
+        let mut s = Script::new();
+        // Sent at 1,000 (answered at 1,001) with a delay of 2 s: ready from 3,001.
+        s.op(
+            1,
+            Call::Send {
+                body: body(1, 1),
+                delay_s: Some(2),
+                dedup_id: None,
+            },
+            1_000,
+            1_001,
+            Outcome::Sent {
+                message_id: "m1".to_owned(),
+            },
+        );
+        // The first poll ends at 2,000, so its claims may hold until 3,000; the second waits
+        // from 2,000 to 12,000 without m1: 8,999 ms beside it.
+        long_poll(&mut s, 10, 0, 2_000, &[]);
+        long_poll(&mut s, 10, 2_000, 12_000, &[]);
+        long_poll(&mut s, 10, 12_000, 12_010, &[("m1", &body(1, 1))]);
+        let expected = vec![Violation::WaiterNotServed {
+            message_id: "m1".to_owned(),
+            invoked_at_ms: 2_000,
+            waited_from_ms: 3_001,
+            answered_at_ms: 12_000,
+            bound_ms: 3_000,
+        }];
+        assert_eq!(check_waiters_served(&s.history, 30_000, 3_000), expected);
+        // Within a bound of 9 s, or after the safety phase, nothing is broken.
+        assert_eq!(check_waiters_served(&s.history, 30_000, 9_000), vec![]);
+        assert_eq!(check_waiters_served(&s.history, 11_999, 3_000), vec![]);
+
+        // Another receive whose claim may hold until 9,100 leaves less than the bound.
+        let mut claimed = Script {
+            history: s.history.clone(),
+        };
+        claimed.op(
+            2,
+            Call::Receive {
+                dead_letter: false,
+                max: 1,
+                wait_s: 0,
+                visibility_s: 6,
+            },
+            2_900,
+            3_100,
+            Outcome::Received(vec![]),
+        );
+        assert_eq!(
+            check_waiters_served(&claimed.history, 30_000, 3_000),
+            vec![]
+        );
+        // One whose claim may hold until 4,100 leaves 7.9 s of the wait.
+        let mut ended = Script {
+            history: s.history.clone(),
+        };
+        ended.op(
+            2,
+            Call::Receive {
+                dead_letter: false,
+                max: 1,
+                wait_s: 0,
+                visibility_s: 1,
+            },
+            2_900,
+            3_100,
+            Outcome::Received(vec![]),
+        );
+        assert_eq!(
+            check_waiters_served(&ended.history, 30_000, 3_000),
+            vec![Violation::WaiterNotServed {
+                message_id: "m1".to_owned(),
+                invoked_at_ms: 2_000,
+                waited_from_ms: 4_100,
+                answered_at_ms: 12_000,
+                bound_ms: 3_000,
+            }]
+        );
+        // A purge asked for before the answer excuses it.
+        let mut purged = Script {
+            history: s.history.clone(),
+        };
+        purged.op(2, Call::Purge, 11_000, 11_001, Outcome::Ok);
+        assert_eq!(check_waiters_served(&purged.history, 30_000, 3_000), vec![]);
+        // So does a poll that got as many messages as it asked for.
+        let mut full = Script::new();
+        full.history.ops = s.history.ops[..2].to_vec();
+        long_poll(&mut full, 1, 2_000, 12_000, &[("m9", "b9")]);
+        assert_eq!(check_waiters_served(&full.history, 30_000, 3_000), vec![]);
     }
 
     #[test]

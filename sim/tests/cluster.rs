@@ -87,6 +87,7 @@ fn env_focus() -> Option<Focus> {
         "KeptAway" => Focus::KeptAway,
         "LostDiskBehind" => Focus::LostDiskBehind,
         "StaleDeletes" => Focus::StaleDeletes,
+        "Waiters" => Focus::Waiters,
         other => panic!("TRIREME_SIM_FOCUS names no focused profile: {other:?}"),
     })
 }
@@ -106,6 +107,7 @@ fn env_bug() -> Option<Bug> {
         "CollectAfterTwo" => Bug::CollectAfterTwo,
         "EmptyReplacementVotes" => Bug::EmptyReplacementVotes,
         "DeleteWithoutQuorumRead" => Bug::DeleteWithoutQuorumRead,
+        "WaiterReadsOwnReplica" => Bug::WaiterReadsOwnReplica,
         other => panic!("TRIREME_SIM_BUG names no planted bug: {other:?}"),
     })
 }
@@ -779,6 +781,25 @@ fn a_delete_without_the_quorum_read_is_caught_within_3_focused_seeds() {
             .iter()
             .any(|v| matches!(v, Violation::Lost { .. })),
         "{}",
+        planted.summary()
+    );
+}
+
+/// L9b (spec/replication.md §9): a re-poll that reads only its own member's index never finds
+/// a message made ready by time on replicas its member is not among; nothing announces such a
+/// message, so the long poll waits beside it (`Focus::Waiters`, rule
+/// `checker::check_waiters_served`). The same seed passes with the quorum of indexes
+/// (`caught_focused`).
+#[test]
+fn a_re_poll_that_reads_only_its_own_index_is_caught_within_3_focused_seeds() {
+    let (_, planted) = caught_focused(Bug::WaiterReadsOwnReplica, Focus::Waiters, 3);
+    assert!(planted.error.is_none(), "the run itself finished");
+    assert!(
+        planted
+            .violations
+            .iter()
+            .all(|v| matches!(v, Violation::WaiterNotServed { .. })),
+        "a waiter left beside a ready message, and nothing else: {}",
         planted.summary()
     );
 }

@@ -54,6 +54,12 @@ pub enum Bug {
     /// refuses a superseded handle, so a replica that missed the newer claim takes its
     /// tombstone, which dominates the new holder's copy (S4).
     DeleteWithoutQuorumRead,
+    /// A long poll's re-poll takes its candidates from the member's own index only, as a single
+    /// node's waiter would, instead of a read quorum of indexes (spec/replication.md §9,
+    /// *Re-poll*; the model's `WaiterReadsOwnReplica`): a message made ready by time on
+    /// replicas the waiters' member is not among is found by no re-poll, and the waiter waits
+    /// beside it (L9b).
+    WaiterReadsOwnReplica,
 }
 
 #[cfg(feature = "sim-bugs")]

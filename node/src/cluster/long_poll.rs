@@ -384,6 +384,13 @@ impl Cluster {
                         self.sampled_candidates(queue, *incarnation, waiter.wait.max)
                             .await
                     }
+                    Trigger::Repoll
+                        if trireme_replication::planted::planted(
+                            trireme_replication::planted::Bug::WaiterReadsOwnReplica,
+                        ) =>
+                    {
+                        self.own_candidates(queue, *incarnation, waiter.wait.max)
+                    }
                     Trigger::Repoll => {
                         self.quorum_candidates(queue, *incarnation, waiter.wait.max)
                             .await

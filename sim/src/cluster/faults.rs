@@ -473,6 +473,14 @@ pub enum Focus {
     /// `DeleteWithoutQuorumRead`) "behind" takes the tombstone, which then dominates the new
     /// holder's copy.
     StaleDeletes,
+    /// L9b's race (spec/replication.md §9, *Re-poll*): five members on true clocks, no fault
+    /// at all, no failed sync. Client 0 only long-polls, through member 1, and the others only
+    /// send, each message delayed (`workload::Shape`): a message made ready by time is
+    /// announced by no wake-up, and member 1, none of the replicas of two messages in five,
+    /// finds those only by its re-poll's quorum of indexes, or when a receive that samples a
+    /// peer happens to (planted bug `WaiterReadsOwnReplica`, rule
+    /// `checker::check_waiters_served`).
+    Waiters,
 }
 
 /// When the member of [`Focus::KeptAway`] leaves, at the earliest: the clients have created
@@ -506,7 +514,7 @@ pub fn focused_plan(seed: u64, safety_ms: u64, focus: Focus) -> Plan {
         "a focused race needs the whole safety phase"
     );
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xf0c0_5ed0);
-    let members = 3;
+    let members = if focus == Focus::Waiters { 5 } else { 3 };
     let mix = Mix {
         members,
         clients: rng.random_range(3..=4),
@@ -572,6 +580,7 @@ pub fn focused_plan(seed: u64, safety_ms: u64, focus: Focus) -> Plan {
                 (end_at, Action::MendOneWay(third, behind)),
             ]);
         }
+        Focus::Waiters => {}
         Focus::StaleDeletes => {
             let mut at = QUIET_MS + rng.random_range(STALE_MENDED_MS);
             loop {
@@ -743,6 +752,20 @@ mod tests {
             let mut three = [*who, *behind, *third];
             three.sort_unstable();
             assert_eq!(three, [1, 2, 3]);
+        }
+    }
+
+    #[test]
+    fn a_waiters_plan_has_five_members_on_true_clocks_and_no_fault() {
+        for seed in 0..40 {
+            let p = focused_plan(seed, 30_000, Focus::Waiters);
+            assert_eq!(p, focused_plan(seed, 30_000, Focus::Waiters));
+            assert_eq!(p.mix.members, 5);
+            assert_eq!(p.mix.clocks.kind, ClockKind::True);
+            assert_eq!(p.mix.clocks.offsets_ms, vec![0; 5]);
+            assert_eq!(p.mix.sync_failure_rate, 0.0);
+            let order: Vec<&Action> = p.actions.iter().map(|(_, action)| action).collect();
+            assert_eq!(order, [&Action::Chaos, &Action::Heal], "seed {seed}");
         }
     }
 

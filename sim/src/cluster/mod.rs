@@ -45,7 +45,9 @@ use self::workload::{
     ClientSetup, Convergence, DELAY_S_MAX, Phases, QUEUE_VISIBILITY_S, Shape, VISIBILITY_S_MAX,
     member_host, run_client,
 };
-use crate::checker::{Liveness, Violation, check, check_delivered_in_time, tally};
+use crate::checker::{
+    Liveness, Violation, check, check_delivered_in_time, check_waiters_served, tally,
+};
 use crate::clock::{MemberClock, millis};
 use crate::disk::{DiskMode, Power, SimFiles, SyncFailures};
 use crate::history::History;
@@ -78,6 +80,11 @@ const LINK: LinkSettings = LinkSettings {
 /// L2's bound beyond visibility, delay, anti-entropy and the clocks' spread: a restarted
 /// member's start and the drain's pace.
 const LIVENESS_SLACK_MS: u64 = 5_000;
+/// L9b's bound under [`faults::Focus::Waiters`] (`checker::check_waiters_served`): a poll
+/// period, the re-poll's index read at its timeout (as long again) and a second for the claim
+/// and the answer.
+const WAITERS_BOUND_MS: u64 =
+    2 * trireme_node::cluster::long_poll::POLL_PERIOD.as_millis() as u64 + 1_000;
 /// Anti-entropy's period in a run: several passes fit between the heal and the drain's end.
 const ANTI_ENTROPY_PERIOD: Duration = Duration::from_secs(3);
 /// Collection's period in a run: a tombstone waits out the horizon (`HORIZON_MS`) and is
@@ -930,6 +937,14 @@ pub fn run(options: &Options) -> Report {
         // bound is checked where every member coordinates.
         if liveness_enforced {
             violations.extend(late);
+        }
+        // L9b with its bound, where the profile makes it a property of the history alone.
+        if options.focus == Some(faults::Focus::Waiters) {
+            violations.extend(check_waiters_served(
+                &history,
+                options.safety_ms,
+                WAITERS_BOUND_MS,
+            ));
         }
         match convergence.clone() {
             Some(Ok(_)) => {}

@@ -67,6 +67,14 @@ const MOVE_TASK_STARTS_MAX: u32 = 5;
 /// The move task starts once a message is known to wait ready in the dead-letter queue, or,
 /// failing that, this long before the safety phase ends.
 const MOVE_TASK_LAST_MS: u64 = 2_000;
+/// [`Focus::Waiters`](super::faults::Focus::Waiters): the member client 0 long-polls through,
+/// each poll's wait, and how long a sender pauses before it looks whether it may send.
+const WAITERS_MEMBER: u16 = 1;
+const WAITERS_WAIT_S: u32 = 10;
+/// The visibility client 0 asks for under [`Focus::Waiters`](super::faults::Focus::Waiters):
+/// short, since the rule waits out every claim a poll may have left before it counts.
+const WAITERS_VISIBILITY_S: u32 = 1;
+const WAITERS_SEND_PAUSE_MS: std::ops::RangeInclusive<u64> = 200..=1_000;
 /// Longest pause between two calls of one client.
 const THINK_MS_MAX: u64 = 300;
 /// Attempts at counting one member's view after the drain.
@@ -126,6 +134,10 @@ pub struct Shape {
     /// so that superseded handles meet a replica that missed the newer claim and their new
     /// holders leave them to time out.
     pub late_deletes_through: Option<u16>,
+    /// [`Focus::Waiters`](super::faults::Focus::Waiters): client 0 only long-polls, through
+    /// this member, and deletes what it gets; the other clients only send, one delayed message
+    /// at a time, through the other members (`Client::step_waiters`).
+    pub long_polls_through: Option<u16>,
 }
 
 impl Shape {
@@ -135,6 +147,11 @@ impl Shape {
         match focus {
             Some(super::faults::Focus::StaleDeletes) => Shape {
                 late_deletes_through: super::faults::focused_member(plan),
+                ..Shape::default()
+            },
+            Some(super::faults::Focus::Waiters) => Shape {
+                long_polls_through: Some(WAITERS_MEMBER),
+                ..Shape::default()
             },
             None | Some(_) => Shape::default(),
         }
@@ -375,6 +392,10 @@ impl Client {
     }
 
     async fn step(&mut self) {
+        if let Some(member) = self.shape.long_polls_through {
+            self.step_waiters(member).await;
+            return;
+        }
         let pause = self.rng.random_range(0..=THINK_MS_MAX);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let now = sim_now_ms();
@@ -455,6 +476,86 @@ impl Client {
                 self.held.extend(got);
             }
         }
+    }
+
+    /// [`Focus::Waiters`](super::faults::Focus::Waiters)'s step. Client 0: a long poll of
+    /// [`WAITERS_WAIT_S`] for up to 10 messages through `member` (visibility
+    /// [`WAITERS_VISIBILITY_S`]), then a delete of each message it got, through a member drawn
+    /// at random. The others: a pause, then, when the history shows no send that may have
+    /// happened and was not delivered yet, one send with a delay of 1 to [`DELAY_S_MAX`] s
+    /// through a member other than `member`. Nothing else, so that no write wakes `member`'s
+    /// waiters and no other receive could claim what they wait for; and one message at a time
+    /// (two when two senders look at once), so that no receive `member` starts for a message
+    /// it holds, sampling a peer's index, finds one it does not hold in passing.
+    async fn step_waiters(&mut self, member: u16) {
+        if self.id == 0 {
+            let via_sqs = self.rng.random_bool(SQS_SHARE);
+            let got = self
+                .receive_through(
+                    &member_host(member),
+                    via_sqs,
+                    10,
+                    WAITERS_VISIBILITY_S,
+                    WAITERS_WAIT_S,
+                )
+                .await;
+            for held in got.unwrap_or_default() {
+                self.delete(held).await;
+            }
+            return;
+        }
+        let pause = self.rng.random_range(WAITERS_SEND_PAUSE_MS);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        if sim_now_ms() >= self.phases.safety_end_ms || self.undelivered_send() {
+            return;
+        }
+        let body = body(self.id, self.next_seq);
+        self.next_seq += 1;
+        let delay_s = self.rng.random_range(1..=DELAY_S_MAX);
+        // Another member than the waiters': the next of the others, drawn.
+        let through = (member - 1 + self.rng.random_range(1..self.members)) % self.members + 1;
+        let via_sqs = self.rng.random_bool(SQS_SHARE);
+        let op = self.invoke(Call::Send {
+            body: body.clone(),
+            delay_s: Some(delay_s),
+            dedup_id: None,
+        });
+        let request = Request::Send {
+            body,
+            delay_s,
+            dedup: None,
+        };
+        let outcome = match self
+            .call_member(&member_host(through), &request, via_sqs)
+            .await
+        {
+            Ok(Answer::Sent { message_id }) => Outcome::Sent { message_id },
+            Ok(other) => Outcome::Unknown {
+                reason: format!("a send answered {other:?}"),
+            },
+            Err(outcome) => outcome,
+        };
+        self.complete(op, outcome);
+    }
+
+    /// Whether the history shows a send that may have happened (or is still under way) whose
+    /// body no receive has delivered.
+    fn undelivered_send(&self) -> bool {
+        let history = self.history.borrow();
+        let delivered: BTreeSet<&str> = history
+            .ops
+            .iter()
+            .filter_map(|op| match &op.completed {
+                Some((_, Outcome::Received(got))) => Some(got),
+                _ => None,
+            })
+            .flatten()
+            .map(|delivery| delivery.body.as_str())
+            .collect();
+        history.ops.iter().any(|op| {
+            matches!(&op.call, Call::Send { body, .. } if !delivered.contains(body.as_str()))
+                && op.outcome().may_have_happened()
+        })
     }
 
     /// Whether the history shows a message waiting ready in the dead-letter queue now: one
@@ -787,7 +888,43 @@ impl Client {
             visibility_s,
             wait_s,
         };
-        match self.call(&request).await {
+        let result = self.call(&request).await;
+        self.received(op, result, dead_letter)
+    }
+
+    /// A receive of the run's queue through `host`; `None` when it failed.
+    async fn receive_through(
+        &mut self,
+        host: &str,
+        via_sqs: bool,
+        max: u32,
+        visibility_s: u32,
+        wait_s: u32,
+    ) -> Option<Vec<Held>> {
+        let op = self.invoke(Call::Receive {
+            dead_letter: false,
+            max,
+            wait_s,
+            visibility_s,
+        });
+        let request = Request::Receive {
+            dead_letter: false,
+            max,
+            visibility_s,
+            wait_s,
+        };
+        let result = self.call_member(host, &request, via_sqs).await;
+        self.received(op, result, false)
+    }
+
+    /// Completes the receive `op` with `result`: what it delivered, or `None` when it failed.
+    fn received(
+        &mut self,
+        op: OpId,
+        result: Result<Answer, Outcome>,
+        dead_letter: bool,
+    ) -> Option<Vec<Held>> {
+        match result {
             Ok(Answer::Received(got)) => {
                 let deliveries = got
                     .iter()
