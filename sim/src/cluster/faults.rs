@@ -481,6 +481,17 @@ pub enum Focus {
     /// peer happens to (planted bug `WaiterReadsOwnReplica`, rule
     /// `checker::check_waiters_served`).
     Waiters,
+    /// F3's race (sim/README.md, *Findings*; spec/replication.md#delete, step 4): three
+    /// members on true clocks, no fault, four clients. Two hold messages they receive through
+    /// member 1 and delete each through member 2 or 3 at the instant its visibility timeout
+    /// ends; one long-polls through member 1, which receives for its waiters at the deadlines
+    /// it wrote, and leaves what it gets to time out; one sends (`workload::Shape`). A delete
+    /// and a new claim of one message then meet at once from two coordinators, each of whose
+    /// own replica takes its write first: the delete's tombstone lands on one replica and the
+    /// two holding the new claim refuse it. Answered `Stale` (planted bug
+    /// `StaleAtTwoRefusals`), the tombstone that spreads removes a message no delete that may
+    /// have happened explains.
+    DeleteAtDeadline,
 }
 
 /// When the member of [`Focus::KeptAway`] leaves, at the earliest: the clients have created
@@ -515,9 +526,14 @@ pub fn focused_plan(seed: u64, safety_ms: u64, focus: Focus) -> Plan {
     );
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xf0c0_5ed0);
     let members = if focus == Focus::Waiters { 5 } else { 3 };
+    let clients = rng.random_range(3..=4);
     let mix = Mix {
         members,
-        clients: rng.random_range(3..=4),
+        clients: if focus == Focus::DeleteAtDeadline {
+            4
+        } else {
+            clients
+        },
         crashes: 0,
         crash_all: false,
         disk_loss: focus == Focus::LostDiskBehind,
@@ -580,7 +596,7 @@ pub fn focused_plan(seed: u64, safety_ms: u64, focus: Focus) -> Plan {
                 (end_at, Action::MendOneWay(third, behind)),
             ]);
         }
-        Focus::Waiters => {}
+        Focus::Waiters | Focus::DeleteAtDeadline => {}
         Focus::StaleDeletes => {
             let mut at = QUIET_MS + rng.random_range(STALE_MENDED_MS);
             loop {
@@ -763,6 +779,19 @@ mod tests {
             assert_eq!(p.mix.members, 5);
             assert_eq!(p.mix.clocks.kind, ClockKind::True);
             assert_eq!(p.mix.clocks.offsets_ms, vec![0; 5]);
+            assert_eq!(p.mix.sync_failure_rate, 0.0);
+            let order: Vec<&Action> = p.actions.iter().map(|(_, action)| action).collect();
+            assert_eq!(order, [&Action::Chaos, &Action::Heal], "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_delete_at_deadline_plan_has_three_members_four_clients_and_no_fault() {
+        for seed in 0..40 {
+            let p = focused_plan(seed, 30_000, Focus::DeleteAtDeadline);
+            assert_eq!(p, focused_plan(seed, 30_000, Focus::DeleteAtDeadline));
+            assert_eq!((p.mix.members, p.mix.clients), (3, 4));
+            assert_eq!(p.mix.clocks.kind, ClockKind::True);
             assert_eq!(p.mix.sync_failure_rate, 0.0);
             let order: Vec<&Action> = p.actions.iter().map(|(_, action)| action).collect();
             assert_eq!(order, [&Action::Chaos, &Action::Heal], "seed {seed}");

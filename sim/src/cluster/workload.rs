@@ -138,6 +138,11 @@ pub struct Shape {
     /// this member, and deletes what it gets; the other clients only send, one delayed message
     /// at a time, through the other members (`Client::step_waiters`).
     pub long_polls_through: Option<u16>,
+    /// [`Focus::DeleteAtDeadline`](super::faults::Focus::DeleteAtDeadline): clients 0 and 1
+    /// receive through member 1 and delete at their visibility's end through member 2 or 3,
+    /// client 2 long-polls through member 1 and abandons, client 3 sends
+    /// (`Client::step_deadline`).
+    pub deletes_at_deadline: bool,
 }
 
 impl Shape {
@@ -147,6 +152,10 @@ impl Shape {
         match focus {
             Some(super::faults::Focus::StaleDeletes) => Shape {
                 late_deletes_through: super::faults::focused_member(plan),
+                ..Shape::default()
+            },
+            Some(super::faults::Focus::DeleteAtDeadline) => Shape {
+                deletes_at_deadline: true,
                 ..Shape::default()
             },
             Some(super::faults::Focus::Waiters) => Shape {
@@ -396,6 +405,10 @@ impl Client {
             self.step_waiters(member).await;
             return;
         }
+        if self.shape.deletes_at_deadline {
+            self.step_deadline().await;
+            return;
+        }
         let pause = self.rng.random_range(0..=THINK_MS_MAX);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let now = sim_now_ms();
@@ -527,6 +540,94 @@ impl Client {
         };
         let outcome = match self
             .call_member(&member_host(through), &request, via_sqs)
+            .await
+        {
+            Ok(Answer::Sent { message_id }) => Outcome::Sent { message_id },
+            Ok(other) => Outcome::Unknown {
+                reason: format!("a send answered {other:?}"),
+            },
+            Err(outcome) => outcome,
+        };
+        self.complete(op, outcome);
+    }
+
+    /// [`Focus::DeleteAtDeadline`](super::faults::Focus::DeleteAtDeadline)'s step. Clients 0
+    /// and 1: a receive of 1-3 messages through member 1 (a wait of 1 s, a visibility of 1-2
+    /// s), then a delete of each, through the front of member 2 or 3, sent when its visibility
+    /// ends (give or take a few ms). Client 2: a long poll of 3 s through member 1, whose deliveries it leaves
+    /// to time out (visibility 3-5 s). Client 3: a send through member 2 or 3 every 200-600 ms.
+    async fn step_deadline(&mut self) {
+        match self.id {
+            0 | 1 => {
+                let max = self.rng.random_range(1..=3);
+                let visibility_s = self.rng.random_range(1..=2);
+                let via_sqs = self.rng.random_bool(SQS_SHARE);
+                let got = self
+                    .receive_through(&member_host(1), via_sqs, max, visibility_s, 1)
+                    .await
+                    .unwrap_or_default();
+                let ends = sim_now_ms() + u64::from(visibility_s) * 1_000;
+                for held in got {
+                    let at = ends.saturating_add_signed(self.rng.random_range(-30..=10));
+                    let now = sim_now_ms();
+                    if at > now {
+                        tokio::time::sleep(Duration::from_millis(at - now)).await;
+                    }
+                    let member = self.rng.random_range(2..=3);
+                    self.delete_by_front(held, member).await;
+                }
+            }
+            2 => {
+                let visibility_s = self.rng.random_range(3..=5);
+                let via_sqs = self.rng.random_bool(SQS_SHARE);
+                // Abandoned: each comes back when its timeout ends.
+                let _ = self
+                    .receive_through(&member_host(1), via_sqs, 10, visibility_s, 3)
+                    .await;
+            }
+            _ => {
+                let pause = self.rng.random_range(200..=600);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                let member = self.rng.random_range(2..=3);
+                self.send_through(member).await;
+            }
+        }
+    }
+
+    /// Deletes with `held`'s handle through `member`'s front, whose answer says whether the
+    /// delete wrote (the SQS endpoint answers a superseded handle with success).
+    async fn delete_by_front(&mut self, held: Held, member: u16) {
+        let op = self.invoke(Call::Delete {
+            message_id: held.ticket.message_id(),
+            generation: held.generation,
+            receive_count: held.receive_count,
+        });
+        let request = Request::Delete {
+            ticket: held.ticket,
+        };
+        let result = self
+            .call_member(&member_host(member), &request, false)
+            .await;
+        self.complete(op, settled(result));
+    }
+
+    /// One send of a new body, without delay, through `member`.
+    async fn send_through(&mut self, member: u16) {
+        let body = body(self.id, self.next_seq);
+        self.next_seq += 1;
+        let op = self.invoke(Call::Send {
+            body: body.clone(),
+            delay_s: None,
+            dedup_id: None,
+        });
+        let request = Request::Send {
+            body,
+            delay_s: 0,
+            dedup: None,
+        };
+        let via_sqs = self.rng.random_bool(SQS_SHARE);
+        let outcome = match self
+            .call_member(&member_host(member), &request, via_sqs)
             .await
         {
             Ok(Answer::Sent { message_id }) => Outcome::Sent { message_id },
