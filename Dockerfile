@@ -14,7 +14,11 @@ FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build
 WORKDIR /src
 COPY . .
 # Protobuf is compiled by protox (no system protoc) and no dependency links a C library beyond
-# glibc, so nothing else is installed.
+# glibc; the node's allocator, jemalloc, is built from source and linked statically, which needs
+# make beside the image's cc.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends make \
+ && rm -rf /var/lib/apt/lists/*
 RUN cargo build --release --locked -p trireme-node -p trireme-client --bins \
  && install -D -m 0755 target/release/trireme-node /out/trireme-node \
  && install -D -m 0755 target/release/trireme /out/trireme

@@ -6,6 +6,11 @@
 
 mod dev_cluster;
 
+/// jemalloc instead of the system allocator (BENCHMARKS.md 6g): allocation was a fifth of a
+/// member's CPU under load.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
