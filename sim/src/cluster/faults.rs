@@ -128,6 +128,13 @@ pub struct Mix {
     /// Whether one member is paused (every link of it held) for longer than the visibility
     /// timeout, and then resumes: what it sent and what was sent to it arrives late.
     pub pause: bool,
+    /// Five-member seeds: whether the members are split once into two sides, two against
+    /// three, each side's members cut from the other side's (the clients reach every member).
+    pub split: bool,
+    /// Links between two members that lose messages for a while: on each message, a chance
+    /// that turmoil drops it and everything then in flight on the link (a TCP stream so hit
+    /// stalls until the node's keepalive closes it).
+    pub lossy_links: u32,
 }
 
 impl Mix {
@@ -193,6 +200,16 @@ pub enum Action {
     Pause(u16),
     /// Undo a pause: what was held arrives.
     Resume(u16),
+    /// Split the members in two: these two on one side, the others on the other; every link
+    /// between the sides cut (links to the clients stay).
+    Split(u16, u16),
+    /// Mend the split of these two from the others.
+    Unsplit(u16, u16),
+    /// The link between two members loses each message (and what is in flight on it) with
+    /// this probability, in millionths.
+    Lossy(u16, u16, u32),
+    /// The link between two members loses nothing again.
+    Lossless(u16, u16),
     /// Set the member's clock to this offset from true time, ms (a step of the wall clock).
     StepClock(u16, i64),
     /// End of the quiet start (`QUIET_MS`): from now on the members' syncs fail at the seed's
@@ -252,6 +269,12 @@ fn draw_clocks(rng: &mut ChaCha8Rng, members: u16) -> Clocks {
     clocks
 }
 
+/// How long a split of five members lasts.
+pub const SPLIT_MS: std::ops::RangeInclusive<u64> = 1_000..=6_000;
+/// How long a link loses messages, and how many in a million it loses (0.2 % to 3 %).
+pub const LOSSY_MS: std::ops::RangeInclusive<u64> = 1_000..=8_000;
+pub const LOSS_PER_MILLION: std::ops::RangeInclusive<u32> = 2_000..=30_000;
+
 /// The quiet start: no fault before it (spec of the run: quiet, chaos, heal, drain).
 pub const QUIET_MS: u64 = 1_000;
 
@@ -262,6 +285,8 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc105_7e25);
     // The faults added later draw from their own source: the first one's draws stay as they were.
     let mut more = ChaCha8Rng::seed_from_u64(seed ^ 0x0e7a_f17d);
+    // And the split and lossy links from a third, added after those.
+    let mut later = ChaCha8Rng::seed_from_u64(seed ^ 0x5b11_7105);
     let members = if rng.random_bool(1.0 / 3.0) { 5 } else { 3 };
     let mix = Mix {
         members,
@@ -282,6 +307,8 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
         one_way_cuts: more.random_range(0..=2),
         holds: more.random_range(0..=2),
         pause: more.random_bool(0.2),
+        split: members == 5 && later.random_bool(0.5),
+        lossy_links: later.random_range(0..=2),
     };
     let member = |rng: &mut ChaCha8Rng| rng.random_range(1..=members);
     let mut actions = Vec::new();
@@ -417,6 +444,33 @@ pub fn plan(seed: u64, safety_ms: u64) -> Plan {
         let at = more.random_range(500..safety_ms - length_ms - 500);
         actions.push((at, Action::Pause(who)));
         actions.push((at + length_ms, Action::Resume(who)));
+    }
+    if mix.split {
+        let (a, b) = pair(&mut later);
+        let at = later.random_range(500..safety_ms - 1_000);
+        let length_ms = later.random_range(SPLIT_MS);
+        actions.push((at, Action::Split(a, b)));
+        actions.push((at + length_ms, Action::Unsplit(a, b)));
+    }
+    // Not on a pair a one-way cut ever takes: turmoil repairs a link it broke at random in both
+    // directions, which would undo that cut (the harness tells it each link's state only when a
+    // fault changes it).
+    let one_way: Vec<(u16, u16)> = actions
+        .iter()
+        .filter_map(|(_, action)| match action {
+            Action::CutOneWay(a, b) => Some(((*a).min(*b), (*a).max(*b))),
+            _ => None,
+        })
+        .collect();
+    for _ in 0..mix.lossy_links {
+        let (a, b) = pair(&mut later);
+        let at = later.random_range(500..safety_ms - 1_000);
+        let length_ms = later.random_range(LOSSY_MS);
+        let rate = later.random_range(LOSS_PER_MILLION);
+        if !one_way.contains(&(a.min(b), a.max(b))) {
+            actions.push((at, Action::Lossy(a, b, rate)));
+            actions.push((at + length_ms, Action::Lossless(a, b)));
+        }
     }
     actions.retain(|(at, _)| *at < safety_ms);
     // The quiet start: the members form the cluster and the clients create the queue before
@@ -554,6 +608,8 @@ pub fn focused_plan(seed: u64, safety_ms: u64, focus: Focus) -> Plan {
         one_way_cuts: 0,
         holds: 0,
         pause: false,
+        split: false,
+        lossy_links: 0,
     };
     let who = rng.random_range(1..=members);
     let mut actions = vec![(QUIET_MS, Action::Chaos)];
@@ -670,7 +726,33 @@ mod tests {
         assert!(has(|a| matches!(a, Action::CutOneWay(..))));
         assert!(has(|a| matches!(a, Action::Hold(..))));
         assert!(has(|a| matches!(a, Action::Pause(_))));
+        assert!(has(|a| matches!(a, Action::Split(..))));
+        assert!(has(|a| matches!(a, Action::Lossy(..))));
         for p in &plans {
+            // A split is of five members, two against three; no link both loses messages and
+            // is cut one way at some time.
+            let one_way: Vec<(u16, u16)> = p
+                .actions
+                .iter()
+                .filter_map(|(_, a)| match a {
+                    Action::CutOneWay(x, y) => Some(((*x).min(*y), (*x).max(*y))),
+                    _ => None,
+                })
+                .collect();
+            for (_, action) in &p.actions {
+                match action {
+                    Action::Split(a, b) => {
+                        assert_eq!(p.mix.members, 5);
+                        assert!(a != b && (1..=5).contains(a) && (1..=5).contains(b));
+                    }
+                    Action::Lossy(a, b, rate) => {
+                        assert!(a != b && (1..=p.mix.members).contains(a));
+                        assert!(!one_way.contains(&((*a).min(*b), (*a).max(*b))));
+                        assert!(LOSS_PER_MILLION.contains(rate));
+                    }
+                    _ => {}
+                }
+            }
             assert_eq!(p.actions.last(), Some(&(30_000, Action::Heal)));
             assert!(p.actions.windows(2).all(|w| w[0].0 <= w[1].0));
             assert_eq!(p.mix.clocks.offsets_ms.len(), usize::from(p.mix.members));

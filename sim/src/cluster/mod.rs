@@ -722,6 +722,29 @@ impl World<'_> {
                     self.links.hold(sim, &me, &host, hold);
                 }
             }
+            Action::Split(a, b) | Action::Unsplit(a, b) => {
+                let cut = matches!(action, Action::Split(..));
+                let (one, other): (Vec<u16>, Vec<u16>) =
+                    (1..=self.members).partition(|m| m == a || m == b);
+                for x in &one {
+                    for y in &other {
+                        let (x, y) = (member_host(*x), member_host(*y));
+                        if cut {
+                            self.links.cut(sim, &x, &y);
+                        } else {
+                            self.links.mend(sim, &x, &y);
+                        }
+                    }
+                }
+            }
+            Action::Lossy(a, b, per_million) => sim.set_link_fail_rate(
+                member_host(*a),
+                member_host(*b),
+                f64::from(*per_million) / 1_000_000.0,
+            ),
+            Action::Lossless(a, b) => {
+                sim.set_link_fail_rate(member_host(*a), member_host(*b), 0.0);
+            }
             Action::SlowLink(a, b, ms) => sim.set_link_max_message_latency(
                 member_host(*a),
                 member_host(*b),
@@ -744,6 +767,7 @@ impl World<'_> {
                 for a in 1..=self.members {
                     for b in (a + 1)..=self.members {
                         sim.set_link_max_message_latency(member_host(a), member_host(b), normal);
+                        sim.set_link_fail_rate(member_host(a), member_host(b), 0.0);
                     }
                 }
                 for node in 1..=self.members {
