@@ -522,33 +522,10 @@ impl Client {
         if sim_now_ms() >= self.phases.safety_end_ms || self.undelivered_send() {
             return;
         }
-        let body = body(self.id, self.next_seq);
-        self.next_seq += 1;
         let delay_s = self.rng.random_range(1..=DELAY_S_MAX);
         // Another member than the waiters': the next of the others, drawn.
         let through = (member - 1 + self.rng.random_range(1..self.members)) % self.members + 1;
-        let via_sqs = self.rng.random_bool(SQS_SHARE);
-        let op = self.invoke(Call::Send {
-            body: body.clone(),
-            delay_s: Some(delay_s),
-            dedup_id: None,
-        });
-        let request = Request::Send {
-            body,
-            delay_s,
-            dedup: None,
-        };
-        let outcome = match self
-            .call_member(&member_host(through), &request, via_sqs)
-            .await
-        {
-            Ok(Answer::Sent { message_id }) => Outcome::Sent { message_id },
-            Ok(other) => Outcome::Unknown {
-                reason: format!("a send answered {other:?}"),
-            },
-            Err(outcome) => outcome,
-        };
-        self.complete(op, outcome);
+        self.send_through(through, Some(delay_s)).await;
     }
 
     /// [`Focus::DeleteAtDeadline`](super::faults::Focus::DeleteAtDeadline)'s step. Clients 0
@@ -589,7 +566,7 @@ impl Client {
                 let pause = self.rng.random_range(200..=600);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
                 let member = self.rng.random_range(2..=3);
-                self.send_through(member).await;
+                self.send_through(member, None).await;
             }
         }
     }
@@ -611,18 +588,18 @@ impl Client {
         self.complete(op, settled(result));
     }
 
-    /// One send of a new body, without delay, through `member`.
-    async fn send_through(&mut self, member: u16) {
+    /// One send of a new body, with `delay_s` or none, through `member`.
+    async fn send_through(&mut self, member: u16, delay_s: Option<u32>) {
         let body = body(self.id, self.next_seq);
         self.next_seq += 1;
         let op = self.invoke(Call::Send {
             body: body.clone(),
-            delay_s: None,
+            delay_s,
             dedup_id: None,
         });
         let request = Request::Send {
             body,
-            delay_s: 0,
+            delay_s: delay_s.unwrap_or(0),
             dedup: None,
         };
         let via_sqs = self.rng.random_bool(SQS_SHARE);
