@@ -507,6 +507,7 @@ impl Client {
                 .receive_through(
                     &member_host(member),
                     via_sqs,
+                    false,
                     10,
                     WAITERS_VISIBILITY_S,
                     WAITERS_WAIT_S,
@@ -540,7 +541,7 @@ impl Client {
                 let visibility_s = self.rng.random_range(1..=2);
                 let via_sqs = self.rng.random_bool(SQS_SHARE);
                 let got = self
-                    .receive_through(&member_host(1), via_sqs, max, visibility_s, 1)
+                    .receive_through(&member_host(1), via_sqs, false, max, visibility_s, 1)
                     .await
                     .unwrap_or_default();
                 let ends = sim_now_ms() + u64::from(visibility_s) * 1_000;
@@ -559,7 +560,7 @@ impl Client {
                 let via_sqs = self.rng.random_bool(SQS_SHARE);
                 // Abandoned: each comes back when its timeout ends.
                 let _ = self
-                    .receive_through(&member_host(1), via_sqs, 10, visibility_s, 3)
+                    .receive_through(&member_host(1), via_sqs, false, 10, visibility_s, 3)
                     .await;
             }
             _ => {
@@ -945,10 +946,27 @@ impl Client {
         }
     }
 
-    /// A receive of the run's queue or (`dead_letter`) its dead-letter queue; `None` when it
-    /// failed.
+    /// A receive of the run's queue or (`dead_letter`) its dead-letter queue, through a member
+    /// drawn at random as [`Client::call`] draws it; `None` when it failed.
     async fn receive(
         &mut self,
+        dead_letter: bool,
+        max: u32,
+        visibility_s: u32,
+        wait_s: u32,
+    ) -> Option<Vec<Held>> {
+        let member = member_host(self.rng.random_range(1..=self.members));
+        let via_sqs = self.rng.random_bool(SQS_SHARE);
+        self.receive_through(&member, via_sqs, dead_letter, max, visibility_s, wait_s)
+            .await
+    }
+
+    /// A receive of the run's queue or (`dead_letter`) its dead-letter queue through `host`;
+    /// `None` when it failed.
+    async fn receive_through(
+        &mut self,
+        host: &str,
+        via_sqs: bool,
         dead_letter: bool,
         max: u32,
         visibility_s: u32,
@@ -966,33 +984,8 @@ impl Client {
             visibility_s,
             wait_s,
         };
-        let result = self.call(&request).await;
-        self.received(op, result, dead_letter)
-    }
-
-    /// A receive of the run's queue through `host`; `None` when it failed.
-    async fn receive_through(
-        &mut self,
-        host: &str,
-        via_sqs: bool,
-        max: u32,
-        visibility_s: u32,
-        wait_s: u32,
-    ) -> Option<Vec<Held>> {
-        let op = self.invoke(Call::Receive {
-            dead_letter: false,
-            max,
-            wait_s,
-            visibility_s,
-        });
-        let request = Request::Receive {
-            dead_letter: false,
-            max,
-            visibility_s,
-            wait_s,
-        };
         let result = self.call_member(host, &request, via_sqs).await;
-        self.received(op, result, false)
+        self.received(op, result, dead_letter)
     }
 
     /// Completes the receive `op` with `result`: what it delivered, or `None` when it failed.
