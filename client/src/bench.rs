@@ -31,6 +31,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use trireme_client::{
@@ -708,9 +709,20 @@ struct ConsumeUntil {
     /// No receive starts after this.
     deadline: Instant,
     /// Until this is set, an empty receive does not stop a consumer (the steady phase's
-    /// producers are still sending); once set, it does (`Drained`).
+    /// producers are still sending); once set, [`EMPTY_IN_A_ROW_TO_STOP`] in a row do
+    /// (`Drained`).
     producers_done: Arc<AtomicBool>,
+    /// Set when `deleted` messages have been deleted: a consumer waiting in a long poll then
+    /// stops at once instead of at the end of its wait.
+    reached: watch::Sender<bool>,
 }
+
+/// Empty receives in a row that stop a consumer once nothing more is being sent. One is not
+/// enough: an empty answer does not mean an empty queue (SQS's own receives may answer empty
+/// while messages wait, and on a cluster concurrent receives race for the same oldest
+/// messages; a consumer that stopped at its first one left most of the consume phase to one or
+/// two consumers, whatever `--consumers` said).
+const EMPTY_IN_A_ROW_TO_STOP: u32 = 3;
 
 /// One consumer: receive, delete what came in one batch, until `until` says stop.
 async fn consumer(
@@ -723,6 +735,8 @@ async fn consumer(
 ) -> (Recorder, ConsumeCounts) {
     let mut recorder = Recorder::new();
     let mut counts = ConsumeCounts::default();
+    let mut reached = until.reached.subscribe();
+    let mut empty_in_a_row = 0;
     loop {
         if Instant::now() >= until.deadline || live.deleted.load(Ordering::Relaxed) >= until.deleted
         {
@@ -730,7 +744,13 @@ async fn consumer(
         }
         let producers_done = until.producers_done.load(Ordering::Relaxed);
         let begun = Instant::now();
-        let messages = match client.receive_messages(&shared.queue, &options).await {
+        let received = tokio::select! {
+            // The phase's count was deleted meanwhile: what this receive could still bring is
+            // beyond it (dropped, a claim it made comes back after its visibility timeout).
+            _ = reached.wait_for(|reached| *reached) => break,
+            received = client.receive_messages(&shared.queue, &options) => received,
+        };
+        let messages = match received {
             Ok(messages) => {
                 recorder.record("receive", begun.elapsed());
                 messages
@@ -744,18 +764,27 @@ async fn consumer(
         };
         if messages.is_empty() {
             counts.empty_receives += 1;
-            if producers_done {
+            empty_in_a_row += 1;
+            if producers_done && empty_in_a_row >= EMPTY_IN_A_ROW_TO_STOP {
                 break;
             }
             continue;
         }
+        empty_in_a_row = 0;
         counts.received += messages.len() as u64;
         if end_to_end {
             record_ages(&shared, &messages, &mut recorder);
         }
         let deleted = delete_batch(&client, &shared.queue, &messages, &mut recorder).await;
         counts.deleted += deleted;
-        live.deleted.fetch_add(deleted, Ordering::Relaxed);
+        if live
+            .deleted
+            .fetch_add(deleted, Ordering::Relaxed)
+            .saturating_add(deleted)
+            >= until.deleted
+        {
+            until.reached.send_replace(true);
+        }
         if deleted < messages.len() as u64 {
             live.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -857,8 +886,8 @@ async fn join_consumers(
     (recorder, counts)
 }
 
-/// Consumers drain the queue: `target` messages (its depth at the start), or until each finds
-/// it empty, or the cap.
+/// Consumers drain the queue: `target` messages (its depth at the start), or until each has
+/// found it empty [`EMPTY_IN_A_ROW_TO_STOP`] times in a row, or the cap.
 async fn consume_phase(
     shared: &Arc<Shared>,
     args: &BenchArgs,
@@ -872,6 +901,7 @@ async fn consume_phase(
         deleted: target,
         deadline: started + cap,
         producers_done: Arc::new(AtomicBool::new(true)),
+        reached: watch::Sender::new(false),
     });
     let ticker = progress.then(|| spawn_progress("consume".to_owned(), live.clone(), started));
     let tasks = spawn_consumers(shared, &live, args, &until, false);
@@ -909,6 +939,7 @@ async fn steady_phase(shared: &Arc<Shared>, args: &BenchArgs, progress: bool) ->
         deleted: u64::MAX,
         deadline: started + producing + STEADY_DRAIN_MAX,
         producers_done: producers_done.clone(),
+        reached: watch::Sender::new(false),
     });
     let sampler = spawn_sampler(shared.clone(), live.clone(), started, progress);
     let consumers = spawn_consumers(shared, &live, args, &until, true);

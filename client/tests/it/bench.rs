@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::process::Command;
-use trireme_client::QueueName;
+use trireme_client::{QueueName, SendMessage};
 
 use crate::node::{KillableNode, TestNode, create_queue, queue_name, send_numbered};
 
@@ -202,6 +202,56 @@ async fn the_text_report_names_each_phase_and_its_percentiles() {
     assert!(
         lines[3].starts_with("consume, 4 consumers: 3 messages in "),
         "{stdout}"
+    );
+}
+
+/// An empty receive does not end a consumer while the queue holds messages: these are delayed
+/// past each consumer's first two long polls (1 s each), and the phase still consumes them all.
+/// A consumer that stopped at its first empty receive (as the phase's did) consumed none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_go_on_past_empty_receives_until_the_queue_is_drained() {
+    let node = TestNode::start().await;
+    let client = node.client();
+    let queue = queue_name("bench-delayed");
+    create_queue(&client, &queue).await;
+    for i in 0..12 {
+        client
+            .send_message(&queue, &SendMessage::new(format!("d{i}")).delay_seconds(2))
+            .await
+            .unwrap();
+    }
+    let stdout = bench(
+        &node,
+        &[
+            "--json",
+            "bench",
+            "--queue",
+            queue.as_str(),
+            "--phases",
+            "consume",
+            "--consumers",
+            "3",
+            "--wait",
+            "1",
+            "--no-progress",
+        ],
+    )
+    .await;
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["depth_before"], 12, "{report}");
+    let consume = &report["phases"][0];
+    assert_eq!(consume["phase"], "consume");
+    assert_eq!(consume["stopped_by"], "count", "{consume}");
+    assert_eq!(consume["consume"]["deleted"], 12, "{consume}");
+    assert!(
+        count(&consume["consume"]["empty_receives"]) >= 3,
+        "every consumer met the delay: {consume}"
+    );
+    let stats = client.queue_stats(&queue).await.unwrap();
+    assert_eq!(
+        stats.ready + stats.in_flight + stats.delayed,
+        0,
+        "{stats:?}"
     );
 }
 
