@@ -30,6 +30,7 @@ pub mod long_poll;
 pub mod move_task;
 pub mod names;
 pub mod peers;
+mod reserve;
 pub mod service;
 pub mod signal;
 pub mod skew;
@@ -245,6 +246,9 @@ struct Inner {
     wake_ups: long_poll::WakeUps,
     /// Which peer the next short poll samples, counting up.
     sampled: std::sync::atomic::AtomicUsize,
+    /// The candidates this node's receives are claiming now, which its other receives skip
+    /// (spec/replication.md, Considerations, *Candidate order*).
+    claiming: reserve::Claiming,
     /// Quorum rounds, read repairs, anti-entropy and dead-letter moves, for the node's metrics.
     metrics: ReplicationMetrics,
 }
@@ -364,6 +368,7 @@ impl Cluster {
                 long_polls,
                 wake_ups,
                 sampled: std::sync::atomic::AtomicUsize::new(0),
+                claiming: reserve::Claiming::default(),
                 metrics: ReplicationMetrics::default(),
             }),
         };
@@ -665,6 +670,14 @@ impl Cluster {
         self.inner.ring.replicas(&key.queue, key.message)
     }
 
+    /// How many of the queue's messages this node's receives are claiming now (reserved from
+    /// its other receives, spec/replication.md, *Candidate order*): none once every receive has
+    /// answered or been cancelled.
+    #[must_use]
+    pub fn claiming(&self, queue: &QueueName, incarnation: Incarnation) -> usize {
+        self.inner.claiming.count(queue, incarnation)
+    }
+
     /// The local replica store (for its view and for inspection).
     #[must_use]
     pub fn store(&self) -> &ReplicaStore {
@@ -771,7 +784,8 @@ impl Cluster {
     /// coordinators serving one queue at once mostly claim different messages instead of
     /// racing for the same oldest ones, also while a peer is down (spec/replication.md, the
     /// paragraph after receive step 7, and Considerations, *Candidate order* and *Split claims
-    /// (F2)*). A hint, never a safety question: the quorum decides.
+    /// (F2)*), leaving out those its other receives are claiming now. A hint, never a safety
+    /// question: the quorum decides.
     fn own_candidates(
         &self,
         queue: &QueueName,
@@ -780,15 +794,22 @@ impl Cluster {
     ) -> Vec<MessageId> {
         let now = self.inner.me.clock.now();
         let known_watermark = self.known_watermark(queue, incarnation);
-        let mut candidates = self.inner.store.view(|view| {
+        // Read past what this node's other receives are claiming, which are left out.
+        let reserved = self.inner.claiming.count(queue, incarnation);
+        let candidates = self.inner.store.view(|view| {
             view.candidates(
                 queue,
                 incarnation,
                 known_watermark,
                 now,
-                max.saturating_mul(REPLICAS),
+                max.saturating_mul(REPLICAS).saturating_add(reserved),
             )
         });
+        let mut candidates = self
+            .inner
+            .claiming
+            .unreserved(queue, incarnation, candidates);
+        candidates.truncate(max.saturating_mul(REPLICAS));
         let me = self.inner.me.node;
         candidates.sort_by_key(|id| {
             let replicas = self.inner.ring.replicas(queue, *id);
@@ -886,7 +907,7 @@ impl Cluster {
         &self,
         queue: &QueueName,
         incarnation: Incarnation,
-        mut candidates: Vec<MessageId>,
+        candidates: Vec<MessageId>,
         wait: &long_poll::Wait,
     ) -> Vec<Delivered> {
         let long_poll::Wait {
@@ -900,9 +921,17 @@ impl Cluster {
             // Nothing to decide: no record read, and so no watermark read either.
             return Vec::new();
         }
+        // Those another receive of this node is claiming are left out, and the first `max` of
+        // the rest are this receive's until its claims have answered (*Candidate order*).
+        let (candidates, _reservation) =
+            self.inner
+                .claiming
+                .reserve(queue, incarnation, candidates, max);
+        if candidates.is_empty() {
+            return Vec::new();
+        }
         let now = self.inner.me.clock.now();
         let known_watermark = self.known_watermark(queue, incarnation);
-        candidates.truncate(max);
         // Every claim below waits for the watermark: a `Signal` resumes them in a fixed order.
         let watermark = Arc::new(signal::Signal::new(None));
         let watermark_read = Arc::clone(&watermark);

@@ -480,6 +480,117 @@ fn a_message_received_too_often_moves_to_the_dead_letter_queue_with_its_id() {
     });
 }
 
+/// Waits until `member`'s own view counts `ready` messages of the queue ready (its replica has
+/// every write), for at most 10 s.
+async fn until_ready_here(member: &Member, name: &str, ready: u64) {
+    let name = queue(name);
+    for _ in 0..2_000 {
+        let name = name.clone();
+        let here = member
+            .call(move |cluster| async move {
+                let now = SystemClock.now();
+                cluster
+                    .store()
+                    .view(|view| view.counts(&name, INCARNATION, None, now).0)
+            })
+            .await;
+        if here == ready {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("member {} never saw {ready} ready", member.node);
+}
+
+/// spec/replication.md, *Candidate order*: a coordinator's concurrent receives all read one
+/// view, and each reserves what it tries, so three at once through one member take three
+/// different tens instead of racing for the same ten (which would deliver about ten in all).
+#[test]
+fn concurrent_receives_through_one_member_claim_different_messages() {
+    let cluster = start(3);
+    runtime().block_on(async {
+        let m = &cluster.members;
+        for id in 0..30u128 {
+            assert_eq!(send(&m[0], "jobs", id).await, SendAnswer::Sent);
+        }
+        until_ready_here(&m[0], "jobs", 30).await;
+        let name = queue("jobs");
+        let (delivered, claiming) = m[0]
+            .call(move |cluster| async move {
+                let receive = || {
+                    let (cluster, name) = (cluster.clone(), name.clone());
+                    tokio::spawn(async move {
+                        cluster
+                            .receive(&name, INCARNATION, 10, 60_000, RETENTION_MS, None)
+                            .await
+                    })
+                };
+                let (a, b, c) = tokio::join!(receive(), receive(), receive());
+                let delivered: Vec<Delivered> = [a, b, c]
+                    .into_iter()
+                    .flat_map(|got| got.expect("a receive does not panic"))
+                    .collect();
+                (delivered, cluster.claiming(&name, INCARNATION))
+            })
+            .await;
+        let ids: BTreeSet<u128> = delivered.iter().map(|d| d.key.message.0).collect();
+        assert_eq!(ids.len(), 30, "three receives, thirty different messages");
+        assert_eq!(delivered.len(), 30);
+        assert_eq!(claiming, 0, "every reservation ended with its receive");
+    });
+}
+
+/// A receive's reservation ends with it, whether it answered or was cancelled mid-claim (a long
+/// poll whose client went away): what it tried is a candidate again.
+#[test]
+fn a_receive_answered_or_cancelled_reserves_nothing_afterwards() {
+    let cluster = start(3);
+    runtime().block_on(async {
+        let m = &cluster.members;
+        for id in 0..5u128 {
+            assert_eq!(send(&m[0], "jobs", id).await, SendAnswer::Sent);
+        }
+        until_ready_here(&m[0], "jobs", 5).await;
+        // Visibility 0: what it delivers is visible again at once, so the next receive finds
+        // the same five unless a reservation outlived the first.
+        for _ in 0..2 {
+            assert_eq!(receive(&m[0], "jobs", 10, 0).await.len(), 5);
+        }
+        let name = queue("jobs");
+        let (reserved_while_claiming, after) = m[0]
+            .call(move |cluster| async move {
+                // Boxed, so that dropping it drops the receive (a pin on the stack would not).
+                let mut claim = {
+                    let (cluster, name) = (cluster.clone(), name.clone());
+                    Box::pin(async move {
+                        // Five: its own view offers them all, so it samples no peer and
+                        // claims at its first poll.
+                        cluster
+                            .receive(&name, INCARNATION, 5, 0, RETENTION_MS, None)
+                            .await
+                    })
+                };
+                // One poll (a timeout polls what it wraps before its own deadline) takes the
+                // candidates and starts the reads; no replica has answered yet.
+                assert!(
+                    tokio::time::timeout(Duration::ZERO, claim.as_mut())
+                        .await
+                        .is_err()
+                );
+                let during = cluster.claiming(&name, INCARNATION);
+                drop(claim);
+                (during, cluster.claiming(&name, INCARNATION))
+            })
+            .await;
+        assert_eq!(
+            reserved_while_claiming, 5,
+            "a claim in progress holds its candidates"
+        );
+        assert_eq!(after, 0, "cancelling it releases them");
+        assert_eq!(receive(&m[0], "jobs", 10, 0).await.len(), 5);
+    });
+}
+
 /// Nodes as the binary starts them — `Node::start` with a cluster configured, peers served by
 /// `Node::serve_peers` — in one runtime: a send coordinated by one is durable on two replicas
 /// or more, and after a graceful shutdown every replica store is closed (its directory opens
