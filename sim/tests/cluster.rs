@@ -132,8 +132,8 @@ fn run_named(options: &Options) -> Result<Report, String> {
 /// around the others little may be acknowledged: seed 612614412 (offsets 3,153, -130 and
 /// 1,923 ms: one coordinator, isolated most of the run) acknowledged 4 sends, seed 31337061
 /// (142, 159 and -153 ms, every member crashing at once, a lost disk, a pause and a long
-/// isolation) 3. Such a run must still have reached the cluster: a send acknowledged and a
-/// message delivered.
+/// isolation) 3. So may a run of three members one of which lost its disk (below). Such a run
+/// must still have reached the cluster: a send acknowledged and a message delivered.
 fn assert_exercised(report: &Report) {
     let trireme_sim::history::Exercise {
         sends,
@@ -149,7 +149,12 @@ fn assert_exercised(report: &Report) {
         .iter()
         .filter(|offset| (**offset - median).abs() > 200)
         .count();
-    let enough = if clocks.monitor && gated > 0 {
+    // Three members, one of them on a lost disk: it votes only once it has waited out the
+    // horizon (`HORIZON_MS`, a third of the safety phase) and rebuilt, and until then any other
+    // fault on either of the two others leaves no quorum (fresh seeds 59970578 and 59970667:
+    // 2 and 4 sends acknowledged, every other call refused by a down, cut or unjoined member).
+    let lost_voter = report.plan.mix.disk_loss && report.plan.mix.members == 3;
+    let enough = if (clocks.monitor && gated > 0) || lost_voter {
         sends >= 1 && delivered >= 1
     } else {
         sends >= 5 && deletes >= 3 && delivered >= 5
@@ -157,7 +162,8 @@ fn assert_exercised(report: &Report) {
     assert!(
         enough,
         "seed {} barely ran: {sends} sends, {delivered} deliveries, {deletes} deletes acknowledged \
-         ({gated} of {} members' clocks more than 200 ms off the median, monitored: {})",
+         ({gated} of {} members' clocks more than 200 ms off the median, monitored: {}; a lost \
+         disk among three: {lost_voter})",
         report.seed, report.plan.mix.members, clocks.monitor
     );
 }
