@@ -502,6 +502,14 @@ async fn until_ready_here(member: &Member, name: &str, ready: u64) {
     panic!("member {} never saw {ready} ready", member.node);
 }
 
+/// Sends messages `0..count` through `member` and waits until its own view counts them ready.
+async fn sent_and_ready_here(member: &Member, name: &str, count: u64) {
+    for id in 0..u128::from(count) {
+        assert_eq!(send(member, name, id).await, SendAnswer::Sent);
+    }
+    until_ready_here(member, name, count).await;
+}
+
 /// spec/replication.md, *Candidate order*: a coordinator's concurrent receives all read one
 /// view, and each reserves what it tries, so three at once through one member take three
 /// different tens instead of racing for the same ten (which would deliver about ten in all).
@@ -510,10 +518,7 @@ fn concurrent_receives_through_one_member_claim_different_messages() {
     let cluster = start(3);
     runtime().block_on(async {
         let m = &cluster.members;
-        for id in 0..30u128 {
-            assert_eq!(send(&m[0], "jobs", id).await, SendAnswer::Sent);
-        }
-        until_ready_here(&m[0], "jobs", 30).await;
+        sent_and_ready_here(&m[0], "jobs", 30).await;
         let name = queue("jobs");
         let (delivered, claiming) = m[0]
             .call(move |cluster| async move {
@@ -547,10 +552,7 @@ fn a_receive_answered_or_cancelled_reserves_nothing_afterwards() {
     let cluster = start(3);
     runtime().block_on(async {
         let m = &cluster.members;
-        for id in 0..5u128 {
-            assert_eq!(send(&m[0], "jobs", id).await, SendAnswer::Sent);
-        }
-        until_ready_here(&m[0], "jobs", 5).await;
+        sent_and_ready_here(&m[0], "jobs", 5).await;
         // Visibility 0: what it delivers is visible again at once, so the next receive finds
         // the same five unless a reservation outlived the first.
         for _ in 0..2 {
