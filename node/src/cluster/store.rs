@@ -173,6 +173,7 @@ pub enum StoreError {
 pub use crate::fault::{FaultKind, StoreFault};
 pub use view::{LocalView, PeekState};
 
+pub mod log;
 mod view;
 use crate::fault::{disk_full, storage_kind as storage_fault};
 
