@@ -305,7 +305,13 @@ pub fn check(history: &History) -> Vec<Violation> {
 
     check_receive_counts(&deliveries, skew, &mut violations);
     check_dead_letter(history, &deliveries, &mut violations);
-    check_deletes(ops, &deliveries, skew, &mut violations);
+    check_deletes(
+        ops,
+        &deliveries,
+        history.max_receive_count,
+        skew,
+        &mut violations,
+    );
     // A deadline checked by another node's clock may pass early by the clocks' spread.
     check_visibility(
         ops,
@@ -482,6 +488,7 @@ fn check_dead_letter(
 fn check_deletes(
     ops: &[Op],
     deliveries: &BTreeMap<&str, Vec<Seen>>,
+    max_receive_count: Option<u32>,
     skew: u64,
     violations: &mut BTreeSet<Violation>,
 ) {
@@ -544,6 +551,14 @@ fn check_deletes(
                 if m == message_id && g == generation && *k > *receive_count
                     && took_effect(other, *k))
         }) || all.iter().any(|d| d.generation > *generation)
+            || may_have_moved(
+                ops,
+                &seen,
+                max_receive_count,
+                (message_id, *generation),
+                deleted_at_ms,
+                skew,
+            )
             || ops.iter().any(|other| {
                 matches!(&other.call, Call::DeadLetterNow { message_id: m, generation: g, receive_count: k }
                     if m == message_id && g == generation && took_effect(other, *k))
@@ -556,6 +571,55 @@ fn check_deletes(
             });
         }
     }
+}
+
+/// Whether a receive may have moved the message `(id, generation)` to the dead-letter queue
+/// before `before_ms`, unseen unless its copy is delivered from there (spec/replication.md §7: a
+/// receive that finds it at `maxReceiveCount` moves it): a delivery `seen` of this life reached
+/// `max_receive_count`, its visibility timeout may have run out (it did by the clock, or its
+/// holder changed it), and a receive of the source queue was running after that and began before
+/// `before_ms`. The move leaves the life's tombstone, so a delete of the life with any of its
+/// handles then answers success and removes nothing (*Delete* step 2), as a repeated delete does.
+/// Found by seed 843862454: a stale delete's success after an unseen move.
+fn may_have_moved(
+    ops: &[Op],
+    seen: &[&Seen],
+    max_receive_count: Option<u32>,
+    (id, generation): (&str, u32),
+    before_ms: u64,
+    skew: u64,
+) -> bool {
+    let Some(max) = max_receive_count else {
+        return false;
+    };
+    seen.iter().any(|d| {
+        if d.receive_count < max {
+            return false;
+        }
+        let changed = ops.iter().find_map(|op| match &op.call {
+            Call::ChangeVisibility {
+                message_id,
+                generation: g,
+                receive_count,
+                ..
+            } if message_id == id && *g == generation && *receive_count == d.receive_count => {
+                Some(op.invoked_at_ms)
+            }
+            _ => None,
+        });
+        // From when another receive may find the claim run out.
+        let expired_from = changed.unwrap_or(d.invoked_at_ms + u64::from(d.visibility_s) * 1_000);
+        ops.iter().any(|op| {
+            matches!(
+                op.call,
+                Call::Receive {
+                    dead_letter: false,
+                    ..
+                }
+            ) && op.invoked_at_ms < before_ms + skew
+                && op.completed_at_ms().saturating_add(skew) > expired_from
+        })
+    })
 }
 
 /// I4: a delivery hides its message for its visibility timeout, counted from no earlier than
@@ -2172,6 +2236,42 @@ mod tests {
                 handle_count: 1,
                 newer_count: 2,
             }]
+        );
+    }
+
+    /// Seed 843862454: a receive that found the message at `maxReceiveCount` moved it, unseen
+    /// (its copy was never delivered from the dead-letter queue), and a delete with a superseded
+    /// handle then answered success from the move's tombstone. Only a receive that ran once the
+    /// last delivery's visibility had run out can have moved it.
+    #[test]
+    fn a_superseded_handle_may_succeed_after_a_receive_may_have_moved_the_message() {
+        let run = |mover: Option<(u64, u64)>| {
+            let mut s = Script::new();
+            s.history.max_receive_count = Some(3);
+            let b = s.send(1, "m1", 0);
+            s.receive(1, 10, 11, &[("m1", &b, 1)]);
+            s.receive(2, 6_000, 6_001, &[("m1", &b, 2)]);
+            // Visible again from 14,000.
+            s.receive(3, 9_000, 9_001, &[("m1", &b, 3)]);
+            if let Some((at, done)) = mover {
+                s.receive(4, at, done, &[]);
+            }
+            s.delete(1, "m1", 1, 16_000, Outcome::Ok);
+            s.check().contains(&Violation::StaleDeleteSucceeded {
+                message_id: "m1".to_owned(),
+                handle_count: 1,
+                newer_count: 3,
+            })
+        };
+        assert!(!run(Some((15_000, 15_050))));
+        assert!(run(None), "no receive could have moved it");
+        assert!(
+            run(Some((12_000, 12_050))),
+            "the only receive ran while the message was invisible"
+        );
+        assert!(
+            run(Some((16_500, 16_550))),
+            "the only receive began after the delete's answer"
         );
     }
 

@@ -54,6 +54,7 @@ const REGRESSION_SEEDS: &[u64] = &[
     183_453_173,
     31_337_061,
     343_486_902,
+    843_862_454,
 ];
 /// The seed `replay` runs when `TRIREME_SIM_SEED` is not set.
 const REPLAY_SEED_DEFAULT: u64 = 1;
