@@ -8,12 +8,14 @@
 //! and properties: `queues` (section 1, a queue name's record, its racing creates, its delete
 //! and its recreation), `lifecycle` (sections 2 and 3, purge and retention expiry), `dedup`
 //! (section 4, deduplication ids across coordinators), `visibility` (section 5, change
-//! visibility), `move_task` (section 8, the replicated and leased message move task) and
-//! `long_poll` (section 9, long polling across nodes); `net` holds the replica bitmasks and
+//! visibility), `move_task` (section 8, the replicated and leased message move task),
+//! `long_poll` (section 9, long polling across nodes) and `group_log` (section 14, one replica's
+//! group log, its checkpoints and a start's replay); `net` holds the replica bitmasks and
 //! the sorted packet multiset they all share. Nothing here is used by the node: the
 //! code is written against the page, and the page against these models.
 
 pub mod dedup;
+pub mod group_log;
 pub mod lifecycle;
 pub mod long_poll;
 pub mod model;
