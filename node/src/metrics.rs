@@ -835,6 +835,7 @@ fn scrape_registry(
     let mut files = vec![("queues", crate::storage::DATABASE_FILE_NAME)];
     if member.is_some() {
         files.push(("replica", crate::cluster::store::REPLICA_DATABASE_FILE_NAME));
+        files.push(("replica_log", crate::cluster::store::REPLICA_LOG_FILE_NAME));
     }
     for (store, file) in files {
         // A file that cannot be read is left out of this scrape rather than shown as 0.
@@ -845,7 +846,7 @@ fn scrape_registry(
     }
     registry.register_with_unit(
         "trireme_storage_database_size",
-        "Size of the store's database file",
+        "Size of the store's database file (store=\"replica_log\": the replica's group log)",
         Unit::Bytes,
         size,
     );

@@ -294,9 +294,9 @@ mod tests {
 
 /// turmoil's simulated filesystem as the node's [`trireme_node::files::Files`], so the harness
 /// opens its databases through the node's own initialisation
-/// (`trireme_node::files::open_database`). Its database files are [`SimDisk`]s with one power
-/// switch, mode and failures; each file's random source is drawn from `seed` and whether the
-/// file is a staging file (its name ends in `.new`).
+/// (`trireme_node::files::open_database`). Its database and log files are [`SimDisk`]s with one
+/// power switch, mode and failures; each file's random source is drawn from `seed` and the
+/// file's kind (a staging file, `.new`; the replica's group log, `.log`; a database).
 #[derive(Clone, Debug)]
 pub struct SimFiles {
     pub power: Power,
@@ -334,8 +334,12 @@ impl trireme_node::files::Files for SimFiles {
     }
 
     fn open(&self, path: &Path) -> std::io::Result<SimDisk> {
-        let staging = path.extension().is_some_and(|extension| extension == "new");
-        let salt = if staging { 0x5747 } else { 0x00d1_5c00 };
+        let salt = match path.extension().and_then(|extension| extension.to_str()) {
+            Some("new") => 0x5747,
+            // The replica's group log: failures of its own, apart from the database's.
+            Some("log") => 0x0010_6000,
+            _ => 0x00d1_5c00,
+        };
         SimDisk::open(
             path,
             self.power.clone(),

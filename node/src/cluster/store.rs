@@ -4,7 +4,11 @@
 //! node's and its peers') queue up for it; it takes every batch waiting, applies their requests
 //! in order in one write transaction (each checked against the state that includes the requests
 //! before it, spec/replication.md §13), commits once, and only then answers any of them: group
-//! commit, with fsync before every ack and before every read answer. A failed commit answers
+//! commit, with fsync before every ack and before every read answer. The fsync is the group log's
+//! (spec/replication.md §14): the group's redo — every value it stored, every key it removed — is
+//! appended to `replica.log` and synced before the B-tree transaction commits without a sync of
+//! its own; a checkpoint every `CHECKPOINT_GROUPS` groups syncs the B-tree and lets the log start
+//! again, and a start replays the log's entries after the last checkpoint. A failed commit answers
 //! every batch of the group with the error, so nothing unsynced is ever acknowledged, and from
 //! then on the store refuses everything, reads and scans included, with that first failure's
 //! fault (`StoreFault`: a full disk is not corruption) until the node restarts and opens it again
@@ -94,11 +98,23 @@ const META_JOINED: &str = "joined";
 /// Per peer, `peer_disk/<node>`: the disk its requests are accepted from and its predecessor's
 /// last contact (trireme-replication `join::PeerDisk`, without the in-memory contact).
 const META_PEER_DISK_PREFIX: &str = "peer_disk/";
+/// The last group sequence the B-tree holds as of its last checkpoint (u64 LE; absent: 0):
+/// a start replays the group log from the entry after it (spec/replication.md §14).
+const META_LOG_SEQUENCE: &str = "log_sequence";
 
 /// File name of the replica database in the data directory.
 pub const REPLICA_DATABASE_FILE_NAME: &str = "replica.redb";
 /// Where a new replica database is built before it is renamed into place.
 const REPLICA_STAGING_FILE_NAME: &str = "replica.redb.new";
+/// File name of the replica's group log in the data directory (spec/replication.md §14).
+pub const REPLICA_LOG_FILE_NAME: &str = "replica.log";
+
+/// Groups appended since the last checkpoint that make the next one due (spec/replication.md
+/// §14, `CHECKPOINT_GROUPS`).
+const CHECKPOINT_GROUPS: u64 = 128;
+/// Log bytes appended since the last checkpoint that make the next one due (§14,
+/// `CHECKPOINT_BYTES`).
+const CHECKPOINT_BYTES: u64 = 16 << 20;
 
 /// Batches waiting for the committer; a full queue makes callers wait (backpressure), it never
 /// drops a batch. Shedding callers ([`ReplicaStore::apply_or_shed`], a peer's batch) are refused
@@ -145,6 +161,10 @@ pub enum StoreError {
     /// Durability could not be set.
     #[error("replica durability setting failed: {0}")]
     Durability(#[from] redb::SetDurabilityError),
+    /// The group log could not be read, written or synced (spec/replication.md §14): a group
+    /// whose entry failed is not acknowledged, and the store latches as after a failed commit.
+    #[error("replica group log failed: {0}")]
+    Log(#[source] std::io::Error),
     /// A stored record does not decode: corruption.
     #[error("replica record {key} is corrupt: {source}")]
     Corrupt {
@@ -173,9 +193,15 @@ pub enum StoreError {
 pub use crate::fault::{FaultKind, StoreFault};
 pub use view::{LocalView, PeekState};
 
+#[cfg(test)]
+mod crash_disk;
 pub mod log;
+use log::Log;
+use trireme_replication::planted::{Bug, planted};
+mod redo;
 mod view;
 use crate::fault::{disk_full, storage_kind as storage_fault};
+use redo::{Redo, Table};
 
 impl StoreError {
     /// The fault this error is, as a replica reports it (spec/replication.md#durability).
@@ -189,7 +215,11 @@ impl StoreError {
             | StoreError::Commit(redb::CommitError::Storage(error))
             | StoreError::Transaction(redb::TransactionError::Storage(error))
             | StoreError::Table(redb::TableError::Storage(error)) => storage_fault(error),
-            StoreError::Initialise { source, .. } if disk_full(source) => FaultKind::DiskFull,
+            StoreError::Initialise { source, .. } | StoreError::Log(source)
+                if disk_full(source) =>
+            {
+                FaultKind::DiskFull
+            }
             _ => FaultKind::Io,
         };
         StoreFault {
@@ -546,16 +576,19 @@ impl ReplicaStore {
         let mut builder = redb::Builder::new();
         builder.set_cache_size(cache_bytes);
         let db = open_replica_database(&OsFiles, data_dir, &builder, node, new_disk_id)?;
-        let (store, queue) = ReplicaStore::on_database(db, node, new_disk_id, false)?;
+        let log_file = open_log_file(&OsFiles, data_dir)?;
+        let (store, queue, log) =
+            ReplicaStore::on_database(db, log_file, node, new_disk_id, false)?;
         let views = store.views.clone();
         let db = Arc::clone(&store.db);
         let committer = std::thread::Builder::new()
             .name(format!("replica-store-{}", node.0))
             .spawn(move || {
                 let mut queue = queue;
+                let mut durable = Durable::new(log);
                 while let Some(first) = queue.blocking_recv() {
                     let group = take_group(first, &mut queue);
-                    commit_group(&db, group, &views);
+                    commit_group(&db, &mut durable, group, &views);
                 }
                 // The queue closes only when every store clone (each holds a sender and a
                 // reference to the database) is gone, so this is the last reference: the file
@@ -567,7 +600,8 @@ impl ReplicaStore {
     }
 
     /// Opens (or creates) the replica database on `backend` (e.g. a simulated disk) for `node`,
-    /// as [`ReplicaStore::open`] does, with a page cache of `cache_bytes`. The committer runs as
+    /// as [`ReplicaStore::open`] does, with a page cache of `cache_bytes`, and its group log
+    /// (spec/replication.md §14) on `log_file`. The committer runs as
     /// a task on the current tokio runtime and commits synchronously on it: every commit, with
     /// its fsync, holds that runtime's thread; so do the scans of [`ReplicaStore::scan_off`].
     /// The task ends (and the database closes) when every clone of the store is gone.
@@ -577,8 +611,9 @@ impl ReplicaStore {
     ///
     /// # Panics
     /// Outside a tokio runtime.
-    pub fn open_backend(
+    pub fn open_backend<B: StorageBackend>(
         backend: impl StorageBackend,
+        log_file: B,
         cache_bytes: usize,
         node: NodeId,
         new_disk_id: u64,
@@ -587,7 +622,7 @@ impl ReplicaStore {
             .set_cache_size(cache_bytes)
             .create_with_backend(backend)
             .map_err(StoreError::Backend)?;
-        ReplicaStore::inline_on(db, node, new_disk_id)
+        ReplicaStore::inline_on(db, log_file, node, new_disk_id)
     }
 
     /// Opens (or creates) the replica database in `data_dir` on `files` (e.g. a simulated
@@ -611,35 +646,42 @@ impl ReplicaStore {
         let mut builder = redb::Builder::new();
         builder.set_cache_size(cache_bytes);
         let db = open_replica_database(files, data_dir, &builder, node, new_disk_id)?;
-        ReplicaStore::inline_on(db, node, new_disk_id)
+        let log_file = open_log_file(files, data_dir)?;
+        ReplicaStore::inline_on(db, log_file, node, new_disk_id)
     }
 
     /// The store on `db` with its committer as a task of the current runtime.
-    fn inline_on(
+    fn inline_on<B: StorageBackend>(
         db: Database,
+        log_file: B,
         node: NodeId,
         new_disk_id: u64,
     ) -> Result<(ReplicaStore, tokio::task::JoinHandle<()>), StoreError> {
-        let (store, mut queue) = ReplicaStore::on_database(db, node, new_disk_id, true)?;
+        let (store, mut queue, log) =
+            ReplicaStore::on_database(db, log_file, node, new_disk_id, true)?;
         let views = store.views.clone();
         let db = Arc::clone(&store.db);
         let committer = tokio::spawn(async move {
+            let mut durable = Durable::new(log);
             while let Some(first) = queue.recv().await {
                 let group = take_group(first, &mut queue);
-                commit_group(&db, group, &views);
+                commit_group(&db, &mut durable, group, &views);
             }
         });
         Ok((store, committer))
     }
 
-    /// The store on an open database, and the queue its committer takes jobs from.
-    fn on_database(
+    /// The store on an open database, after its group log's replay (spec/replication.md §14,
+    /// *Start*), the queue its committer takes jobs from, and the log it appends to.
+    fn on_database<B: StorageBackend>(
         db: Database,
+        log_file: B,
         node: NodeId,
         new_disk_id: u64,
         scans_inline: bool,
-    ) -> Result<(ReplicaStore, mpsc::Receiver<Job>), StoreError> {
+    ) -> Result<(ReplicaStore, mpsc::Receiver<Job>, Log<B>), StoreError> {
         let disk_id = identify(&db, node, new_disk_id)?;
+        let log = replay_log(&db, log_file, disk_id)?;
         let views = Views {
             records: Arc::new(Mutex::new(rebuild_view(&db)?)),
             names: Arc::new(Mutex::new(rebuild_name_view(&db)?)),
@@ -664,6 +706,7 @@ impl ReplicaStore {
                 shed_at: crate::limits::replica_batches_queued_max,
             },
             queue,
+            log,
         ))
     }
 
@@ -1551,9 +1594,164 @@ fn take_group(first: Job, queue: &mut mpsc::Receiver<Job>) -> Vec<Job> {
     group
 }
 
-/// Applies and commits `group`, then answers each of its jobs: after the fsync, or with the
-/// error when the commit failed. The views change only after the commit.
-fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
+/// The committer's group log and when its next checkpoint is due (spec/replication.md §14).
+struct Durable<B: StorageBackend> {
+    log: Log<B>,
+    /// Groups appended since the last checkpoint.
+    groups: u64,
+    /// Log bytes appended since the last checkpoint.
+    bytes: u64,
+}
+
+impl<B: StorageBackend> Durable<B> {
+    fn new(log: Log<B>) -> Durable<B> {
+        Durable {
+            log,
+            groups: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Appends a group's redo and syncs it (§14, *Group*); the planted bug of acknowledging
+    /// before the fsync skips the sync.
+    fn append(&mut self, redo: &Redo) -> Result<(), StoreError> {
+        let payload = redo.bytes();
+        if planted(Bug::AckBeforeFsync) {
+            self.log.append_unsynced(payload)
+        } else {
+            self.log.append(payload)
+        }
+        .map_err(StoreError::Log)?;
+        self.groups += 1;
+        self.bytes += (log::HEADER + payload.len()) as u64;
+        Ok(())
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        self.groups >= CHECKPOINT_GROUPS || self.bytes >= CHECKPOINT_BYTES
+    }
+
+    /// §14, *Checkpoint*: a synced commit of the last sequence appended, which syncs every
+    /// unsynced group commit before it; only then the log starts again at offset 0. The planted
+    /// bug of acknowledging before the fsync commits it without a sync.
+    fn checkpoint(&mut self, db: &Database) -> Result<(), StoreError> {
+        let last = self.log.next_sequence() - 1;
+        let mut txn = db.begin_write()?;
+        txn.set_durability(if planted(Bug::AckBeforeFsync) {
+            Durability::None
+        } else {
+            Durability::Immediate
+        })?;
+        txn.open_table(META)?
+            .insert(META_LOG_SEQUENCE, last.to_le_bytes().as_slice())?;
+        txn.commit()?;
+        self.log.restart();
+        self.groups = 0;
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+/// The replica's group log in `data_dir` on `files`, created if missing with its directory
+/// entry synced (a crash must not take the file, and the groups in it, away).
+fn open_log_file<F: Files>(files: &F, data_dir: &Path) -> Result<F::Backend, StoreError> {
+    let path = data_dir.join(REPLICA_LOG_FILE_NAME);
+    let existed = files.exists(&path);
+    let file = files.open(&path).map_err(|source| StoreError::Initialise {
+        path: path.clone(),
+        source,
+    })?;
+    if !existed {
+        files
+            .sync_dir(data_dir)
+            .map_err(|source| StoreError::Initialise {
+                path: data_dir.to_path_buf(),
+                source,
+            })?;
+    }
+    Ok(file)
+}
+
+/// §14, *Start*: replays the group log on `log_file` after the B-tree's checkpoint into `db`, as
+/// one synced transaction that becomes the new checkpoint, and returns the log's writer.
+/// The log's entries carry the database's `disk_id`: a log left beside another database
+/// replays nothing into it.
+fn replay_log<B: StorageBackend>(
+    db: &Database,
+    log_file: B,
+    disk_id: u64,
+) -> Result<Log<B>, StoreError> {
+    let checkpoint = {
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        meta.get(META_LOG_SEQUENCE)?.map_or(0, |value| {
+            u64::from_le_bytes(value.value().try_into().unwrap_or([0; 8]))
+        })
+    };
+    let (mut log, replay) = Log::open(log_file, disk_id, checkpoint).map_err(StoreError::Log)?;
+    let Some(&(last, _)) = replay.entries.last() else {
+        return Ok(log);
+    };
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let mut changes = 0;
+    {
+        let mut tables = Tables::open(&txn)?;
+        for (sequence, payload) in &replay.entries {
+            let decoded = redo::decode(payload).map_err(|at| StoreError::Corrupt {
+                key: format!("group log entry {sequence}, byte {at}"),
+                source: CodecError::Malformed {
+                    reason: "a change of a group's redo does not decode".to_owned(),
+                },
+            })?;
+            for change in decoded {
+                changes += 1;
+                match (change.table, change.value) {
+                    (Table::Names, value) => {
+                        let name =
+                            std::str::from_utf8(change.key).map_err(|_| StoreError::Corrupt {
+                                key: format!("group log entry {sequence}, a name"),
+                                source: CodecError::Malformed {
+                                    reason: "a queue name that is not UTF-8".to_owned(),
+                                },
+                            })?;
+                        match value {
+                            Some(value) => tables.put_name(name, value)?,
+                            None => {
+                                tables.names.remove(name)?;
+                            }
+                        }
+                    }
+                    (table, Some(value)) => tables.put(table, change.key, value)?,
+                    (table, None) => {
+                        tables.remove(table, change.key)?;
+                    }
+                }
+            }
+        }
+    }
+    txn.open_table(META)?
+        .insert(META_LOG_SEQUENCE, last.to_le_bytes().as_slice())?;
+    txn.commit()?;
+    log.restart();
+    tracing::info!(
+        groups = replay.entries.len(),
+        changes,
+        through = last,
+        "replayed the replica's group log after its last checkpoint"
+    );
+    Ok(log)
+}
+
+/// Applies and commits `group`, then answers each of its jobs: after the log's sync, or with the
+/// error when the append or the commit failed. The views change only after the commit. A
+/// checkpoint that is due follows the answers (spec/replication.md §14).
+fn commit_group<B: StorageBackend>(
+    db: &Database,
+    durable: &mut Durable<B>,
+    group: Vec<Job>,
+    views: &Views,
+) {
     if let Some(first) = views.failed.get() {
         // Queued before the failure: refused like everything after it.
         let error = Arc::new(StoreError::Failed(first.clone()));
@@ -1568,7 +1766,7 @@ fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
         .get()
         .map(|window| (window.clock.now(), window.window_ms));
     let started = std::time::Instant::now();
-    match apply_group(db, &group, &views.names, window) {
+    match apply_group(db, durable, &group, &views.names, window) {
         Ok(applied) => {
             if applied.committed {
                 views
@@ -1608,6 +1806,13 @@ fn commit_group(db: &Database, group: Vec<Job>, views: &Views) {
             for (job, answers) in group.into_iter().zip(applied.answers) {
                 // A caller that gave up no longer listens; its writes are durable anyway.
                 let _ = job.answer.send(Ok(answers));
+            }
+            if durable.checkpoint_due()
+                && let Err(error) = durable.checkpoint(db)
+            {
+                let fault = error.fault();
+                tracing::error!(%fault, "replica checkpoint failed; the store refuses everything until the node restarts");
+                let _ = views.failed.set(fault);
             }
         }
         Err(error) => {
@@ -1649,31 +1854,22 @@ fn deleted(names: &Mutex<NameView>, key: &RecordKey) -> bool {
         .is_deleted(key)
 }
 
-fn apply_group(
+/// Applies `group` in one transaction (spec/replication.md §14, *Group*): its redo is appended
+/// to the log and synced before the transaction commits, without a sync of its own, so no reader
+/// of the B-tree sees a group the log does not hold.
+fn apply_group<B: StorageBackend>(
     db: &Database,
+    durable: &mut Durable<B>,
     group: &[Job],
     names_view: &Mutex<NameView>,
     window: Option<(Millis, u64)>,
 ) -> Result<Applied, StoreError> {
     let mut txn = db.begin_write()?;
-    // Durable before any answer (the simulation may plant the bug of answering before).
-    txn.set_durability(
-        if trireme_replication::planted::planted(trireme_replication::planted::Bug::AckBeforeFsync)
-        {
-            Durability::None
-        } else {
-            Durability::Immediate
-        },
-    )?;
+    // The log makes it durable; the next checkpoint syncs the B-tree.
+    txn.set_durability(Durability::None)?;
     let mut applied = Applied::default();
-    {
-        let mut tables = Tables {
-            records: txn.open_table(RECORDS)?,
-            names: txn.open_table(NAMES)?,
-            deleted: txn.open_table(DELETED)?,
-            tasks: txn.open_table(TASKS)?,
-            dedups: txn.open_table(DEDUPS)?,
-        };
+    let redo = {
+        let mut tables = Tables::open(&txn)?;
         for job in group {
             let answers = match &job.work {
                 Work::Apply {
@@ -1733,7 +1929,7 @@ fn apply_group(
                             })?;
                         drop(value);
                         if dedup::copy_window_ended(&record, *now, *window_ms) {
-                            tables.records.remove(stored_key.as_slice())?;
+                            tables.remove(Table::Records, &stored_key)?;
                             applied.records.push((key.clone(), None));
                             answers.replies.push(Reply::Ack);
                         }
@@ -1746,7 +1942,7 @@ fn apply_group(
                         let (_, record) = decode_dedup_row(&stored_key, value.value())?;
                         drop(value);
                         if dedup::droppable(&record, *now, *late_ms) {
-                            tables.dedups.remove(stored_key.as_slice())?;
+                            tables.remove(Table::Dedups, &stored_key)?;
                             applied.dedups += 1;
                             answers.dedups.push(DedupReply::Ack);
                         }
@@ -1759,7 +1955,7 @@ fn apply_group(
                         if !deleted(names_view, key) {
                             continue;
                         }
-                        if tables.records.remove(key.encode().as_slice())?.is_some() {
+                        if tables.remove(Table::Records, &key.encode())? {
                             applied.records.push((key.clone(), None));
                             answers.replies.push(Reply::Ack);
                         }
@@ -1770,29 +1966,83 @@ fn apply_group(
             applied.answers.push(answers);
         }
         applied.records_held = tables.records.len()?;
-    }
-    if applied.records.is_empty()
-        && applied.names.is_empty()
-        && applied.tasks == 0
-        && applied.dedups == 0
-        && applied.deletions == 0
-    {
+        tables.redo
+    };
+    if redo.is_empty() {
         // Nothing new to make durable: what the reads saw and the acks confirm was committed
         // by an earlier group.
         txn.abort()?;
     } else {
+        if let Err(error) = durable.append(&redo) {
+            // Nothing of the group is visible or answered; the store latches.
+            let _ = txn.abort();
+            return Err(error);
+        }
         txn.commit()?;
         applied.committed = true;
     }
     Ok(applied)
 }
 
+/// A group's open tables, and the redo of every change made through them (spec/replication.md
+/// §14): every write of a group goes through [`Tables::put`], [`Tables::put_name`] or
+/// [`Tables::remove`], so the log entry holds exactly what the transaction changed.
 struct Tables<'txn> {
     records: redb::Table<'txn, &'static [u8], &'static [u8]>,
     names: redb::Table<'txn, &'static str, &'static [u8]>,
     deleted: redb::Table<'txn, &'static [u8], &'static [u8]>,
     tasks: redb::Table<'txn, &'static [u8], &'static [u8]>,
     dedups: redb::Table<'txn, &'static [u8], &'static [u8]>,
+    redo: Redo,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn redb::WriteTransaction) -> Result<Tables<'txn>, StoreError> {
+        Ok(Tables {
+            records: txn.open_table(RECORDS)?,
+            names: txn.open_table(NAMES)?,
+            deleted: txn.open_table(DELETED)?,
+            tasks: txn.open_table(TASKS)?,
+            dedups: txn.open_table(DEDUPS)?,
+            redo: Redo::default(),
+        })
+    }
+
+    fn bytes_table(
+        &mut self,
+        table: Table,
+    ) -> &mut redb::Table<'txn, &'static [u8], &'static [u8]> {
+        match table {
+            Table::Records => &mut self.records,
+            Table::Deleted => &mut self.deleted,
+            Table::Tasks => &mut self.tasks,
+            Table::Dedups => &mut self.dedups,
+            Table::Names => unreachable!("names are keyed by str: Tables::put_name"),
+        }
+    }
+
+    /// Stores `value` at `key` in `table` (not the names'), and records it.
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.bytes_table(table).insert(key, value)?;
+        self.redo.put(table, key, value);
+        Ok(())
+    }
+
+    /// Stores a name's record, and records it.
+    fn put_name(&mut self, name: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.names.insert(name, value)?;
+        self.redo.put(Table::Names, name.as_bytes(), value);
+        Ok(())
+    }
+
+    /// Removes `key` from `table` (not the names'); records it if it was there. Whether it was.
+    fn remove(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        let removed = self.bytes_table(table).remove(key)?.is_some();
+        if removed {
+            self.redo.remove(table, key);
+        }
+        Ok(removed)
+    }
 }
 
 /// One deduplication request against the stored record (`trireme_replication::dedup::accept`
@@ -1811,9 +2061,7 @@ fn apply_dedup(
     match change {
         DedupChange::Store(record) => {
             let value = codec::encode_framed(&record);
-            tables
-                .dedups
-                .insert(stored_key.as_slice(), value.as_slice())?;
+            tables.put(Table::Dedups, &stored_key, &value)?;
             applied.dedups += 1;
         }
         DedupChange::Keep => {}
@@ -1873,13 +2121,11 @@ fn apply_entry(
             // write arriving after the sweeper's walk is marked too.
             let record = record.swept(watermark).unwrap_or(record);
             let value = codec::encode_framed(&record);
-            tables
-                .records
-                .insert(stored_key.as_slice(), value.as_slice())?;
+            tables.put(Table::Records, &stored_key, &value)?;
             applied.records.push((entry.key.clone(), Some(record)));
         }
         Verdict::Store(None) => {
-            tables.records.remove(stored_key.as_slice())?;
+            tables.remove(Table::Records, &stored_key)?;
             applied.records.push((entry.key.clone(), None));
         }
         Verdict::Diverged(divergence) => {
@@ -1912,7 +2158,7 @@ fn apply_name(
     };
     if record != held {
         let value = codec::encode_framed(&record);
-        tables.names.insert(name, value.as_slice())?;
+        tables.put_name(name, &value)?;
         note_deletion(tables, &entry.name, &record, applied)?;
         applied.names.push((entry.name.clone(), record));
     }
@@ -1937,9 +2183,7 @@ fn apply_task(
     let acks = verdict.acks();
     if let TaskVerdict::Store(record) = verdict {
         let value = codec::encode_framed(&record);
-        tables
-            .tasks
-            .insert(stored_key.as_slice(), value.as_slice())?;
+        tables.put(Table::Tasks, &stored_key, &value)?;
         applied.tasks += 1;
     }
     Ok(if acks {
@@ -1961,9 +2205,7 @@ fn note_deletion(
     };
     let key = deleted_key(name, incarnation);
     if tables.deleted.get(key.as_slice())?.is_none() {
-        tables
-            .deleted
-            .insert(key.as_slice(), deleted_at.0.to_le_bytes().as_slice())?;
+        tables.put(Table::Deleted, &key, &deleted_at.0.to_le_bytes())?;
         applied.deletions += 1;
     }
     Ok(())
@@ -1972,6 +2214,8 @@ fn note_deletion(
 #[cfg(test)]
 mod tests {
     use redb::backends::InMemoryBackend;
+
+    use super::crash_disk::Disk;
     use trireme_core::{Incarnation, MessageId, Millis, QueueName};
     use trireme_replication::record::Birth;
     use trireme_replication::replica::Write;
@@ -2155,7 +2399,11 @@ mod tests {
             inner: InMemoryBackend::new(),
             fault: Arc::clone(&state),
         };
-        let (store, committer) = ReplicaStore::open_backend(disk, 1024 * 1024, NodeId(1), 42)
+        let log = FailingDisk {
+            inner: InMemoryBackend::new(),
+            fault: Arc::clone(&state),
+        };
+        let (store, committer) = ReplicaStore::open_backend(disk, log, 1024 * 1024, NodeId(1), 42)
             .expect("the store opens on memory");
         let acked = store.apply(vec![merge(1, "kept")]).await;
         assert_eq!(acked.expect("a healthy disk commits"), vec![Reply::Ack]);
@@ -2203,7 +2451,11 @@ mod tests {
             inner: InMemoryBackend::new(),
             fault: Arc::clone(&state),
         };
-        let (store, committer) = ReplicaStore::open_backend(disk, 1024 * 1024, NodeId(1), 42)
+        let log = FailingDisk {
+            inner: InMemoryBackend::new(),
+            fault: Arc::clone(&state),
+        };
+        let (store, committer) = ReplicaStore::open_backend(disk, log, 1024 * 1024, NodeId(1), 42)
             .expect("the store opens on memory");
         state.store(SYNC_FAILS, std::sync::atomic::Ordering::SeqCst);
         let failed = store
@@ -2243,11 +2495,111 @@ mod tests {
         assert_eq!(fault.kind, FaultKind::Io, "{fault}");
     }
 
+    /// spec/replication.md §14, L1: a crash keeps every group the store answered, through its
+    /// log, with or without a checkpoint in between; the B-tree alone does not hold them.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_crash_keeps_every_answered_group_through_the_log() {
+        for groups in [3, u128::from(CHECKPOINT_GROUPS) + 5] {
+            let (db, log) = (Disk::default(), Disk::default());
+            let (store, _committer) =
+                ReplicaStore::open_backend(db.clone(), log.clone(), 1 << 20, NodeId(1), 42)
+                    .expect("the store opens");
+            for id in 1..=groups {
+                assert_eq!(
+                    store.apply(vec![merge(id, "body")]).await.expect("commits"),
+                    vec![Reply::Ack]
+                );
+            }
+            let vote = NameRequest::Vote {
+                epoch: 0,
+                proposal: proposal(),
+            };
+            store
+                .apply_names(vec![name_entry(0, vote)])
+                .await
+                .expect("the vote commits");
+            // The machine stops: of the writes since the last sync, the disks keep none.
+            let crashed = || (db.crashed(|_, _| 0), log.crashed(|_, _| 0));
+            let (db_after, log_after) = crashed();
+            let (db_alone, _) = crashed();
+            drop(store);
+            let (store, _committer) =
+                ReplicaStore::open_backend(db_after, log_after, 1 << 20, NodeId(1), 43)
+                    .expect("the store opens after the crash");
+            assert_eq!(store.disk_id(), 42);
+            assert_eq!(
+                store.records().expect("reads").len(),
+                usize::try_from(groups).unwrap(),
+                "every answered group is back ({groups} groups)"
+            );
+            assert!(
+                store.names(|view| view.get(&name()).is_some()),
+                "and the vote"
+            );
+            let (alone, _committer) =
+                ReplicaStore::open_backend(db_alone, Disk::default(), 1 << 20, NodeId(1), 43)
+                    .expect("the database opens without its log");
+            assert!(
+                alone.records().expect("reads").len() < usize::try_from(groups).unwrap(),
+                "the log held what the B-tree had not synced"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// spec/replication.md §14, L1 against the real store: after any number of answered
+        /// groups (across checkpoints), a crash that keeps all or none of the database's unsynced
+        /// writes, and a second crash right after the start that replayed them, the store holds
+        /// exactly the groups it answered.
+        #[test]
+        fn after_a_crash_the_store_holds_exactly_the_groups_it_answered(
+            groups in 0..300_u128,
+            keep_unsynced in proptest::prelude::any::<bool>(),
+            crash_again in proptest::prelude::any::<bool>(),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            runtime.block_on(async {
+                let (db, log) = (Disk::default(), Disk::default());
+                let (store, _committer) =
+                    ReplicaStore::open_backend(db.clone(), log.clone(), 1 << 20, NodeId(1), 42)
+                        .unwrap();
+                for id in 1..=groups {
+                    store.apply(vec![merge(id, "body")]).await.unwrap();
+                }
+                let keep = |_, len| if keep_unsynced { len } else { 0 };
+                let (mut db, mut log) = (db.crashed(keep), log.crashed(keep));
+                drop(store);
+                if crash_again {
+                    let (_store, _committer) =
+                        ReplicaStore::open_backend(db.clone(), log.clone(), 1 << 20, NodeId(1), 43)
+                            .unwrap();
+                    (db, log) = (db.crashed(keep), log.crashed(keep));
+                }
+                let (store, _committer) =
+                    ReplicaStore::open_backend(db, log, 1 << 20, NodeId(1), 43).unwrap();
+                let mut held: Vec<u128> = store
+                    .records()
+                    .unwrap()
+                    .into_iter()
+                    .map(|(key, _)| key.message.0)
+                    .collect();
+                held.sort_unstable();
+                assert_eq!(held, (1..=groups).collect::<Vec<_>>());
+            });
+        }
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn a_store_on_a_backend_commits_on_its_runtime_and_answers_after_the_commit() {
-        let (store, committer) =
-            ReplicaStore::open_backend(InMemoryBackend::new(), 1024 * 1024, NodeId(1), 42)
-                .expect("the store opens on memory");
+        let (store, committer) = ReplicaStore::open_backend(
+            InMemoryBackend::new(),
+            InMemoryBackend::new(),
+            1024 * 1024,
+            NodeId(1),
+            42,
+        )
+        .expect("the store opens on memory");
         assert_eq!(store.disk_id(), 42);
         let record = Record::sent(Birth {
             payload: b"body".to_vec(),

@@ -112,8 +112,13 @@ async fn start() -> Vec<DiskMember> {
                 inner: InMemoryBackend::new(),
                 full: Arc::clone(&full),
             };
+            // The group log fills up with the database.
+            let log = FillingDisk {
+                inner: InMemoryBackend::new(),
+                full: Arc::clone(&full),
+            };
             let (store, _committer) =
-                ReplicaStore::open_backend(disk, 4 << 20, NodeId(node), u64::from(node))
+                ReplicaStore::open_backend(disk, log, 4 << 20, NodeId(node), u64::from(node))
                     .expect("the store opens on memory");
             let clock = Arc::new(SystemClock);
             let (cluster, service) = Cluster::start(

@@ -147,8 +147,13 @@ async fn start() -> Vec<Member> {
                 .unwrap();
             let store = {
                 let _on_its_runtime = disk_runtime.enter();
+                // The group log's syncs wait at the same gate as the database's.
+                let log = GatedDisk {
+                    inner: InMemoryBackend::new(),
+                    gate: Arc::clone(&gate),
+                };
                 let (store, _committer) =
-                    ReplicaStore::open_backend(disk, 4 << 20, NodeId(node), u64::from(node))
+                    ReplicaStore::open_backend(disk, log, 4 << 20, NodeId(node), u64::from(node))
                         .expect("the store opens on memory");
                 store.shedding_at(SHED_AT)
             };

@@ -4,7 +4,9 @@
 //! alone: writing entries, and finding after a crash the entries a start must replay.
 //!
 //! An entry is a 16-byte header and its payload: the payload's length (`u32`), a CRC-32 of the
-//! sequence and the payload (`u32`), and the group's sequence (`u64`), all little-endian. Entries
+//! log's salt, the sequence and the payload (`u32`), and the group's sequence (`u64`), all
+//! little-endian. The salt is the replica database's disk id, so that a log left beside a
+//! database it does not belong to (a replaced database file) replays nothing into it. Entries
 //! follow one another from offset 0; a checkpoint lets the writer start again at offset 0, over
 //! older entries. Replay from a checkpoint that holds every group through sequence `s` reads from
 //! offset 0, passes over entries of sequence `s` or lower, and takes the entries after them while
@@ -14,7 +16,8 @@
 //!
 //! The file is written through a redb [`StorageBackend`], so the simulation's disk (torn writes,
 //! failed and lying syncs, power cuts) covers the log as it covers the database. It grows in
-//! zeroed [`GROWTH`] steps, each synced once, so that a sync after an entry carries data only.
+//! [`GROWTH`] steps written with zeros, each synced once, so that a sync after an entry carries
+//! data only.
 
 use redb::StorageBackend;
 
@@ -24,6 +27,9 @@ pub const HEADER: usize = 16;
 /// How much the file grows by when an entry does not fit (zeroed, then synced once).
 pub const GROWTH: u64 = 4 << 20;
 
+/// How much of a growth step one write of zeros covers.
+const ZERO_CHUNK: usize = 1 << 20;
+
 /// The longest payload an entry may carry: a group's values, far below it (a group holds at
 /// most a few hundred requests of at most a 1 MiB body each).
 pub const PAYLOAD_MAX: usize = 1 << 30;
@@ -32,6 +38,8 @@ pub const PAYLOAD_MAX: usize = 1 << 30;
 #[derive(Debug)]
 pub struct Log<B: StorageBackend> {
     file: B,
+    /// Mixed into every entry's checksum: the database's disk id.
+    salt: u64,
     /// Where the next entry goes.
     offset: u64,
     /// The next entry's sequence.
@@ -45,19 +53,20 @@ pub struct Replay {
     pub entries: Vec<(u64, Vec<u8>)>,
 }
 
-fn checksum(sequence: u64, payload: &[u8]) -> u32 {
+fn checksum(salt: u64, sequence: u64, payload: &[u8]) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&salt.to_le_bytes());
     hasher.update(&sequence.to_le_bytes());
     hasher.update(payload);
     hasher.finalize()
 }
 
 /// An entry as it is written: header, then payload.
-fn encode(sequence: u64, payload: &[u8]) -> Vec<u8> {
+fn encode(salt: u64, sequence: u64, payload: &[u8]) -> Vec<u8> {
     let size = u32::try_from(payload.len()).expect("bounded by PAYLOAD_MAX");
     let mut entry = Vec::with_capacity(HEADER + payload.len());
     entry.extend_from_slice(&size.to_le_bytes());
-    entry.extend_from_slice(&checksum(sequence, payload).to_le_bytes());
+    entry.extend_from_slice(&checksum(salt, sequence, payload).to_le_bytes());
     entry.extend_from_slice(&sequence.to_le_bytes());
     entry.extend_from_slice(payload);
     entry
@@ -66,6 +75,7 @@ fn encode(sequence: u64, payload: &[u8]) -> Vec<u8> {
 /// The entry at `offset`, if one is whole there: `(sequence, payload, next offset)`.
 fn entry_at<B: StorageBackend>(
     file: &B,
+    salt: u64,
     offset: u64,
     len: u64,
 ) -> std::io::Result<Option<(u64, Vec<u8>, u64)>> {
@@ -84,20 +94,21 @@ fn entry_at<B: StorageBackend>(
     }
     let mut payload = vec![0u8; size];
     file.read(header_end, &mut payload)?;
-    if checksum(sequence, &payload) != sum {
+    if checksum(salt, sequence, &payload) != sum {
         return Ok(None);
     }
     Ok(Some((sequence, payload, header_end + size as u64)))
 }
 
 impl<B: StorageBackend> Log<B> {
-    /// Opens the log on `file` after a checkpoint that holds every group through sequence
-    /// `checkpoint`: returns what to replay, and the writer, which continues after the last entry
-    /// replayed with the next sequence (or at offset 0 when there was none).
+    /// Opens the log on `file`, whose entries carry `salt`, after a checkpoint that holds every
+    /// group through sequence `checkpoint`: returns what to replay, and the writer, which
+    /// continues after the last entry replayed with the next sequence (or at offset 0 when there
+    /// was none).
     ///
     /// # Errors
     /// The file's read errors.
-    pub fn open(file: B, checkpoint: u64) -> std::io::Result<(Log<B>, Replay)> {
+    pub fn open(file: B, salt: u64, checkpoint: u64) -> std::io::Result<(Log<B>, Replay)> {
         let len = file.len()?;
         let mut offset = 0;
         let mut entries = Vec::new();
@@ -105,7 +116,7 @@ impl<B: StorageBackend> Log<B> {
         // Entries the checkpoint holds come first (if the writer has not started again since);
         // the replay is the consecutive run after them.
         let mut expected: Option<u64> = None;
-        while let Some((sequence, payload, next)) = entry_at(&file, offset, len)? {
+        while let Some((sequence, payload, next)) = entry_at(&file, salt, offset, len)? {
             match expected {
                 None if sequence <= checkpoint => {}
                 None if sequence == checkpoint + 1 => {
@@ -127,6 +138,7 @@ impl<B: StorageBackend> Log<B> {
         Ok((
             Log {
                 file,
+                salt,
                 offset: resume,
                 next,
             },
@@ -150,19 +162,47 @@ impl<B: StorageBackend> Log<B> {
     /// # Panics
     /// If `payload` is longer than [`PAYLOAD_MAX`].
     pub fn append(&mut self, payload: &[u8]) -> std::io::Result<u64> {
+        self.write_entry(payload, true)
+    }
+
+    /// Appends `payload` as [`Log::append`] does, without the sync after it: only for the
+    /// simulation's planted bug of acknowledging before the fsync, which must be caught.
+    ///
+    /// # Errors
+    /// The file's write errors.
+    pub fn append_unsynced(&mut self, payload: &[u8]) -> std::io::Result<u64> {
+        self.write_entry(payload, false)
+    }
+
+    fn write_entry(&mut self, payload: &[u8], sync: bool) -> std::io::Result<u64> {
         assert!(payload.len() <= PAYLOAD_MAX, "a group's entry fits the log");
         let sequence = self.next;
-        let entry = encode(sequence, payload);
+        let entry = encode(self.salt, sequence, payload);
         let end = self.offset + entry.len() as u64;
         let len = self.file.len()?;
         if end > len {
-            // Zeroed and synced once, so that the entries' syncs change no file size.
+            // Written with zeros and synced once, so that the entries' syncs change no file size
+            // and allocate no blocks: a sync then carries data only (a sparse extension, or an
+            // append to a growing file, makes every sync carry the file system's metadata too;
+            // BENCHMARKS.md 6m measured the difference).
             let grown = end.div_ceil(GROWTH) * GROWTH;
             self.file.set_len(grown)?;
+            let zeros = vec![0u8; ZERO_CHUNK];
+            let mut at = len;
+            while at < grown {
+                let chunk = (grown - at).min(ZERO_CHUNK as u64);
+                self.file.write(
+                    at,
+                    &zeros[..usize::try_from(chunk).expect("at most ZERO_CHUNK")],
+                )?;
+                at += chunk;
+            }
             self.file.sync_data()?;
         }
         self.file.write(self.offset, &entry)?;
-        self.file.sync_data()?;
+        if sync {
+            self.file.sync_data()?;
+        }
         self.offset = end;
         self.next = sequence + 1;
         Ok(sequence)
@@ -191,88 +231,11 @@ impl<B: StorageBackend> Log<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::store::crash_disk::Disk;
     use proptest::prelude::*;
     use redb::backends::InMemoryBackend;
-    use std::sync::{Arc, Mutex};
 
-    /// A file whose synced state is kept apart from what was written since: a crash keeps the
-    /// synced bytes and, of the unsynced writes, a prefix of each (a torn write) or nothing.
-    #[derive(Debug, Clone, Default)]
-    struct Disk {
-        state: Arc<Mutex<DiskState>>,
-    }
-
-    #[derive(Debug, Default)]
-    struct DiskState {
-        written: Vec<u8>,
-        synced: Vec<u8>,
-        /// Writes since the last sync, `(offset, bytes)`.
-        pending: Vec<(u64, Vec<u8>)>,
-    }
-
-    impl Disk {
-        /// The file after a crash: synced bytes, then each unsynced write torn to its first
-        /// `keep(i)` bytes.
-        fn crashed(&self, keep: impl Fn(usize, usize) -> usize) -> Disk {
-            let state = self.state.lock().unwrap();
-            let mut bytes = state.synced.clone();
-            for (i, (offset, data)) in state.pending.iter().enumerate() {
-                if data.is_empty() {
-                    // An unsynced size change: the crash may or may not keep it; it holds
-                    // only zeros either way.
-                    continue;
-                }
-                let kept = keep(i, data.len()).min(data.len());
-                let end = *offset as usize + kept;
-                if bytes.len() < end {
-                    bytes.resize(end, 0);
-                }
-                bytes[*offset as usize..end].copy_from_slice(&data[..kept]);
-            }
-            Disk {
-                state: Arc::new(Mutex::new(DiskState {
-                    written: bytes.clone(),
-                    synced: bytes,
-                    pending: Vec::new(),
-                })),
-            }
-        }
-    }
-
-    impl StorageBackend for Disk {
-        fn len(&self) -> std::io::Result<u64> {
-            Ok(self.state.lock().unwrap().written.len() as u64)
-        }
-        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-            let state = self.state.lock().unwrap();
-            let start = offset as usize;
-            out.copy_from_slice(&state.written[start..start + out.len()]);
-            Ok(())
-        }
-        fn set_len(&self, len: u64) -> std::io::Result<()> {
-            let mut state = self.state.lock().unwrap();
-            state.written.resize(len as usize, 0);
-            // A size change is pending like a write until a sync.
-            state.pending.push((len, Vec::new()));
-            Ok(())
-        }
-        fn sync_data(&self) -> std::io::Result<()> {
-            let mut state = self.state.lock().unwrap();
-            state.synced = state.written.clone();
-            state.pending.clear();
-            Ok(())
-        }
-        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-            let mut state = self.state.lock().unwrap();
-            let end = offset as usize + data.len();
-            if state.written.len() < end {
-                state.written.resize(end, 0);
-            }
-            state.written[offset as usize..end].copy_from_slice(data);
-            state.pending.push((offset, data.to_vec()));
-            Ok(())
-        }
-    }
+    const SALT: u64 = 0x5a17;
 
     fn payload(i: u64) -> Vec<u8> {
         format!("group {i} ")
@@ -282,7 +245,7 @@ mod tests {
 
     #[test]
     fn entries_appended_after_a_checkpoint_are_replayed_in_order() {
-        let (mut log, replay) = Log::open(InMemoryBackend::new(), 0).unwrap();
+        let (mut log, replay) = Log::open(InMemoryBackend::new(), SALT, 0).unwrap();
         assert!(replay.entries.is_empty());
         for i in 1..=5 {
             assert_eq!(log.append(&payload(i)).unwrap(), i);
@@ -290,44 +253,44 @@ mod tests {
         let file = log.file;
         let len = file.len().unwrap();
         assert_eq!(len % GROWTH, 0, "grown in whole steps");
-        let (log, replay) = Log::open(file, 0).unwrap();
+        let (log, replay) = Log::open(file, SALT, 0).unwrap();
         assert_eq!(
             replay.entries,
             (1..=5).map(|i| (i, payload(i))).collect::<Vec<_>>()
         );
         assert_eq!(log.next_sequence(), 6, "the writer goes on after them");
         // A checkpoint through 3: only 4 and 5 are replayed.
-        let (_, replay) = Log::open(log.file, 3).unwrap();
+        let (_, replay) = Log::open(log.file, SALT, 3).unwrap();
         assert_eq!(replay.entries, vec![(4, payload(4)), (5, payload(5))]);
     }
 
     #[test]
     fn a_torn_last_entry_ends_the_log_and_the_next_one_overwrites_it() {
         let disk = Disk::default();
-        let (mut log, _) = Log::open(disk.clone(), 0).unwrap();
+        let (mut log, _) = Log::open(disk.clone(), SALT, 0).unwrap();
         for i in 1..=3 {
             log.append(&payload(i)).unwrap();
         }
         // Entry 4's write reaches the disk, torn, and the machine stops before its sync.
         let torn = {
-            let entry = encode(log.next, &payload(4));
+            let entry = encode(SALT, log.next, &payload(4));
             log.file.write(log.offset, &entry).unwrap();
             disk.crashed(|_, len| len - 1)
         };
-        let (mut log, replay) = Log::open(torn, 0).unwrap();
+        let (mut log, replay) = Log::open(torn, SALT, 0).unwrap();
         assert_eq!(replay.entries.len(), 3, "the torn entry was never answered");
         assert_eq!(
             log.append(&payload(40)).unwrap(),
             4,
             "its sequence is taken again"
         );
-        let (_, replay) = Log::open(log.file, 0).unwrap();
+        let (_, replay) = Log::open(log.file, SALT, 0).unwrap();
         assert_eq!(replay.entries.last().unwrap(), &(4, payload(40)));
     }
 
     #[test]
     fn after_a_restart_what_is_left_of_older_entries_is_not_replayed() {
-        let (mut log, _) = Log::open(InMemoryBackend::new(), 0).unwrap();
+        let (mut log, _) = Log::open(InMemoryBackend::new(), SALT, 0).unwrap();
         for i in 1..=6 {
             log.append(&payload(i)).unwrap();
         }
@@ -343,17 +306,28 @@ mod tests {
             2u64.to_le_bytes(),
             "entry 2 is next in the file"
         );
-        let (log, replay) = Log::open(log.file, 6).unwrap();
+        let (log, replay) = Log::open(log.file, SALT, 6).unwrap();
         assert_eq!(replay.entries, vec![(7, seventh)]);
         assert_eq!(log.next_sequence(), 8);
         // A checkpoint made right after the restart, before any new entry: nothing to replay.
-        let (mut log, _) = Log::open(InMemoryBackend::new(), 0).unwrap();
+        let (mut log, _) = Log::open(InMemoryBackend::new(), SALT, 0).unwrap();
         for i in 1..=4 {
             log.append(&payload(i)).unwrap();
         }
-        let (log, replay) = Log::open(log.file, 4).unwrap();
+        let (log, replay) = Log::open(log.file, SALT, 4).unwrap();
         assert!(replay.entries.is_empty());
         assert_eq!(log.next_sequence(), 5);
+    }
+
+    #[test]
+    fn a_log_of_another_database_replays_nothing() {
+        let (mut log, _) = Log::open(InMemoryBackend::new(), SALT, 0).unwrap();
+        for i in 1..=3 {
+            log.append(&payload(i)).unwrap();
+        }
+        let (log, replay) = Log::open(log.file, SALT + 1, 0).unwrap();
+        assert!(replay.entries.is_empty());
+        assert_eq!((log.next_sequence(), log.offset()), (1, 0));
     }
 
     proptest! {
@@ -366,7 +340,7 @@ mod tests {
             cut in 0usize..400,
         ) {
             let disk = Disk::default();
-            let (mut log, _) = Log::open(disk.clone(), 0).unwrap();
+            let (mut log, _) = Log::open(disk.clone(), SALT, 0).unwrap();
             let mut checkpoint = 0;
             let mut answered: Vec<(u64, Vec<u8>)> = Vec::new();
             for (kind, size) in steps {
@@ -385,14 +359,14 @@ mod tests {
             // up to `cut`.
             let sequence = log.next_sequence();
             let body = vec![7u8; 200];
-            let entry = encode(sequence, &body);
+            let entry = encode(SALT, sequence, &body);
             let whole = cut >= entry.len();
             let end = log.offset() + entry.len() as u64;
             if end <= log.file().len().unwrap() {
                 log.file().write(log.offset(), &entry).unwrap();
             }
             let after = disk.crashed(|_, len| cut.min(len));
-            let (_, replay) = Log::open(after, checkpoint).unwrap();
+            let (_, replay) = Log::open(after, SALT, checkpoint).unwrap();
             let fits = end <= disk.len().unwrap();
             if whole && fits {
                 let mut expected = answered.clone();
