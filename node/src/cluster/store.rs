@@ -111,7 +111,7 @@ pub const REPLICA_LOG_FILE_NAME: &str = "replica.log";
 
 /// Groups appended since the last checkpoint that make the next one due (spec/replication.md
 /// §14, `CHECKPOINT_GROUPS`).
-const CHECKPOINT_GROUPS: u64 = 128;
+const CHECKPOINT_GROUPS: u64 = 1024;
 /// Log bytes appended since the last checkpoint that make the next one due (§14,
 /// `CHECKPOINT_BYTES`).
 const CHECKPOINT_BYTES: u64 = 16 << 20;
@@ -2547,14 +2547,14 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
         /// spec/replication.md §14, L1 against the real store: after any number of answered
         /// groups (across checkpoints), a crash that keeps all or none of the database's unsynced
         /// writes, and a second crash right after the start that replayed them, the store holds
         /// exactly the groups it answered.
         #[test]
         fn after_a_crash_the_store_holds_exactly_the_groups_it_answered(
-            groups in 0..300_u128,
+            groups in 0..u128::from(2 * CHECKPOINT_GROUPS + 100),
             keep_unsynced in proptest::prelude::any::<bool>(),
             crash_again in proptest::prelude::any::<bool>(),
         ) {

@@ -68,9 +68,21 @@ impl StorageBackend for Disk {
         Ok(())
     }
     fn sync_data(&self) -> std::io::Result<()> {
+        // The pending writes and size changes, applied in order: what was written, without
+        // copying the whole file on every sync.
         let mut state = self.state.lock().unwrap();
-        state.synced = state.written.clone();
-        state.pending.clear();
+        let pending = std::mem::take(&mut state.pending);
+        for (offset, data) in pending {
+            if data.is_empty() {
+                state.synced.resize(offset as usize, 0);
+            } else {
+                let end = offset as usize + data.len();
+                if state.synced.len() < end {
+                    state.synced.resize(end, 0);
+                }
+                state.synced[offset as usize..end].copy_from_slice(&data);
+            }
+        }
         Ok(())
     }
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
