@@ -155,7 +155,8 @@ pub enum StoreError {
     /// A table could not be opened.
     #[error("replica table failed: {0}")]
     Table(#[from] redb::TableError),
-    /// The commit (and its fsync) failed: nothing of the group is durable.
+    /// The commit failed: the group was not answered (it may be on the disk, in the group log or
+    /// the database, and a start may bring it back: a write whose ack was lost).
     #[error("replica commit failed: {0}")]
     Commit(#[from] redb::CommitError),
     /// Durability could not be set.
@@ -1635,8 +1636,16 @@ impl<B: StorageBackend> Durable<B> {
     /// unsynced group commit before it; only then the log starts again at offset 0. The planted
     /// bug of acknowledging before the fsync commits it without a sync.
     fn checkpoint(&mut self, db: &Database) -> Result<(), StoreError> {
-        let last = self.log.next_sequence() - 1;
         let mut txn = db.begin_write()?;
+        self.mark_checkpoint(&mut txn)?;
+        txn.commit()?;
+        self.restarted();
+        Ok(())
+    }
+
+    /// Makes `txn` a checkpoint: synced when it commits, and holding the last sequence appended.
+    fn mark_checkpoint(&self, txn: &mut redb::WriteTransaction) -> Result<(), StoreError> {
+        let last = self.log.next_sequence() - 1;
         txn.set_durability(if planted(Bug::AckBeforeFsync) {
             Durability::None
         } else {
@@ -1644,31 +1653,33 @@ impl<B: StorageBackend> Durable<B> {
         })?;
         txn.open_table(META)?
             .insert(META_LOG_SEQUENCE, last.to_le_bytes().as_slice())?;
-        txn.commit()?;
+        Ok(())
+    }
+
+    /// After a checkpoint's commit returned: the log starts again at offset 0.
+    fn restarted(&mut self) {
         self.log.restart();
         self.groups = 0;
         self.bytes = 0;
-        Ok(())
     }
 }
 
-/// The replica's group log in `data_dir` on `files`, created if missing with its directory
+/// The replica's group log in `data_dir` on `files`, created if missing, with its directory
 /// entry synced (a crash must not take the file, and the groups in it, away).
 fn open_log_file<F: Files>(files: &F, data_dir: &Path) -> Result<F::Backend, StoreError> {
     let path = data_dir.join(REPLICA_LOG_FILE_NAME);
-    let existed = files.exists(&path);
     let file = files.open(&path).map_err(|source| StoreError::Initialise {
         path: path.clone(),
         source,
     })?;
-    if !existed {
-        files
-            .sync_dir(data_dir)
-            .map_err(|source| StoreError::Initialise {
-                path: data_dir.to_path_buf(),
-                source,
-            })?;
-    }
+    // On every start, not only when the file is new: a start that created the file and stopped
+    // before the directory's sync would otherwise leave its entry unsynced for good.
+    files
+        .sync_dir(data_dir)
+        .map_err(|source| StoreError::Initialise {
+            path: data_dir.to_path_buf(),
+            source,
+        })?;
     Ok(file)
 }
 
@@ -1684,9 +1695,17 @@ fn replay_log<B: StorageBackend>(
     let checkpoint = {
         let txn = db.begin_read()?;
         let meta = txn.open_table(META)?;
-        meta.get(META_LOG_SEQUENCE)?.map_or(0, |value| {
-            u64::from_le_bytes(value.value().try_into().unwrap_or([0; 8]))
-        })
+        match meta.get(META_LOG_SEQUENCE)? {
+            None => 0,
+            Some(value) => {
+                u64::from_le_bytes(value.value().try_into().map_err(|_| StoreError::Corrupt {
+                    key: META_LOG_SEQUENCE.to_owned(),
+                    source: CodecError::Malformed {
+                        reason: format!("{} bytes, not 8", value.value().len()),
+                    },
+                })?)
+            }
+        }
     };
     let (mut log, replay) = Log::open(log_file, disk_id, checkpoint).map_err(StoreError::Log)?;
     let Some(&(last, _)) = replay.entries.last() else {
@@ -1972,6 +1991,13 @@ fn apply_group<B: StorageBackend>(
         // Nothing new to make durable: what the reads saw and the acks confirm was committed
         // by an earlier group.
         txn.abort()?;
+    } else if redo.bytes().len() as u64 >= CHECKPOINT_BYTES {
+        // §14, *Group*: a group as large as a checkpoint's worth of log (claims of many large
+        // records) is not logged; its own synced commit is the checkpoint.
+        durable.mark_checkpoint(&mut txn)?;
+        txn.commit()?;
+        durable.restarted();
+        applied.committed = true;
     } else {
         if let Err(error) = durable.append(&redo) {
             // Nothing of the group is visible or answered; the store latches.
@@ -2544,6 +2570,35 @@ mod tests {
                 "the log held what the B-tree had not synced"
             );
         }
+    }
+
+    /// spec/replication.md §14, *Group*: a group whose redo reaches `CHECKPOINT_BYTES` is not
+    /// logged; its own synced commit is the checkpoint, and a crash keeps it without the log.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_group_too_large_for_the_log_is_its_own_checkpoint() {
+        let (db, log) = (Disk::default(), Disk::default());
+        let (store, _committer) =
+            ReplicaStore::open_backend(db.clone(), log.clone(), 1 << 20, NodeId(1), 42)
+                .expect("the store opens");
+        store.apply(vec![merge(1, "small")]).await.expect("commits");
+        let body = "x".repeat(1 << 20);
+        let large: Vec<Entry> = (2..=18).map(|id| merge(id, &body)).collect();
+        let acks = store.apply(large).await.expect("the large group commits");
+        assert_eq!(acks.len(), 17);
+        assert!(
+            log.len().expect("a length") <= log::GROWTH,
+            "the large group never went to the log"
+        );
+        let crashed = db.crashed(|_, _| 0);
+        drop(store);
+        let (store, _committer) =
+            ReplicaStore::open_backend(crashed, Disk::default(), 1 << 20, NodeId(1), 43)
+                .expect("the database opens without its log");
+        assert_eq!(
+            store.records().expect("reads").len(),
+            18,
+            "the large group's commit was synced, with the small one before it"
+        );
     }
 
     proptest::proptest! {

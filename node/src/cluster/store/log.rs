@@ -1,5 +1,5 @@
-//! The replica store's log of groups (spec/replication.md, Considerations, *How a replica makes a
-//! group durable*): each group commit's stored values appended as one entry and synced, so that
+//! The replica store's log of groups (spec/replication.md §14, *The replica's group log*): each
+//! group commit's stored values appended as one entry and synced, so that
 //! the B-tree behind it can commit without a sync until a checkpoint. This module is the log
 //! alone: writing entries, and finding after a crash the entries a start must replay.
 //!
@@ -30,8 +30,8 @@ pub const GROWTH: u64 = 4 << 20;
 /// How much of a growth step one write of zeros covers.
 const ZERO_CHUNK: usize = 1 << 20;
 
-/// The longest payload an entry may carry: a group's values, far below it (a group holds at
-/// most a few hundred requests of at most a 1 MiB body each).
+/// The longest payload an entry may carry. The store logs no group whose redo reaches its
+/// checkpoint's byte budget (16 MiB: such a group's own commit is the checkpoint), far below it.
 pub const PAYLOAD_MAX: usize = 1 << 30;
 
 /// The log's writer.
