@@ -225,6 +225,10 @@ impl CommandKind {
 pub struct StoreMetrics {
     commits: Counter,
     commit_seconds: Histogram,
+    /// The replica store's checkpoints (spec/replication.md §14): each syncs the B-tree while
+    /// the committer waits, the tail cost of the group log.
+    checkpoints: Counter,
+    checkpoint_seconds: Histogram,
     /// Records held after the latest commit.
     records: Gauge<i64, std::sync::atomic::AtomicI64>,
 }
@@ -234,6 +238,8 @@ impl Default for StoreMetrics {
         StoreMetrics {
             commits: Counter::default(),
             commit_seconds: Histogram::new(commit_buckets()),
+            checkpoints: Counter::default(),
+            checkpoint_seconds: Histogram::new(commit_buckets()),
             records: Gauge::default(),
         }
     }
@@ -248,9 +254,21 @@ impl StoreMetrics {
         self.set_records(records);
     }
 
+    /// Counts one checkpoint of the replica store that took `elapsed`.
+    pub fn observe_checkpoint(&self, elapsed: Duration) {
+        self.checkpoints.inc();
+        self.checkpoint_seconds.observe(seconds(elapsed));
+    }
+
     /// Sets the records held (at open, before any commit).
     pub fn set_records(&self, records: u64) {
         self.records.set(i64::try_from(records).unwrap_or(i64::MAX));
+    }
+
+    /// Checkpoints so far (the replica store's).
+    #[must_use]
+    pub fn checkpoints(&self) -> u64 {
+        self.checkpoints.get()
     }
 
     /// Group commits so far.
@@ -698,6 +716,19 @@ impl Metrics {
                 "Records the store's table holds after its latest commit",
                 metrics.records.clone(),
             );
+            if *store == "replica" {
+                sub.register(
+                    "checkpoints",
+                    "Checkpoints of the replica store: synced commits of its database after which its group log starts again",
+                    metrics.checkpoints.clone(),
+                );
+                sub.register_with_unit(
+                    "checkpoint_duration",
+                    "Time of one checkpoint of the replica store, fsync included (the next group waits for it)",
+                    Unit::Seconds,
+                    metrics.checkpoint_seconds.clone(),
+                );
+            }
         }
         if let Some(replication) = &replication {
             replication.register(&mut registry);

@@ -1826,12 +1826,16 @@ fn commit_group<B: StorageBackend>(
                 // A caller that gave up no longer listens; its writes are durable anyway.
                 let _ = job.answer.send(Ok(answers));
             }
-            if durable.checkpoint_due()
-                && let Err(error) = durable.checkpoint(db)
-            {
-                let fault = error.fault();
-                tracing::error!(%fault, "replica checkpoint failed; the store refuses everything until the node restarts");
-                let _ = views.failed.set(fault);
+            if durable.checkpoint_due() {
+                let started = std::time::Instant::now();
+                match durable.checkpoint(db) {
+                    Ok(()) => views.metrics.observe_checkpoint(started.elapsed()),
+                    Err(error) => {
+                        let fault = error.fault();
+                        tracing::error!(%fault, "replica checkpoint failed; the store refuses everything until the node restarts");
+                        let _ = views.failed.set(fault);
+                    }
+                }
             }
         }
         Err(error) => {
@@ -2544,6 +2548,11 @@ mod tests {
                 .apply_names(vec![name_entry(0, vote)])
                 .await
                 .expect("the vote commits");
+            assert_eq!(
+                store.metrics().checkpoints(),
+                u64::try_from(groups).unwrap() / CHECKPOINT_GROUPS,
+                "one checkpoint per CHECKPOINT_GROUPS groups"
+            );
             // The machine stops: of the writes since the last sync, the disks keep none.
             let crashed = || (db.crashed(|_, _| 0), log.crashed(|_, _| 0));
             let (db_after, log_after) = crashed();

@@ -509,6 +509,20 @@ async fn a_member_is_ready_only_once_it_has_joined_and_reaches_a_quorum() {
             "trireme_storage_database_size_bytes{store=\"replica\"}"
         ) > 0.0
     );
+    // The group log holds the groups since the last checkpoint; none is due after so few.
+    assert!(
+        sample(
+            &samples,
+            "trireme_storage_database_size_bytes{store=\"replica_log\"}"
+        ) > 0.0
+    );
+    assert_eq!(
+        sample(
+            &samples,
+            "trireme_storage_checkpoints_total{store=\"replica\"}"
+        ),
+        0.0
+    );
 
     // Two members stop: node 1 can no longer reach a quorum, and says so.
     let stopped: Vec<Node> = nodes.drain(1..).collect();
