@@ -2581,6 +2581,36 @@ mod tests {
         }
     }
 
+    /// spec/replication.md §14, *Start*: a checkpoint's sequence that does not decode is
+    /// corruption; read as 0 it would skip every entry the log holds.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_malformed_checkpoint_sequence_is_corruption() {
+        let (db, log) = (Disk::default(), Disk::default());
+        let (store, committer) =
+            ReplicaStore::open_backend(db.clone(), log.clone(), 1 << 20, NodeId(1), 42)
+                .expect("the store opens");
+        store.apply(vec![merge(1, "kept")]).await.expect("commits");
+        drop(store);
+        committer.await.expect("the committer ends");
+        {
+            let database = redb::Builder::new()
+                .create_with_backend(db.clone())
+                .expect("the database opens");
+            let txn = database.begin_write().expect("a transaction");
+            txn.open_table(META)
+                .expect("the meta table")
+                .insert(META_LOG_SEQUENCE, [1_u8, 2, 3].as_slice())
+                .expect("written");
+            txn.commit().expect("committed");
+        }
+        let opened = ReplicaStore::open_backend(db, log, 1 << 20, NodeId(1), 42);
+        assert!(
+            matches!(&opened, Err(StoreError::Corrupt { key, .. }) if key == META_LOG_SEQUENCE),
+            "{:?}",
+            opened.map(|_| ())
+        );
+    }
+
     /// spec/replication.md §14, *Group*: a group whose redo reaches `CHECKPOINT_BYTES` is not
     /// logged; its own synced commit is the checkpoint, and a crash keeps it without the log.
     #[tokio::test(flavor = "current_thread")]
