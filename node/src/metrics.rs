@@ -228,6 +228,10 @@ pub struct StoreMetrics {
     /// The replica store's checkpoints (spec/replication.md §14): each syncs the B-tree while
     /// the committer waits, the tail cost of the group log.
     checkpoints: Counter,
+    /// Of them, those made outside this member's turn because the log was overdue (§14,
+    /// `CHECKPOINT_OVERDUE`): a member written faster than its turns let it checkpoint, or whose
+    /// clock is off; such a checkpoint may overlap a peer's.
+    checkpoints_overdue: Counter,
     checkpoint_seconds: Histogram,
     /// Records held after the latest commit.
     records: Gauge<i64, std::sync::atomic::AtomicI64>,
@@ -239,6 +243,7 @@ impl Default for StoreMetrics {
             commits: Counter::default(),
             commit_seconds: Histogram::new(commit_buckets()),
             checkpoints: Counter::default(),
+            checkpoints_overdue: Counter::default(),
             checkpoint_seconds: Histogram::new(commit_buckets()),
             records: Gauge::default(),
         }
@@ -254,9 +259,13 @@ impl StoreMetrics {
         self.set_records(records);
     }
 
-    /// Counts one checkpoint of the replica store that took `elapsed`.
-    pub fn observe_checkpoint(&self, elapsed: Duration) {
+    /// Counts one checkpoint of the replica store that took `elapsed`, made outside this
+    /// member's turn when `overdue`.
+    pub fn observe_checkpoint(&self, elapsed: Duration, overdue: bool) {
         self.checkpoints.inc();
+        if overdue {
+            self.checkpoints_overdue.inc();
+        }
         self.checkpoint_seconds.observe(seconds(elapsed));
     }
 
@@ -269,6 +278,12 @@ impl StoreMetrics {
     #[must_use]
     pub fn checkpoints(&self) -> u64 {
         self.checkpoints.get()
+    }
+
+    /// Checkpoints so far made outside this member's turn (the replica store's).
+    #[must_use]
+    pub fn checkpoints_overdue(&self) -> u64 {
+        self.checkpoints_overdue.get()
     }
 
     /// Group commits so far.
@@ -721,6 +736,11 @@ impl Metrics {
                     "checkpoints",
                     "Checkpoints of the replica store: synced commits of its database after which its group log starts again",
                     metrics.checkpoints.clone(),
+                );
+                sub.register(
+                    "checkpoints_overdue",
+                    "Checkpoints of the replica store made outside this member's turn because its group log was overdue (they may overlap a peer's)",
+                    metrics.checkpoints_overdue.clone(),
                 );
                 sub.register_with_unit(
                     "checkpoint_duration",

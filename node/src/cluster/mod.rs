@@ -69,7 +69,9 @@ use self::peers::PeerError;
 use self::peers::{Identity, LinkSettings, Peers};
 use self::service::ReplicaService;
 use self::skew::{ClockWatch, Probes};
-use self::store::{DedupEntry, DedupWindow, Entry, ReplicaStore, StoreError, StoreFault};
+use self::store::{
+    CheckpointTurns, DedupEntry, DedupWindow, Entry, ReplicaStore, StoreError, StoreFault,
+};
 use crate::clock::Clock;
 use crate::metrics::{MemberState, PeerState, ReplicationMetrics};
 
@@ -318,6 +320,17 @@ impl Cluster {
         store.set_dedup_window(DedupWindow {
             clock: Arc::clone(&me.clock),
             window_ms: settings.dedup_window_ms,
+        });
+        store.set_checkpoint_turns(CheckpointTurns {
+            clock: Arc::clone(&me.clock),
+            position: u32::try_from(
+                members
+                    .iter()
+                    .position(|member| *member == settings.node)
+                    .expect("this node is one of the members"),
+            )
+            .expect("members fit in u32"),
+            members: u32::try_from(members.len()).expect("members fit in u32"),
         });
         let sweeper_store = store.clone();
         let dedup_late_ms = u64::try_from(settings.operation_timeout.as_millis())

@@ -115,6 +115,11 @@ const CHECKPOINT_GROUPS: u64 = 1024;
 /// Log bytes appended since the last checkpoint that make the next one due (§14,
 /// `CHECKPOINT_BYTES`).
 const CHECKPOINT_BYTES: u64 = 16 << 20;
+/// Each member's turn to checkpoint, in milliseconds of its clock (§14, `CHECKPOINT_TURN`).
+const CHECKPOINT_TURN_MS: u64 = 1_000;
+/// How many times due a checkpoint is made outside this member's turn (§14,
+/// `CHECKPOINT_OVERDUE`): what bounds the log, and the replay at start, when turns cannot work.
+const CHECKPOINT_OVERDUE: u64 = 4;
 
 /// Batches waiting for the committer; a full queue makes callers wait (backpressure), it never
 /// drops a batch. Shedding callers ([`ReplicaStore::apply_or_shed`], a peer's batch) are refused
@@ -525,6 +530,9 @@ struct Views {
     /// *WindowEnd*), once the cluster has set them: a held or void copy written after its
     /// window's end is refused. Unset (a store nobody coordinates for), nothing is refused.
     dedup_window: Arc<OnceLock<DedupWindow>>,
+    /// When this member may checkpoint (spec/replication.md §14, *Checkpoint*), once the cluster
+    /// has set it. Unset (a store nobody coordinates for), a due checkpoint is made at once.
+    checkpoint_turns: Arc<OnceLock<CheckpointTurns>>,
     /// The first failure, once a group failed: from then on the store refuses everything
     /// (spec/replication.md#durability: after a failed fsync nothing it holds counts as durable).
     failed: Arc<OnceLock<StoreFault>>,
@@ -539,6 +547,50 @@ pub struct DedupWindow {
     pub clock: Arc<dyn Clock>,
     /// `DEDUP_WINDOW`.
     pub window_ms: u64,
+}
+
+/// This member's turn to checkpoint among the cluster's members (spec/replication.md §14,
+/// `CHECKPOINT_TURN`): checkpoints of different members fall in different turns, so a write,
+/// which needs two acks of three, never waits for two checkpoints at once.
+#[derive(Clone)]
+pub struct CheckpointTurns {
+    /// This node's clock.
+    pub clock: Arc<dyn Clock>,
+    /// This member's place among the members ordered by node id, from 0.
+    pub position: u32,
+    /// How many members take turns.
+    pub members: u32,
+}
+
+impl CheckpointTurns {
+    /// Whether a checkpoint may begin now: in the first half of this member's turn, so that one
+    /// lasting less than half a turn ends within it.
+    #[must_use]
+    pub fn may_begin(&self) -> bool {
+        may_begin_checkpoint(
+            self.clock.now().0,
+            self.position,
+            self.members,
+            CHECKPOINT_TURN_MS,
+        )
+    }
+}
+
+/// §14: whether the member at `position` of `members` may begin a checkpoint at `now_ms`, with
+/// turns of `turn_ms`.
+fn may_begin_checkpoint(now_ms: u64, position: u32, members: u32, turn_ms: u64) -> bool {
+    assert!(position < members, "a member's position is below the count");
+    let turn = now_ms / turn_ms;
+    turn % u64::from(members) == u64::from(position) && now_ms % turn_ms < turn_ms / 2
+}
+
+/// Why a checkpoint was made (§14, *Checkpoint*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CheckpointReason {
+    /// Due, and in this member's turn (or no cluster set turns).
+    Due,
+    /// `CHECKPOINT_OVERDUE` times due, whosever turn it is.
+    Overdue,
 }
 
 /// The replica's store: cheap to clone, every clone feeds the one committer.
@@ -689,6 +741,7 @@ impl ReplicaStore {
             deletions: watch::Sender::new(0),
             purges: watch::Sender::new(0),
             dedup_window: Arc::new(OnceLock::new()),
+            checkpoint_turns: Arc::new(OnceLock::new()),
             failed: Arc::new(OnceLock::new()),
             metrics: StoreMetrics::default(),
         };
@@ -737,6 +790,12 @@ impl ReplicaStore {
     /// a second call keeps the first).
     pub fn set_dedup_window(&self, window: DedupWindow) {
         let _ = self.views.dedup_window.set(window);
+    }
+
+    /// Sets this member's turn to checkpoint (once; a second call keeps the first). Until it is
+    /// set, a due checkpoint is made at once.
+    pub fn set_checkpoint_turns(&self, turns: CheckpointTurns) {
+        let _ = self.views.checkpoint_turns.set(turns);
     }
 
     /// Runs `scan` (reads of this store, which block on the disk) off the async tasks: on
@@ -1628,8 +1687,15 @@ impl<B: StorageBackend> Durable<B> {
         Ok(())
     }
 
-    fn checkpoint_due(&self) -> bool {
-        self.groups >= CHECKPOINT_GROUPS || self.bytes >= CHECKPOINT_BYTES
+    /// §14, *Checkpoint*: whether to checkpoint now, after a group, and why.
+    fn checkpoint_now(&self, turns: Option<&CheckpointTurns>) -> Option<CheckpointReason> {
+        if self.groups >= CHECKPOINT_OVERDUE * CHECKPOINT_GROUPS
+            || self.bytes >= CHECKPOINT_OVERDUE * CHECKPOINT_BYTES
+        {
+            return Some(CheckpointReason::Overdue);
+        }
+        let due = self.groups >= CHECKPOINT_GROUPS || self.bytes >= CHECKPOINT_BYTES;
+        (due && turns.is_none_or(CheckpointTurns::may_begin)).then_some(CheckpointReason::Due)
     }
 
     /// §14, *Checkpoint*: a synced commit of the last sequence appended, which syncs every
@@ -1826,10 +1892,12 @@ fn commit_group<B: StorageBackend>(
                 // A caller that gave up no longer listens; its writes are durable anyway.
                 let _ = job.answer.send(Ok(answers));
             }
-            if durable.checkpoint_due() {
+            if let Some(reason) = durable.checkpoint_now(views.checkpoint_turns.get()) {
                 let started = std::time::Instant::now();
                 match durable.checkpoint(db) {
-                    Ok(()) => views.metrics.observe_checkpoint(started.elapsed()),
+                    Ok(()) => views
+                        .metrics
+                        .observe_checkpoint(started.elapsed(), reason == CheckpointReason::Overdue),
                     Err(error) => {
                         let fault = error.fault();
                         tracing::error!(%fault, "replica checkpoint failed; the store refuses everything until the node restarts");
@@ -2246,6 +2314,7 @@ mod tests {
     use redb::backends::InMemoryBackend;
 
     use super::crash_disk::Disk;
+    use crate::clock::ManualClock;
     use trireme_core::{Incarnation, MessageId, Millis, QueueName};
     use trireme_replication::record::Birth;
     use trireme_replication::replica::Write;
@@ -2523,6 +2592,78 @@ mod tests {
         let fault =
             a_failed_group_is_never_acked_and_the_store_refuses_everything_after(SYNC_FAILS).await;
         assert_eq!(fault.kind, FaultKind::Io, "{fault}");
+    }
+
+    /// spec/replication.md §14, `CHECKPOINT_TURN`: at any moment at most one member may begin a
+    /// checkpoint, only in the first half of its turn, and every member's turn comes.
+    #[test]
+    fn checkpoint_turns_are_disjoint_and_each_member_has_one() {
+        const TURN_MS: u64 = 1_000;
+        for members in 1..=5_u32 {
+            let mut began = vec![0_u32; members as usize];
+            for now_ms in (0..u64::from(members) * TURN_MS * 2).step_by(50) {
+                let may: Vec<u32> = (0..members)
+                    .filter(|position| may_begin_checkpoint(now_ms, *position, members, TURN_MS))
+                    .collect();
+                assert!(may.len() <= 1, "{members} members at {now_ms} ms: {may:?}");
+                if let [position] = may[..] {
+                    assert!(now_ms % TURN_MS < TURN_MS / 2, "the first half only");
+                    assert_eq!(u64::from(position), now_ms / TURN_MS % u64::from(members));
+                    began[position as usize] += 1;
+                }
+            }
+            assert!(
+                began.iter().all(|n| *n == 20),
+                "{members} members: {began:?}"
+            );
+        }
+    }
+
+    /// spec/replication.md §14, *Checkpoint*: a due checkpoint waits for this member's turn; an
+    /// overdue one (`CHECKPOINT_OVERDUE` times due) is made whosever turn it is.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_due_checkpoint_waits_for_the_members_turn_and_an_overdue_one_does_not() {
+        let (store, _committer) = ReplicaStore::open_backend(
+            InMemoryBackend::new(),
+            InMemoryBackend::new(),
+            1 << 20,
+            NodeId(1),
+            42,
+        )
+        .expect("the store opens");
+        // Member 1 of 3: its turn is [1000, 1500) ms of every 3000.
+        let clock = ManualClock::new(Millis(0));
+        store.set_checkpoint_turns(CheckpointTurns {
+            clock: Arc::new(clock.clone()),
+            position: 1,
+            members: 3,
+        });
+        let mut id = 0;
+        let mut groups = |count: u64| {
+            let store = store.clone();
+            let first = id;
+            id += u128::from(count);
+            async move {
+                for id in first..first + u128::from(count) {
+                    store.apply(vec![merge(id, "body")]).await.expect("commits");
+                }
+            }
+        };
+        groups(CHECKPOINT_GROUPS + 10).await;
+        assert_eq!(store.metrics().checkpoints(), 0, "due, but not its turn");
+        clock.set(Millis(1_600));
+        groups(1).await;
+        assert_eq!(store.metrics().checkpoints(), 0, "the turn's second half");
+        clock.set(Millis(4_000));
+        groups(1).await;
+        assert_eq!(store.metrics().checkpoints(), 1, "its turn");
+        assert_eq!(store.metrics().checkpoints_overdue(), 0);
+        clock.set(Millis(6_000));
+        groups(CHECKPOINT_OVERDUE * CHECKPOINT_GROUPS - 1).await;
+        assert_eq!(store.metrics().checkpoints(), 1, "due, not yet overdue");
+        groups(1).await;
+        assert_eq!(store.metrics().checkpoints(), 2, "overdue: made at once");
+        assert_eq!(store.metrics().checkpoints_overdue(), 1);
     }
 
     /// spec/replication.md §14, L1: a crash keeps every group the store answered, through its

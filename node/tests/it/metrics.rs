@@ -523,6 +523,13 @@ async fn a_member_is_ready_only_once_it_has_joined_and_reaches_a_quorum() {
         ),
         0.0
     );
+    assert_eq!(
+        sample(
+            &samples,
+            "trireme_storage_checkpoints_overdue_total{store=\"replica\"}"
+        ),
+        0.0
+    );
 
     // Two members stop: node 1 can no longer reach a quorum, and says so.
     let stopped: Vec<Node> = nodes.drain(1..).collect();
