@@ -45,10 +45,29 @@ impl TraceId {
         u64::from_str_radix(text, 16).ok().map(TraceId)
     }
 
-    /// The id as a header value.
+    /// The id as a header value, marked never to be indexed by HTTP/2's header compression.
+    ///
+    /// Every answer's id is new, so HPACK's table (RFC 7541 §2.3.2) would only fill with ids
+    /// never sent again: each would evict an entry worth keeping, and the encoder would compare
+    /// every id against all those before it (BENCHMARKS.md 6o: 6 % of a member's instructions
+    /// per idle long poll). A never-indexed literal (§6.2.3) costs neither side a table entry.
     #[must_use]
     pub fn header_value(self) -> http::HeaderValue {
-        http::HeaderValue::from_str(&self.to_string()).expect("hex digits are a valid header")
+        let mut value = http::HeaderValue::from_bytes(&self.hex_digits())
+            .expect("hex digits are a valid header");
+        value.set_sensitive(true);
+        value
+    }
+
+    /// The id's 16 lowercase hex digits, without formatting machinery.
+    fn hex_digits(self) -> [u8; 16] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [0; 16];
+        for (index, digit) in digits.iter_mut().enumerate() {
+            let shift = 60 - 4 * index;
+            *digit = DIGITS[usize::try_from((self.0 >> shift) & 0xf).expect("a nibble fits")];
+        }
+        digits
     }
 }
 
@@ -201,6 +220,19 @@ mod tests {
         assert_eq!(TraceId::parse("abc"), None);
         assert_eq!(TraceId::parse("00abcdef0123456z"), None);
         assert_eq!(TraceId::parse("<script>alert(1)"), None);
+    }
+
+    #[test]
+    fn a_trace_id_header_is_its_hex_digits_and_never_indexed() {
+        for trace in [
+            TraceId(0),
+            TraceId(0x00ab_cdef_0123_4567),
+            TraceId(u64::MAX),
+        ] {
+            let value = trace.header_value();
+            assert_eq!(value.to_str().unwrap(), trace.to_string());
+            assert!(value.is_sensitive(), "HPACK must not index {trace}");
+        }
     }
 
     #[test]
