@@ -400,7 +400,7 @@ impl Node {
         let (stop_accepting, stop) = watch::channel(false);
         // No `tcp_nodelay` here: tonic ignores it for a custom incoming stream. The accepted
         // sockets get it from `tcp_incoming` (production) or need none (turmoil).
-        let router = tonic::transport::Server::builder()
+        let builder = tonic::transport::Server::builder()
             .timeout(Duration::from_secs(config.request_timeout_s))
             .http2_keepalive_interval(Some(Duration::from_secs(limits::grpc_keepalive_interval_s)))
             .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
@@ -408,19 +408,24 @@ impl Node {
             .layer(grpc::MetricsLayer::new(
                 sources.requests.clone(),
                 trace_ids.clone(),
-            ))
-            .add_service(tonic::service::interceptor::InterceptedService::new(
-                grpc::service(
-                    backend.clone(),
-                    config.grpc_request_bytes_max,
-                    config.grpc_response_bytes_max,
-                ),
-                ApiAuth::new(tokens),
             ));
+        // The one service is served as it is, not through tonic's router (an axum router of
+        // services by name): routing by name and its boxing were 4-5 % of the instructions of a
+        // request (BENCHMARKS.md 6o), and the service answers a path it does not serve with
+        // `Unimplemented` itself, as the router's fallback did.
+        let service = tonic::service::interceptor::InterceptedService::new(
+            grpc::service(
+                backend.clone(),
+                config.grpc_request_bytes_max,
+                config.grpc_response_bytes_max,
+            ),
+            ApiAuth::new(tokens),
+        );
         let grpc_connections_max = config.grpc_connections_max;
         let server = tokio::spawn(async move {
-            router
+            builder
                 .serve_with_incoming_shutdown(
+                    service,
                     connections::capped_incoming(incoming, grpc_connections_max),
                     stopped(stop),
                 )

@@ -312,6 +312,55 @@ async fn the_sqs_endpoint_records_its_requests_apart_from_grpc() {
 
 /// `trireme-node probe` exits 0 on a 200 and 1 otherwise, with no shell needed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_method_the_node_does_not_serve_is_unimplemented_and_counted_as_unknown() {
+    let node = TestNode::start().await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", node.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    for path in [
+        "/trireme.v1.QueueService/NoSuchMethod",
+        "/trireme.v1.NoSuchService/GetQueue",
+    ] {
+        grpc.ready().await.unwrap();
+        let answer = grpc
+            .unary::<_, pb::GetQueueResponse, _>(
+                tonic::Request::new(pb::GetQueueRequest {
+                    name: "anything".to_owned(),
+                }),
+                path.parse().unwrap(),
+                tonic_prost::ProstCodec::default(),
+            )
+            .await;
+        let status = answer.expect_err(path);
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unimplemented,
+            "{path}: {status:?}"
+        );
+    }
+
+    let samples = scrape(node.metrics).await;
+    assert_eq!(
+        sample(
+            &samples,
+            "trireme_request_duration_seconds_count{api=\"grpc\",operation=\"unknown\"}"
+        ),
+        2.0,
+        "a method the node does not serve is counted as unknown, never by its name"
+    );
+    assert_eq!(
+        sample(
+            &samples,
+            "trireme_request_errors_total{api=\"grpc\",operation=\"unknown\",reason=\"Unimplemented\"}"
+        ),
+        2.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probe_subcommand_exits_by_the_status() {
     let node = TestNode::start().await;
     let probe = |path: &str| {
