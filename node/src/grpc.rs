@@ -166,7 +166,7 @@ where
             if let Ok(response) = &mut result {
                 response
                     .headers_mut()
-                    .insert(trace::TRACE_ID_HEADER, trace.header_value());
+                    .insert(trace::TRACE_ID_NAME, trace.header_value());
             }
             result
         })

@@ -27,6 +27,9 @@ use crate::limits;
 
 /// The header (HTTP) and metadata key (gRPC) of an edge request's trace id, both ways.
 pub const TRACE_ID_HEADER: &str = "trireme-trace-id";
+/// [`TRACE_ID_HEADER`] as a header name, made once: a name given as text is parsed again on
+/// every insert and lookup.
+pub const TRACE_ID_NAME: http::HeaderName = http::HeaderName::from_static(TRACE_ID_HEADER);
 /// The metadata key of a replica call: the trace ids of the requests it serves, comma-separated.
 pub const TRACE_IDS_KEY: &str = "trireme-trace-ids";
 
@@ -110,7 +113,7 @@ impl TraceIds {
     #[must_use]
     pub fn of_request(&self, headers: &http::HeaderMap) -> TraceId {
         headers
-            .get(TRACE_ID_HEADER)
+            .get(TRACE_ID_NAME)
             .and_then(|value| value.to_str().ok())
             .and_then(TraceId::parse)
             .unwrap_or_else(|| self.next())

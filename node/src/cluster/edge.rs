@@ -31,7 +31,9 @@ use trireme_replication::coordinator::{
     DeadLetterNowAnswer, DeleteAnswer, Handle, MoveAnswer, SendAnswer, VisibilityAnswer,
 };
 use trireme_replication::dedup::DedupSendAnswer;
-use trireme_replication::name::{CreateAnswer, DeleteQueueAnswer, PurgeAnswer};
+use trireme_replication::name::{
+    CreateAnswer, DeleteQueueAnswer, NameRecord, PurgeAnswer, Register,
+};
 use trireme_replication::placement::REPLICAS;
 use trireme_replication::record::Birth;
 use trireme_replication::{Claim, Generation, NodeId, RecordKey};
@@ -74,7 +76,6 @@ struct Message {
 struct Known {
     incarnation: Incarnation,
     attributes: QueueAttributes,
-    state: QueueState,
 }
 
 /// The public API's commands over the cluster. Cheap to clone.
@@ -93,44 +94,64 @@ pub struct ClusterEdge {
     decoded: Arc<DecodedAttributes>,
 }
 
-/// Queue attributes decoded from their registers, kept per queue with the registers they came
-/// from: a lookup whose registers are the same takes them without decoding the JSON again, and
-/// any change of a register decodes anew. At most `decoded_attributes_queues_max` queues.
+/// Queue attributes decoded from their registers, kept per queue with what the registers are
+/// made of (the create's attributes and the changes on top): a lookup whose record holds the
+/// same takes them without making the registers or decoding their JSON again, and any change
+/// decodes anew. At most `decoded_attributes_queues_max` queues.
 #[derive(Debug, Default)]
 struct DecodedAttributes {
     by_queue: Mutex<BTreeMap<QueueName, Decoded>>,
 }
 
-/// A queue's attribute registers and the attributes decoded from them.
-type Decoded = (BTreeMap<String, String>, QueueAttributes);
+/// What a queue's attribute registers were made of, and the attributes decoded from them.
+#[derive(Debug)]
+struct Decoded {
+    /// The create's attributes (the live proposal's).
+    created: BTreeMap<String, String>,
+    /// The attribute changes on top of them.
+    changes: BTreeMap<String, Register>,
+    attributes: QueueAttributes,
+}
 
 impl DecodedAttributes {
-    /// The attributes `registers` hold, as [`attributes_from_registers`] decodes them.
-    fn get(
-        &self,
-        name: &QueueName,
-        registers: &BTreeMap<String, String>,
-    ) -> Result<QueueAttributes, String> {
-        if let Some((seen, attributes)) = self
-            .by_queue
-            .lock()
-            .expect("the decoded attributes' lock is never poisoned")
-            .get(name)
-            && seen == registers
-        {
-            return Ok(attributes.clone());
-        }
-        let attributes = attributes_from_registers(registers)?;
+    /// The attributes of the live queue `record` holds, as [`attributes_from_registers`]
+    /// decodes its registers. Called under the name view's lock (`Cluster::queue_with`), so
+    /// this lock is only ever taken after that one.
+    ///
+    /// # Panics
+    /// When `record` has no live incarnation: callers read only live records.
+    fn of_record(&self, name: &QueueName, record: &NameRecord) -> Result<QueueAttributes, String> {
+        let created = &record
+            .live()
+            .expect("only a live queue's attributes are decoded")
+            .attributes;
         let mut by_queue = self
             .by_queue
             .lock()
             .expect("the decoded attributes' lock is never poisoned");
+        if let Some(decoded) = by_queue.get(name)
+            && decoded.created == *created
+            && decoded.changes == record.attributes
+        {
+            return Ok(decoded.attributes.clone());
+        }
+        let registers = record
+            .current_attributes()
+            .expect("a live record has attributes");
+        let attributes = attributes_from_registers(&registers)?;
         if by_queue.len() >= crate::limits::decoded_attributes_queues_max
             && !by_queue.contains_key(name)
         {
             by_queue.clear();
         }
-        by_queue.insert(name.clone(), (registers.clone(), attributes.clone()));
+        by_queue.insert(
+            name.clone(),
+            Decoded {
+                created: created.clone(),
+                changes: record.attributes.clone(),
+                attributes: attributes.clone(),
+            },
+        );
         Ok(attributes)
     }
 }
@@ -195,6 +216,16 @@ fn unavailable(what: &str) -> EngineError {
 
 fn not_found(name: &QueueName) -> EngineError {
     EngineError::Rejected(Reject::QueueNotFound { name: name.clone() })
+}
+
+/// The refusal for a queue whose attribute registers do not decode: a replica holds a value no
+/// writer wrote.
+fn undecodable(name: &QueueName, reason: &str) -> EngineError {
+    error!(queue = %name, %reason, "a queue's attribute registers do not decode");
+    EngineError::Storage(StoreFault {
+        kind: FaultKind::Corrupt,
+        detail: format!("queue {name}: an attribute register does not decode: {reason}"),
+    })
 }
 
 /// The registers a queue's attributes are stored as: one per attribute, its JSON by field name.
@@ -432,36 +463,59 @@ impl ClusterEdge {
         }
     }
 
+    /// The live queue `name`'s incarnation and attributes, if it is live: all a message
+    /// command needs, read without copying its tags or decoding registers it decoded before.
     async fn lookup(&self, name: &QueueName) -> Result<Option<Known>, EngineError> {
-        let Some(state) = self
+        let seen = self
             .cluster
-            .queue(name)
+            .queue_with(name, |record| {
+                let live = record.live()?;
+                Some((live.incarnation, self.decoded.of_record(name, record)))
+            })
             .await
-            .map_err(|_| unavailable("reading the queue"))?
-        else {
+            .map_err(|_| unavailable("reading the queue"))?;
+        let Some((incarnation, attributes)) = seen else {
             return Ok(None);
         };
-        let attributes = self
-            .decoded
-            .get(name, &state.attributes)
-            .map_err(|reason| {
-                error!(queue = %name, %reason, "a queue's attribute registers do not decode");
-                EngineError::Storage(StoreFault {
-                    kind: FaultKind::Corrupt,
-                    detail: format!(
-                        "queue {name}: an attribute register does not decode: {reason}"
-                    ),
-                })
-            })?;
         Ok(Some(Known {
-            incarnation: state.incarnation,
-            attributes,
-            state,
+            incarnation,
+            attributes: attributes.map_err(|reason| undecodable(name, &reason))?,
         }))
+    }
+
+    /// [`ClusterEdge::lookup`], with the rest of the queue's state (tags, stamps, watermark).
+    async fn lookup_state(
+        &self,
+        name: &QueueName,
+    ) -> Result<Option<(Known, QueueState)>, EngineError> {
+        let seen = self
+            .cluster
+            .queue_with(name, |record| {
+                Some((
+                    QueueState::of(record)?,
+                    self.decoded.of_record(name, record),
+                ))
+            })
+            .await
+            .map_err(|_| unavailable("reading the queue"))?;
+        let Some((state, attributes)) = seen else {
+            return Ok(None);
+        };
+        let known = Known {
+            incarnation: state.incarnation,
+            attributes: attributes.map_err(|reason| undecodable(name, &reason))?,
+        };
+        Ok(Some((known, state)))
     }
 
     async fn known(&self, name: &QueueName) -> Result<Known, EngineError> {
         self.lookup(name).await?.ok_or_else(|| not_found(name))
+    }
+
+    async fn known_state(&self, name: &QueueName) -> Result<(Known, QueueState), EngineError> {
+        self.lookup_state(name)
+            .await?
+            .ok_or_else(|| not_found(name))
     }
 
     /// Applies `command` (spec/queue-core.md's actions, as the cluster serves them).
@@ -507,18 +561,18 @@ impl ClusterEdge {
                 DeleteQueueAnswer::Unavailable => Err(unavailable("deleting the queue")),
             },
             Command::TagQueue { name, tags } => {
-                let known = self.known(&name).await?;
-                let mut after = known.state.tags.clone();
+                let (known, state) = self.known_state(&name).await?;
+                let mut after = state.tags.clone();
                 after.extend(tags.clone());
                 check_tags(&after)?;
                 let tags = tags.into_iter().map(|(k, v)| (k, Some(v))).collect();
                 self.change(&name, &known, BTreeMap::new(), tags).await
             }
             Command::UntagQueue { name, keys } => {
-                let known = self.known(&name).await?;
+                let (known, state) = self.known_state(&name).await?;
                 let tags = keys
                     .into_iter()
-                    .filter(|key| known.state.tags.contains_key(key))
+                    .filter(|key| state.tags.contains_key(key))
                     .map(|key| (key, None))
                     .collect();
                 self.change(&name, &known, BTreeMap::new(), tags).await
@@ -1124,15 +1178,15 @@ impl ClusterEdge {
     pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueView>, EngineError> {
         self.serving()?;
         self.coordinating().await?;
-        let looked_up = self.lookup(name).await;
-        let Some(known) = self.explained(looked_up)? else {
+        let looked_up = self.lookup_state(name).await;
+        let Some((known, state)) = self.explained(looked_up)? else {
             return Ok(None);
         };
         let now = self.clock.now();
         let counts = self.cluster.store().view(|view| {
             // What this node's copy of the watermark hides is gone (spec §11).
             let (ready, in_flight, delayed) =
-                view.counts(name, known.incarnation, known.state.purge_watermark, now);
+                view.counts(name, known.incarnation, state.purge_watermark, now);
             MessageCounts {
                 ready,
                 in_flight,
@@ -1143,11 +1197,11 @@ impl ClusterEdge {
             name: name.clone(),
             attributes: known.attributes,
             incarnation: known.incarnation,
-            created_at: known.state.created_at,
-            modified_at: known.state.modified_at,
-            tags: known.state.tags,
+            created_at: state.created_at,
+            modified_at: state.modified_at,
+            tags: state.tags,
             counts,
-            last_purge_at: known.state.purge_watermark,
+            last_purge_at: state.purge_watermark,
         }))
     }
 
@@ -1210,6 +1264,7 @@ impl ClusterEdge {
 mod tests {
     use super::*;
     use trireme_core::RedrivePolicy;
+    use trireme_replication::name::Proposal;
 
     #[test]
     fn attributes_round_trip_through_registers() {
@@ -1254,28 +1309,81 @@ mod tests {
         assert_eq!(changed, ["delay_s"]);
     }
 
+    /// A record whose live proposal was created with `created` and changed by `changes`.
+    fn live_record(
+        created: BTreeMap<String, String>,
+        changes: BTreeMap<String, Register>,
+    ) -> NameRecord {
+        let proposal = Proposal {
+            attributes: created,
+            ..Proposal::default()
+        };
+        NameRecord {
+            votes: [
+                Some(Box::new(proposal.clone())),
+                Some(Box::new(proposal)),
+                None,
+            ],
+            attributes: changes,
+            ..NameRecord::default()
+        }
+    }
+
+    fn register(hlc_ms: u64, value: Option<&str>) -> Register {
+        Register {
+            hlc_ms,
+            node: NodeId(1),
+            value: value.map(str::to_owned),
+        }
+    }
+
     #[test]
     fn decoded_attributes_follow_every_change_of_a_register_within_the_bound() {
         let decoded = DecodedAttributes::default();
         let queue = QueueName::try_from("jobs".to_owned()).expect("a valid name");
-        let before = attribute_registers(&QueueAttributes::default());
-        let changed = QueueAttributes {
+        let created = attribute_registers(&QueueAttributes::default());
+        let plain = live_record(created.clone(), BTreeMap::new());
+        assert_eq!(
+            decoded.of_record(&queue, &plain),
+            Ok(QueueAttributes::default())
+        );
+        assert_eq!(
+            decoded.of_record(&queue, &plain),
+            Ok(QueueAttributes::default())
+        );
+        let seven = QueueAttributes {
             visibility_timeout_s: 7,
             ..QueueAttributes::default()
         };
-        let after = attribute_registers(&changed);
-        assert_eq!(decoded.get(&queue, &before), Ok(QueueAttributes::default()));
-        assert_eq!(decoded.get(&queue, &before), Ok(QueueAttributes::default()));
-        assert_eq!(decoded.get(&queue, &after), Ok(changed));
-        let mut bad = after.clone();
-        bad.insert("delay_s".to_owned(), "\"soon\"".to_owned());
+        let mut changes =
+            BTreeMap::from([("visibility_timeout_s".to_owned(), register(5, Some("7")))]);
+        assert_eq!(
+            decoded.of_record(&queue, &live_record(created.clone(), changes.clone())),
+            Ok(seven.clone()),
+            "a change on top of the create"
+        );
+        let created_seven = attribute_registers(&seven);
+        assert_eq!(
+            decoded.of_record(&queue, &live_record(created_seven, BTreeMap::new())),
+            Ok(seven),
+            "a create with other attributes"
+        );
+        changes.insert("visibility_timeout_s".to_owned(), register(6, None));
+        assert_eq!(
+            decoded.of_record(&queue, &live_record(created.clone(), changes.clone())),
+            Ok(QueueAttributes::default()),
+            "a change back to the default"
+        );
+        changes.insert("delay_s".to_owned(), register(7, Some("\"soon\"")));
+        let bad = live_record(created.clone(), changes);
+        assert!(decoded.of_record(&queue, &bad).is_err());
         assert!(
-            decoded.get(&queue, &bad).is_err(),
+            decoded.of_record(&queue, &bad).is_err(),
             "a bad register is never kept"
         );
         for n in 0..=crate::limits::decoded_attributes_queues_max {
             let other = QueueName::try_from(format!("q{n}")).expect("a valid name");
-            decoded.get(&other, &before).expect("decodes");
+            decoded.of_record(&other, &plain).expect("decodes");
             let kept = decoded.by_queue.lock().expect("not poisoned").len();
             assert!(kept <= crate::limits::decoded_attributes_queues_max);
         }

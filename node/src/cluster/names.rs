@@ -305,11 +305,31 @@ impl Cluster {
     /// # Errors
     /// [`NameUnavailable`] when the settled read did not complete by the operation timeout.
     pub async fn queue(&self, name: &QueueName) -> Result<Option<QueueState>, NameUnavailable> {
+        self.queue_with(name, QueueState::of).await
+    }
+
+    /// What `read` takes from the record of the live queue `name`, if any, from the view or by
+    /// a settled read as [`Cluster::queue`] finds it (which is `queue_with` of
+    /// `QueueState::of`): for a request that needs less than the whole state, without copying
+    /// the rest. `read` sees only a record with a live incarnation, and runs under the view's
+    /// lock: it must only read and copy.
+    ///
+    /// # Errors
+    /// [`NameUnavailable`] when the settled read did not complete by the operation timeout.
+    pub async fn queue_with<T>(
+        &self,
+        name: &QueueName,
+        read: impl Fn(&NameRecord) -> Option<T>,
+    ) -> Result<Option<T>, NameUnavailable> {
         let now = self.inner.me.clock.now();
-        if let Some(state) = self.fresh(name, now, QueueState::of) {
-            return Ok(Some(state));
+        if let Some(seen) = self.fresh(name, now, &read) {
+            return Ok(Some(seen));
         }
-        self.queue_settled(name).await
+        let record = self.record_settled(name).await?;
+        if record.live().is_none() {
+            return Ok(None);
+        }
+        Ok(read(&record))
     }
 
     /// The live queue `name`, if any, by a settled read whatever the view holds (spec §1,
@@ -321,12 +341,17 @@ impl Cluster {
         &self,
         name: &QueueName,
     ) -> Result<Option<QueueState>, NameUnavailable> {
+        Ok(QueueState::of(&self.record_settled(name).await?))
+    }
+
+    /// The record of `name` by a settled read, learned into the view.
+    async fn record_settled(&self, name: &QueueName) -> Result<NameRecord, NameUnavailable> {
         let now = self.inner.me.clock.now();
         let (op, effects) = NameOp::read(self.name_replicas(name), now);
         match self.run_name(name, op, effects).await.0 {
             NameAnswer::Read(ReadAnswer::Settled(record)) => {
                 self.learn(name, &record).await;
-                Ok(QueueState::of(&record))
+                Ok(record)
             }
             NameAnswer::Read(ReadAnswer::Unavailable) => Err(NameUnavailable),
             _ => unreachable!("a read answers as a read"),
