@@ -64,12 +64,9 @@ impl TraceId {
 
     /// The id's 16 lowercase hex digits, without formatting machinery.
     fn hex_digits(self) -> [u8; 16] {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut digits = [0; 16];
-        for (index, digit) in digits.iter_mut().enumerate() {
-            let shift = 60 - 4 * index;
-            *digit = DIGITS[usize::try_from((self.0 >> shift) & 0xf).expect("a nibble fits")];
-        }
+        hex::encode_to_slice(self.0.to_be_bytes(), &mut digits)
+            .expect("8 bytes make 16 hex digits");
         digits
     }
 }
