@@ -25,6 +25,7 @@ mod replication {
     const MOVED_AT_MAX: &str = "dead-letter move only past maxReceiveCount";
     const HOLDER_REFUSED: &str = "delivered claim's holder refused only by a later receive";
     const STALE_WROTE_NOTHING: &str = "a delete answered stale wrote nothing";
+    const UP_TO_MAX: &str = "a receive delivers only up to maxReceiveCount";
 
     const ORPHAN: &str = "claim reached one replica, then its coordinator died";
     const CONCURRENT: &str = "two coordinators claim one version at once";
@@ -52,6 +53,8 @@ mod replication {
     const MOVED_NOW: &str = "message moved by dead-letter-now";
     const NOW_REFUSED: &str = "dead-letter-now refused for a superseded handle";
     const NOW_RACE: &str = "dead-letter-now races a receive";
+    const FAST_DELIVERED: &str = "claim without the read delivered";
+    const FAST_FELL_BACK: &str = "claim without the read refused, fell back to the read";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -338,6 +341,113 @@ mod replication {
                 ..redrive()
             },
             &[REDRIVEN, REJOIN, HEALED],
+        );
+    }
+
+    /// spec/replication.md §13, *A claim without the read*: the receive race with every
+    /// receive claiming from its coordinator's local replica first.
+    /// No anti-entropy (the receive race has one): the fast path and its fallback multiply
+    /// the interleavings of two receives.
+    fn claim_without_read_race() -> Config {
+        Config {
+            claim_without_read: true,
+            anti_entropy_max: 0,
+            ..receive_race()
+        }
+    }
+
+    /// The claim without the read under one fault (drop, duplicate or crash).
+    fn claim_without_read_faults() -> Config {
+        Config {
+            claim_without_read: true,
+            ..faults()
+        }
+    }
+
+    /// The claim without the read from the sent start with `maxReceiveCount` 1 and two receives:
+    /// the count checks' own run (the move start already holds the count at the maximum on two
+    /// replicas).
+    fn claim_without_read_count() -> Config {
+        Config {
+            start: Start::Sent,
+            dead_letter: true,
+            max_receive_count: 1,
+            claims_max: 2,
+            heal: true,
+            claim_without_read: true,
+            ..Config::quiet("claim without the read, count")
+        }
+    }
+
+    /// The two larger runs of the claim without the read and the replicas' count check left out
+    /// (about 4 minutes each in the test profile): with `TRIREME_MODEL_LARGE=1` only, so the
+    /// crate's tests stay short. The faults run below is the one every test run makes.
+    #[test]
+    fn claim_without_read_large_bounds_hold() {
+        if !large() {
+            println!(
+                "replication model: claim without the read's larger bounds skipped (set TRIREME_MODEL_LARGE=1)"
+            );
+            return;
+        }
+        check(
+            Config {
+                name: "claim without the read, receive race",
+                ..claim_without_read_race()
+            },
+            &[
+                FAST_DELIVERED,
+                FAST_FELL_BACK,
+                CONCURRENT,
+                ORPHAN,
+                DELETE_RACE,
+                CONCURRENT_DELETE,
+                HEALED,
+            ],
+        );
+        check(
+            claim_without_read_count(),
+            &[FAST_DELIVERED, FAST_FELL_BACK, MOVED, ORPHAN, HEALED],
+        );
+        // The replicas' count check (d) left out while the coordinator checks its local
+        // count: nothing breaks. Within a generation every record's receive count is the
+        // generation's starting count plus its claim's `seq`, so a replica that passes (b)
+        // holds a count below the claim's, which the local check keeps at most
+        // `maxReceiveCount`.
+        check(
+            Config {
+                name: "claim without the read, count, replicas without (d)",
+                ..with(
+                    Bug::ClaimWithoutReadNoCountCheck,
+                    claim_without_read_count(),
+                )
+            },
+            &[FAST_DELIVERED, FAST_FELL_BACK, MOVED],
+        );
+    }
+
+    #[test]
+    fn claim_without_read_faults_hold() {
+        check(
+            Config {
+                name: "claim without the read, faults",
+                ..claim_without_read_faults()
+            },
+            &[FAST_DELIVERED, FAST_FELL_BACK, REJOIN, ORPHAN, HEALED],
+        );
+    }
+
+    /// A coordinator that claims from its local record without checking the count there, the
+    /// replicas checking (d) against their own: an orphan claim raised the local count to the
+    /// maximum, the other two replicas hold the count below it and take the claim.
+    #[test]
+    fn claim_without_read_without_local_count_check_delivers_past_max() {
+        finds(
+            with(
+                Bug::ClaimWithoutReadNoLocalCountCheck,
+                claim_without_read_count(),
+            ),
+            UP_TO_MAX,
         );
     }
 

@@ -209,7 +209,9 @@ impl Model for ReplicationModel {
             Action::OldDiskReturns(r) => state.old_disk_returns(r as usize),
             Action::Abandon(c) => state.abandon(c as usize),
             Action::Send => state.start_send(SENDER),
-            Action::Claim { coordinator, queue } => state.start_claim(coordinator as usize, queue),
+            Action::Claim { coordinator, queue } => {
+                state.start_claim(&self.config, coordinator as usize, queue)
+            }
             Action::Delete(c) => state.start_delete(config, c as usize),
             Action::DeadLetterNow(c) => state.start_dead_letter_now(c as usize),
             Action::Redrive => state.start_redrive(SENDER),
@@ -276,6 +278,10 @@ impl Model for ReplicationModel {
             Property::always(
                 "dead-letter move only past maxReceiveCount",
                 |_, s: &State| !s.ghost.violated(Violation::MovedBeforeMax),
+            ),
+            Property::always(
+                "a receive delivers only up to maxReceiveCount",
+                |_, s: &State| !s.ghost.violated(Violation::DeliveredPastMax),
             ),
             Property::always(
                 "delivered claim's holder refused only by a later receive",
@@ -374,6 +380,16 @@ impl Model for ReplicationModel {
             properties.push(Property::always(
                 "after heal, a redrive empties the dead-letter queue",
                 |_, s: &State| !s.healed || !s.joined(Queue::DeadLetter).is_live(),
+            ));
+        }
+        if self.config.claim_without_read {
+            properties.push(Property::sometimes(
+                "claim without the read delivered",
+                |_, s: &State| s.ghost.reached(Scenario::ClaimWithoutReadDelivered),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused, fell back to the read",
+                |_, s: &State| s.ghost.reached(Scenario::ClaimWithoutReadFellBack),
             ));
         }
         if self.config.dead_letter_nows_max > 0 {
@@ -530,6 +546,7 @@ impl Config {
             anti_entropy_max: 0,
             replacements_max: 0,
             heal: false,
+            claim_without_read: false,
             bug: None,
         }
     }

@@ -106,6 +106,14 @@ pub enum Bug {
     /// refuses its conditional tombstone, as the driver did before spec/replication.md's F3,
     /// although the third replica may take (or have taken) the tombstone.
     StaleAtTwoRefusals,
+    /// With `claim_without_read` (spec/replication.md §13, *A claim without the read*): the
+    /// replicas leave out their receive-count check (d) and accept a claim whatever count they
+    /// hold. The coordinator still checks the count on its local record.
+    ClaimWithoutReadNoCountCheck,
+    /// With `claim_without_read`: the coordinator sends its claim whatever count its local
+    /// record shows (no local check that the count is below `maxReceiveCount`); only the
+    /// replicas check the count, each against its own record (d).
+    ClaimWithoutReadNoLocalCountCheck,
 }
 
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
@@ -144,6 +152,11 @@ pub struct Config {
     pub replacements_max: u8,
     /// Whether the free phase may end in the heal schedule (liveness).
     pub heal: bool,
+    /// Whether a receive claims without its quorum read (spec/replication.md §13, *A claim
+    /// without the read*): the coordinator takes the record from its local replica (replica `c`
+    /// for coordinator `c`), sends the conditional claim at once, and falls back to the read at
+    /// the first refusal. Off in every run of part 1's table.
+    pub claim_without_read: bool,
     /// The protocol rule switched off, if any (planted-bug tests only).
     pub bug: Option<Bug>,
 }
@@ -278,6 +291,8 @@ pub enum Op {
         deletes_acked_before: u8,
         replies: [Option<Record>; REPLICAS],
     },
+    /// `fast`: sent without the read, from the local replica's record (`claim_without_read`);
+    /// a refusal then falls back to the read.
     ClaimWrite {
         queue: Queue,
         generation: u8,
@@ -285,6 +300,7 @@ pub enum Op {
         receive_count: u8,
         deletes_acked_before: u8,
         acks: u8,
+        fast: bool,
     },
     DeleteRead {
         handle: Handle,
@@ -502,6 +518,9 @@ pub enum Violation {
     /// A delete answered `StaleReceiptHandle` ("nothing written") whose conditional tombstone a
     /// replica took, before the answer or after it (spec#delete, step 4, F3).
     StaleDeleteWrote = 9,
+    /// A receive of the source delivered a claim whose receive count is above
+    /// `maxReceiveCount`: it should have moved the message instead (spec#receive-claim, step 4).
+    DeliveredPastMax = 10,
 }
 
 /// Scenarios the issue requires the checker to reach, one bit each.
@@ -538,6 +557,11 @@ pub enum Scenario {
     /// A delete was answered `StaleReceiptHandle` because all three replicas refused its
     /// conditional tombstone (spec#delete, step 4).
     DeleteStaleAtThreeRefusals = 16,
+    /// A claim sent without the read (`claim_without_read`) was delivered.
+    ClaimWithoutReadDelivered = 17,
+    /// A claim sent without the read was refused by a replica, and the receive fell back to
+    /// the quorum read.
+    ClaimWithoutReadFellBack = 18,
 }
 
 /// What only the model knows: what clients were told, and what went wrong.
@@ -829,10 +853,20 @@ impl State {
     }
 
     /// A client receives from `queue` through `coordinator`: the quorum read of
-    /// spec#receive-claim.
-    pub fn start_claim(&mut self, coordinator: usize, queue: Queue) {
+    /// spec#receive-claim, or with `claim_without_read` the claim from the local record.
+    pub fn start_claim(&mut self, config: &Config, coordinator: usize, queue: Queue) {
         self.used.claims += 1;
         let deletes_acked_before = self.ghost.deletes_acked;
+        if config.claim_without_read
+            && self.claim_from_local(config, coordinator, queue, deletes_acked_before)
+        {
+            return;
+        }
+        self.claim_read(coordinator, queue, deletes_acked_before);
+    }
+
+    /// The quorum read of a receive (spec#receive-claim, step 1).
+    fn claim_read(&mut self, coordinator: usize, queue: Queue, deletes_acked_before: u8) {
         self.begin(
             coordinator,
             Op::ClaimRead {
@@ -842,6 +876,93 @@ impl State {
             },
         );
         self.broadcast(coordinator, Message::Read { queue });
+    }
+
+    /// The claim without the read (spec/replication.md §13, *A claim without the read*): the
+    /// coordinator's own replica (replica `coordinator`) is read in place, without the network.
+    /// If it is reachable, serving, live, and its receive count is below `maxReceiveCount`, the
+    /// conditional claim `(seq + 1, me)` is sent to all three at once and `true` is returned.
+    /// Otherwise nothing is sent and the caller takes the read path. Time is abstract
+    /// (spec#time): the local claim may have expired by this coordinator's clock, so a claimed
+    /// record is claimed again, as after a read.
+    fn claim_from_local(
+        &mut self,
+        config: &Config,
+        coordinator: usize,
+        queue: Queue,
+        deletes_acked_before: u8,
+    ) -> bool {
+        let local = &self.replicas[coordinator];
+        if !local.up || local.rebuilding != 0 {
+            return false;
+        }
+        let held = local.store[queue.index()];
+        let Body::Live {
+            claim,
+            receive_count,
+        } = held.body
+        else {
+            // Nothing live here: this replica may be behind, so the read decides.
+            return false;
+        };
+        // spec#receive-claim step 4 on the local record: a count at the maximum means a move,
+        // which only the read path makes.
+        if queue == Queue::Source
+            && config.dead_letter
+            && receive_count >= config.max_receive_count
+            && !config.has(Bug::ClaimWithoutReadNoLocalCountCheck)
+        {
+            return false;
+        }
+        let claim = Claim {
+            seq: claim.map_or(0, |c| c.seq) + 1,
+            coordinator: coordinator as u8,
+        };
+        self.send_claim(
+            coordinator,
+            queue,
+            held.generation,
+            claim,
+            receive_count + 1,
+            deletes_acked_before,
+            true,
+        );
+        true
+    }
+
+    /// Sends the conditional claim to all three (spec#receive-claim, step 5).
+    #[allow(clippy::too_many_arguments)]
+    fn send_claim(
+        &mut self,
+        coordinator: usize,
+        queue: Queue,
+        generation: u8,
+        claim: Claim,
+        receive_count: u8,
+        deletes_acked_before: u8,
+        fast: bool,
+    ) {
+        self.begin(
+            coordinator,
+            Op::ClaimWrite {
+                queue,
+                generation,
+                claim,
+                receive_count,
+                deletes_acked_before,
+                acks: 0,
+                fast,
+            },
+        );
+        self.broadcast(
+            coordinator,
+            Message::Claim {
+                queue,
+                generation,
+                claim,
+                receive_count,
+            },
+        );
     }
 
     /// Ghost: whether a receive acknowledged before now superseded `handle` (a delivery of a
@@ -1228,15 +1349,27 @@ impl State {
                     std::cmp::Ordering::Equal => match held.body {
                         Body::Tombstone => false,
                         Body::Absent => true,
-                        Body::Live { claim: current, .. } => {
+                        Body::Live {
+                            claim: current,
+                            receive_count: held_count,
+                        } => {
                             current.map_or(0, |c| c.seq) < claim.seq
+                                && self.count_allows(config, queue, held_count)
                         }
                     },
                 };
+                // With `claim_without_read` the replica also checks (c), that its current
+                // claim's visibility deadline has passed by the clock the coordinator sent.
+                // Time is abstract (spec#time): every claim may have expired by any clock, so
+                // (c) accepts every claim here; section 5's model is the one with deadlines.
                 if accept {
                     let record = Record::claimed(generation, claim, receive_count);
                     self.merge_into(config, r, queue, record, Cause::Request);
                     self.reply(config, &packet, Message::Ack);
+                } else {
+                    // Silent on the read path's claims (its coordinator ignores it); a claim
+                    // without the read falls back to the read on it.
+                    self.reply(config, &packet, Message::Refused);
                 }
             }
             Message::Tombstone {
@@ -1340,6 +1473,18 @@ impl State {
         }
     }
 
+    /// Check (d) of a claim without the read (spec/replication.md §13): with
+    /// `claim_without_read`, a replica takes a claim of the source only while the receive count
+    /// it holds for that generation is below `maxReceiveCount`, so the claim cannot bypass the
+    /// dead-letter move.
+    fn count_allows(&self, config: &Config, queue: Queue, held_count: u8) -> bool {
+        !config.claim_without_read
+            || config.has(Bug::ClaimWithoutReadNoCountCheck)
+            || queue != Queue::Source
+            || !config.dead_letter
+            || held_count < config.max_receive_count
+    }
+
     // ----- coordinators -----------------------------------------------------------------------
 
     fn on_reply(&mut self, config: &Config, packet: Packet) {
@@ -1386,6 +1531,20 @@ impl State {
                 }
             }
             Message::Refused => {
+                if let Op::ClaimWrite {
+                    queue,
+                    deletes_acked_before,
+                    fast: true,
+                    ..
+                } = op
+                {
+                    // spec#13, *A claim without the read*: the first refusal gives the claim
+                    // up (as a split claim gives up) and the receive takes the read path. The
+                    // same receive, so its ghost invocation time is kept.
+                    self.ghost.reach(Scenario::ClaimWithoutReadFellBack);
+                    self.claim_read(c, queue, deletes_acked_before);
+                    return;
+                }
                 if let Op::DeleteWrite {
                     conditional: true,
                     refused,
@@ -1533,26 +1692,14 @@ impl State {
                     seq: claim.map_or(0, |c| c.seq) + 1,
                     coordinator: c as u8,
                 };
-                let generation = merged.generation;
-                self.begin(
+                self.send_claim(
                     c,
-                    Op::ClaimWrite {
-                        queue,
-                        generation,
-                        claim,
-                        receive_count: receive_count + 1,
-                        deletes_acked_before,
-                        acks: 0,
-                    },
-                );
-                self.broadcast(
-                    c,
-                    Message::Claim {
-                        queue,
-                        generation,
-                        claim,
-                        receive_count: receive_count + 1,
-                    },
+                    queue,
+                    merged.generation,
+                    claim,
+                    receive_count + 1,
+                    deletes_acked_before,
+                    false,
                 );
             }
             Op::DeleteRead {
@@ -1816,14 +1963,18 @@ impl State {
                 claim,
                 receive_count,
                 deletes_acked_before,
+                fast,
                 ..
             } => {
+                if fast {
+                    self.ghost.reach(Scenario::ClaimWithoutReadDelivered);
+                }
                 if deletes_acked_before & bit(generation as usize) != 0 {
                     self.ghost.violate(Violation::Resurrection);
                 } else if self.ghost.deletes_acked & bit(generation as usize) != 0 {
                     self.ghost.reach(Scenario::DeliveredAfterConcurrentDelete);
                 }
-                self.deliver_claim(queue, generation, claim, receive_count);
+                self.deliver_claim(config, queue, generation, claim, receive_count);
                 self.coordinators[c].handle = Some(Handle {
                     queue,
                     generation,
@@ -1923,7 +2074,19 @@ impl State {
     }
 
     /// The coordinator hands `queue`'s copy to its client.
-    fn deliver_claim(&mut self, queue: Queue, generation: u8, claim: Claim, receive_count: u8) {
+    fn deliver_claim(
+        &mut self,
+        config: &Config,
+        queue: Queue,
+        generation: u8,
+        claim: Claim,
+        receive_count: u8,
+    ) {
+        // Only the source has a redrive policy (spec#7).
+        if queue == Queue::Source && config.dead_letter && receive_count > config.max_receive_count
+        {
+            self.ghost.violate(Violation::DeliveredPastMax);
+        }
         let same_version = self
             .ghost
             .deliveries
@@ -2044,7 +2207,7 @@ impl State {
             if !self.joined(Queue::Source).is_live() {
                 break;
             }
-            self.start_claim(0, Queue::Source);
+            self.start_claim(config, 0, Queue::Source);
             self.heal_network(config, steps);
             let delivered = self.coordinators[0].handle;
             if let Some(handle) = delivered
