@@ -379,9 +379,10 @@ mod replication {
         }
     }
 
-    /// The two larger runs of the claim without the read and the replicas' count check left out
-    /// (about 4 minutes each in the test profile): with `TRIREME_MODEL_LARGE=1` only, so the
-    /// crate's tests stay short. The faults run below is the one every test run makes.
+    /// The larger runs of the claim without the read and the replicas' count check left out
+    /// (the count runs took 4 and 7 minutes in the test profile on a shared machine; the race
+    /// had not finished after 15): with `TRIREME_MODEL_LARGE=1` only, so the crate's tests stay
+    /// short. The faults run below is the one every test run makes.
     #[test]
     fn claim_without_read_large_bounds_hold() {
         if !large() {
