@@ -499,7 +499,7 @@ pub struct Delivery {
     pub receive_count: u8,
 }
 
-/// Broken invariants, one bit each (see `Violation::ALL`).
+/// Broken invariants, one bit each; `model.rs` checks each as an `always` property.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Violation {
     /// A receive invoked after a delete of that generation was acknowledged delivered it.
