@@ -809,7 +809,7 @@ impl Cluster {
         let known_watermark = self.known_watermark(queue, incarnation);
         // Read past what this node's other receives are claiming, which are left out.
         let reserved = self.inner.claiming.count(queue, incarnation);
-        let candidates = self.inner.store.view(|view| {
+        let candidates = self.inner.store.view_mut(|view| {
             view.candidates(
                 queue,
                 incarnation,

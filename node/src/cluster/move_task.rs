@@ -398,7 +398,7 @@ impl Cluster {
         let now = self.inner.me.clock.now();
         // What this node's copy of the source's watermark hides is neither offered nor counted.
         let purged_through = self.known_watermark(&key.queue, key.incarnation);
-        let (mine, ready) = self.inner.store.view(|view| {
+        let (mine, ready) = self.inner.store.view_mut(|view| {
             (
                 view.candidates(&key.queue, key.incarnation, purged_through, now, max),
                 view.counts(&key.queue, key.incarnation, purged_through, now)

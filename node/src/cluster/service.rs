@@ -231,7 +231,7 @@ impl ReplicaService {
         let purged_through = self
             .store
             .names(|names| names.watermark(&queue, incarnation));
-        let (messages, ready) = self.store.view(|view| {
+        let (messages, ready) = self.store.view_mut(|view| {
             (
                 view.candidates(&queue, incarnation, purged_through, now, limit),
                 view.counts(&queue, incarnation, purged_through, now).0,

@@ -1477,6 +1477,16 @@ impl ReplicaStore {
             .lock()
             .expect("the view lock is never poisoned: updates do not panic"))
     }
+
+    /// Runs `f` on the local view, which it may change: [`LocalView::candidates`] promotes what
+    /// became visible since its last call.
+    pub fn view_mut<T>(&self, f: impl FnOnce(&mut LocalView) -> T) -> T {
+        f(&mut self
+            .views
+            .records
+            .lock()
+            .expect("the view lock is never poisoned: updates do not panic"))
+    }
 }
 
 fn decode_name_row(name: &str, value: &[u8]) -> Result<(QueueName, NameRecord), StoreError> {
@@ -2861,7 +2871,7 @@ mod tests {
         assert_eq!(replies, vec![Reply::Ack, Reply::Record(Some(record))]);
         assert_eq!(store.records().expect("the records read").len(), 1);
         assert_eq!(
-            store.view(|view| view.candidates(
+            store.view_mut(|view| view.candidates(
                 &key().queue,
                 Incarnation::local(Millis(1)),
                 None,

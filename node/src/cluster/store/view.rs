@@ -8,14 +8,20 @@
 //! every one, is an entry of `seen` (by id) and of `at_send` (by entry, which is by send); a moved
 //! one is an entry of `moved` and of `moved_by_sent` instead; every key and value is 24 bytes at
 //! most. A record is an entry of `hidden` too while it is delayed or received (at most SQS's
-//! in-flight limit per queue, and what is delayed).
+//! in-flight limit per queue, and what is delayed); while it is also invisible at the last
+//! receive's `now` (*waiting*), its by-entry entry is in `waiting_at_send` or `waiting_moved`
+//! instead of `at_send` or `moved`, so no record has two.
 //!
-//! Nothing here is a scan of the whole queue: counting answers from the records that are
-//! hidden or sent in the future and from the purged prefix, and the next instant something
-//! becomes ready is the first entry of `hidden` past now. Counts are read on every `Candidates`
-//! call, every metrics sample and every `GetQueueAttributes`, and the next ready instant on
-//! every re-poll of a queue with waiters, all under the lock that every commit takes to update
-//! the view: a scan of a million records there stalls every commit of the member.
+//! Nothing here is a scan of the queue, nor of what is in flight: candidates walk the records
+//! that are not waiting (a receive first moves what became visible since the last one out of
+//! the waiting sets); counting starts from the waiting sets' sizes and corrects them by what
+//! changed between the last receive's `now` and this one, by the purged prefix and by what was
+//! sent in the future; and the next instant something becomes ready is the first entry of
+//! `hidden` past now. Counts are read on every `Candidates` call, every metrics sample and
+//! every `GetQueueAttributes`, candidates on every receive, and the next ready instant on every
+//! re-poll of a queue with waiters, all under the lock that every commit takes to update the
+//! view: a walk of a million records, or of SQS's 120,000 in flight, there stalls every commit
+//! of the member.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -114,31 +120,41 @@ pub struct LocalView {
 struct Queue {
     seen: BTreeMap<Id, Seen>,
     /// `(entered_at, id)` of every live record that entered the queue at its send
-    /// (`entered_at == sent_at`, nearly all of them): in the order of entry and of send at once.
+    /// (`entered_at == sent_at`, nearly all of them) and is not [waiting](Queue::waiting): in the
+    /// order of entry and of send at once.
     at_send: BTreeSet<(Millis, Id)>,
-    /// `(entered_at, id)` of every other live record (moved: a dead-letter copy, a redrive).
+    /// `(entered_at, id)` of every other live record (moved: a dead-letter copy, a redrive) that
+    /// is not waiting.
     moved: BTreeSet<(Millis, Id)>,
-    /// `(sent_at, id)` of the moved records.
+    /// `(entered_at, id)` of the waiting records that entered at their send.
+    waiting_at_send: BTreeSet<(Millis, Id)>,
+    /// `(entered_at, id)` of the waiting moved records.
+    waiting_moved: BTreeSet<(Millis, Id)>,
+    /// `(sent_at, id)` of the moved records, waiting or not.
     moved_by_sent: BTreeSet<(Millis, Id)>,
     /// `(visible_at, id)` of every live record visible only later than its send (delayed or
     /// received): with the records sent after an instant, every record that can be invisible
     /// at that instant.
     hidden: BTreeSet<(Millis, Id)>,
+    /// Every record of `hidden` visible at or before this instant is in `at_send` or `moved`;
+    /// the others are waiting. Raised by [`LocalView::candidates`] to its `now`, so a receive
+    /// walks the records that were visible at the last receive and those that became visible
+    /// since, never the records in flight or delayed at the queue's head.
+    promoted: Millis,
+    /// How many waiting records a receive holds (the others are delayed): the counts start
+    /// from it.
+    waiting_received: u64,
 }
-
 /// Two ascending sequences of distinct entries as one ascending sequence.
-fn merged<'a>(
-    a: impl Iterator<Item = &'a (Millis, Id)>,
-    b: impl Iterator<Item = &'a (Millis, Id)>,
+fn merged(
+    a: impl Iterator<Item = (Millis, Id)>,
+    b: impl Iterator<Item = (Millis, Id)>,
 ) -> impl Iterator<Item = (Millis, Id)> {
     let (mut a, mut b) = (a.peekable(), b.peekable());
-    std::iter::from_fn(move || {
-        match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) if y < x => b.next(),
-            (Some(_), _) => a.next(),
-            (None, _) => b.next(),
-        }
-        .copied()
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if y < x => b.next(),
+        (Some(_), _) => a.next(),
+        (None, _) => b.next(),
     })
 }
 
@@ -151,13 +167,30 @@ fn after(at: Millis) -> Range {
 }
 
 impl Queue {
+    /// Whether `seen` is in the waiting sets: hidden after its send and visible only after
+    /// `promoted`.
+    fn waiting(&self, seen: Seen) -> bool {
+        seen.hidden_after_send() && seen.visible_at() > self.promoted
+    }
+
+    /// The by-entry set `seen` of `id` belongs in.
+    fn by_entry_set(&mut self, seen: Seen) -> &mut BTreeSet<(Millis, Id)> {
+        match (seen.moved(), self.waiting(seen)) {
+            (false, false) => &mut self.at_send,
+            (true, false) => &mut self.moved,
+            (false, true) => &mut self.waiting_at_send,
+            (true, true) => &mut self.waiting_moved,
+        }
+    }
+
     fn remove(&mut self, id: Id) {
         if let Some(old) = self.seen.remove(&id) {
+            if self.waiting(old) && old.received() {
+                self.waiting_received -= 1;
+            }
+            self.by_entry_set(old).remove(&(old.entered_at, id));
             if old.moved() {
-                self.moved.remove(&(old.entered_at, id));
                 self.moved_by_sent.remove(&(old.sent_at, id));
-            } else {
-                self.at_send.remove(&(old.entered_at, id));
             }
             if old.hidden_after_send() {
                 self.hidden.remove(&(old.visible_at(), id));
@@ -167,15 +200,44 @@ impl Queue {
 
     fn insert(&mut self, id: Id, seen: Seen) {
         self.seen.insert(id, seen);
+        if self.waiting(seen) && seen.received() {
+            self.waiting_received += 1;
+        }
+        self.by_entry_set(seen).insert((seen.entered_at, id));
         if seen.moved() {
-            self.moved.insert((seen.entered_at, id));
             self.moved_by_sent.insert((seen.sent_at, id));
-        } else {
-            self.at_send.insert((seen.entered_at, id));
         }
         if seen.hidden_after_send() {
             self.hidden.insert((seen.visible_at(), id));
         }
+    }
+
+    /// Moves every waiting record visible at `now` to `at_send` or `moved`, and makes `now` the
+    /// instant promoted through. Each record moves once per claim or delay: the walk is of
+    /// `hidden` between the last promotion and `now` only.
+    fn promote(&mut self, now: Millis) {
+        if now <= self.promoted {
+            return;
+        }
+        let range = (
+            Bound::Excluded((self.promoted, Id::MAX)),
+            Bound::Included((now, Id::MAX)),
+        );
+        let due: Vec<Id> = self.hidden.range(range).map(|(_, id)| *id).collect();
+        for id in due {
+            let seen = self.seen(id);
+            let (from, to) = if seen.moved() {
+                (&mut self.waiting_moved, &mut self.moved)
+            } else {
+                (&mut self.waiting_at_send, &mut self.at_send)
+            };
+            from.remove(&(seen.entered_at, id));
+            to.insert((seen.entered_at, id));
+            if seen.received() {
+                self.waiting_received -= 1;
+            }
+        }
+        self.promoted = now;
     }
 
     fn seen(&self, id: Id) -> Seen {
@@ -189,43 +251,73 @@ impl Queue {
     /// the first entered first.
     fn by_entry(&self, purged_through: Option<Millis>) -> impl Iterator<Item = (Millis, Id)> {
         let range = purged_through.map_or((Bound::Unbounded, Bound::Unbounded), after);
-        merged(self.at_send.range(range), self.moved.range(range))
+        merged(
+            merged(
+                self.at_send.range(range).copied(),
+                self.moved.range(range).copied(),
+            ),
+            merged(
+                self.waiting_at_send.range(range).copied(),
+                self.waiting_moved.range(range).copied(),
+            ),
+        )
     }
 
-    /// `(sent_at, id)` of every live record, the first sent first.
-    fn by_send(&self) -> impl Iterator<Item = (Millis, Id)> {
-        merged(self.at_send.iter(), self.moved_by_sent.iter())
+    /// `(entered_at, id)` of the live records that are not waiting, entered after the
+    /// watermark `purged_through`, the first entered first: after [`Queue::promote`] to `now`,
+    /// every record visible at `now` is among them.
+    fn not_waiting_by_entry(
+        &self,
+        purged_through: Option<Millis>,
+    ) -> impl Iterator<Item = (Millis, Id)> {
+        let range = purged_through.map_or((Bound::Unbounded, Bound::Unbounded), after);
+        merged(
+            self.at_send.range(range).copied(),
+            self.moved.range(range).copied(),
+        )
     }
 
-    /// The ids of every record that may be invisible at `now`, each once: those of `hidden`
-    /// visible after `now`, and those sent after `now` (a record is never visible before its
-    /// send, unless a peer wrote it so, which the caller checks). Every other record is
-    /// visible at `now`.
-    fn maybe_invisible(&self, now: Millis) -> impl Iterator<Item = Id> + '_ {
-        let sent_after = self
-            .at_send
+    /// `(sent_at, id)` of every live record sent after `from` (`None`: all), the first sent
+    /// first.
+    fn by_send(&self, from: Option<Millis>) -> impl Iterator<Item = (Millis, Id)> {
+        let range = from.map_or((Bound::Unbounded, Bound::Unbounded), after);
+        merged(
+            merged(
+                self.at_send.range(range).copied(),
+                self.waiting_at_send.range(range).copied(),
+            ),
+            self.moved_by_sent.range(range).copied(),
+        )
+    }
+
+    /// `(visible_at, id)` of the records of `hidden` visible after `now` and sent at or before
+    /// it, the first visible first.
+    fn hidden_sent_by(&self, now: Millis) -> impl Iterator<Item = (Millis, Id)> + '_ {
+        self.hidden
             .range(after(now))
-            .chain(self.moved_by_sent.range(after(now)))
-            .map(|(_, id)| *id);
-        let hidden = self
-            .hidden
-            .range(after(now))
-            .map(|(_, id)| *id)
-            .filter(move |id| self.seen(*id).sent_at <= now);
-        sent_after.chain(hidden)
+            .copied()
+            .filter(move |(_, id)| self.seen(*id).sent_at <= now)
     }
 
     /// Live records entered at or before the watermark `purged_through`: hidden by it.
     fn purged(&self, purged_through: Option<Millis>) -> usize {
         purged_through.map_or(0, |through| {
             let through = (Bound::Unbounded, Bound::Included((through, Id::MAX)));
-            self.at_send.range(through).count() + self.moved.range(through).count()
+            [
+                &self.at_send,
+                &self.moved,
+                &self.waiting_at_send,
+                &self.waiting_moved,
+            ]
+            .iter()
+            .map(|set| set.range(through).count())
+            .sum()
         })
     }
 }
 
 impl LocalView {
-    pub(super) fn update(&mut self, key: &RecordKey, record: Option<&Record>) {
+    pub fn update(&mut self, key: &RecordKey, record: Option<&Record>) {
         let id = Id::from(key.message);
         // A held or void copy (spec/replication.md §4) is neither a candidate nor counted.
         let live = record
@@ -274,7 +366,7 @@ impl LocalView {
             return Vec::new();
         };
         queue
-            .by_send()
+            .by_send(None)
             .take_while(|(sent_at, _)| sent_at.plus_ms(retention_ms) <= now)
             .take(max)
             .map(|(_, id)| MessageId::from(id))
@@ -284,20 +376,27 @@ impl LocalView {
     /// Up to `max` messages of the queue that look visible at `now` by this replica's records,
     /// oldest first, leaving out what the watermark `purged_through` (this node's copy) hides. A
     /// hint only: the quorum read decides.
+    ///
+    /// It first promotes what became visible since the last call (`&mut` for that), so it walks
+    /// only records that were visible then or became visible since: messages in flight or
+    /// delayed at the queue's head cost nothing, however many. When `now` is earlier than an
+    /// earlier call's (the clock stepped back) the records visible only between the two are
+    /// skipped one by one.
     #[must_use]
     pub fn candidates(
-        &self,
+        &mut self,
         queue: &QueueName,
         incarnation: Incarnation,
         purged_through: Option<Millis>,
         now: Millis,
         max: usize,
     ) -> Vec<MessageId> {
-        let Some(queue) = self.queue(queue, incarnation) else {
+        let Some(queue) = self.queues.get_mut(&(queue.clone(), incarnation)) else {
             return Vec::new();
         };
+        queue.promote(now);
         queue
-            .by_entry(purged_through)
+            .not_waiting_by_entry(purged_through)
             .filter(|(_, id)| queue.seen(*id).visible_at() <= now)
             .take(max)
             .map(|(_, id)| MessageId::from(id))
@@ -315,11 +414,15 @@ impl LocalView {
         now: Millis,
     ) -> Option<Millis> {
         let queue = self.queue(queue, incarnation)?;
-        queue
-            .maybe_invisible(now)
-            .map(|id| queue.seen(id).visible_at())
+        // The first of `hidden` past now, and any record sent after now that becomes visible
+        // after it (sent in this clock's future by a peer's): not a walk of what is in flight.
+        let hidden = queue.hidden_sent_by(now).next().map(|(at, _)| at);
+        let sent_after = queue
+            .by_send(Some(now))
+            .map(|(_, id)| queue.seen(id).visible_at())
             .filter(|at| *at > now)
-            .min()
+            .min();
+        hidden.into_iter().chain(sent_after).min()
     }
 
     /// `(ready, in flight, delayed)` among the queue's live records at `now` by this replica's
@@ -336,18 +439,71 @@ impl LocalView {
         let Some(queue) = self.queue(queue, incarnation) else {
             return (0, 0, 0);
         };
-        let (mut in_flight, mut delayed) = (0_u64, 0_u64);
-        for id in queue.maybe_invisible(now) {
-            let seen = queue.seen(id);
-            if Some(seen.entered_at) <= purged_through || seen.visible_at() <= now {
-                continue;
-            }
+        // Signed tallies: the corrections below may subtract before they add.
+        let (mut in_flight, mut delayed) = (0_i64, 0_i64);
+        let mut tally = |seen: Seen, by: i64| {
             if seen.received() {
-                in_flight += 1;
+                in_flight += by;
             } else {
-                delayed += 1;
+                delayed += by;
+            }
+        };
+        // Between `promoted` and `now`, the records of `hidden` that the waiting sets count and
+        // `now` does not (what became visible since the last receive), or the other way round
+        // (what a clock that stepped back sees hidden again).
+        let between = |a: Millis, b: Millis| {
+            queue
+                .hidden
+                .range((Bound::Excluded((a, Id::MAX)), Bound::Included((b, Id::MAX))))
+                .map(|(_, id)| queue.seen(*id))
+        };
+        if now > queue.promoted {
+            for seen in between(queue.promoted, now) {
+                tally(seen, -1);
+            }
+        } else {
+            for seen in between(now, queue.promoted) {
+                tally(seen, 1);
             }
         }
+        // With the waiting sets, every record of `hidden` visible after `now` is tallied; the
+        // purged prefix's are not shown.
+        if let Some(through) = purged_through {
+            let prefix = (Bound::Unbounded, Bound::Included((through, Id::MAX)));
+            for set in [
+                &queue.at_send,
+                &queue.moved,
+                &queue.waiting_at_send,
+                &queue.waiting_moved,
+            ] {
+                for (_, id) in set.range(prefix) {
+                    let seen = queue.seen(*id);
+                    if seen.hidden_after_send() && seen.visible_at() > now {
+                        tally(seen, -1);
+                    }
+                }
+            }
+        }
+        // And a record visible from its send is invisible only before it: one sent in this
+        // clock's future by a peer's.
+        for (_, id) in queue.by_send(Some(now)) {
+            let seen = queue.seen(id);
+            if !seen.hidden_after_send()
+                && seen.visible_at() > now
+                && Some(seen.entered_at) > purged_through
+            {
+                tally(seen, 1);
+            }
+        }
+        // The waiting records: those of `hidden` visible after `promoted`.
+        let count = |n: i64| u64::try_from(n).expect("a count is never negative");
+        let waiting = queue.waiting_at_send.len() + queue.waiting_moved.len();
+        let (waiting, waiting_received) = (
+            i64::try_from(waiting).expect("a count fits in 64 bits"),
+            i64::try_from(queue.waiting_received).expect("a count fits in 64 bits"),
+        );
+        let in_flight = count(in_flight + waiting_received);
+        let delayed = count(delayed + waiting - waiting_received);
         let shown = queue.seen.len() - queue.purged(purged_through);
         let ready = u64::try_from(shown).expect("a count fits in 64 bits") - in_flight - delayed;
         (ready, in_flight, delayed)
@@ -365,7 +521,7 @@ impl LocalView {
     ) -> Option<Millis> {
         let queue = self.queue(queue, incarnation)?;
         queue
-            .by_send()
+            .by_send(None)
             .find(|(_, id)| Some(queue.seen(*id).entered_at) > purged_through)
             .map(|(sent_at, _)| sent_at)
     }
