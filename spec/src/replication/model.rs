@@ -391,6 +391,10 @@ impl Model for ReplicationModel {
                 "claim without the read refused, fell back to the read",
                 |_, s: &State| s.ghost.reached(Scenario::ClaimWithoutReadFellBack),
             ));
+            properties.push(Property::sometimes(
+                "claim without the read stored on one replica while a delete was acknowledged",
+                |_, s: &State| fast_claim_races_delete(s),
+            ));
         }
         if self.config.dead_letter_nows_max > 0 {
             properties.push(Property::sometimes(
@@ -499,6 +503,28 @@ fn now_races_receive(s: &State) -> bool {
             (moving, s.coordinators[1 - c].op),
             (Some(g), Op::ClaimWrite { generation, .. }) if g == generation
         )
+    })
+}
+
+/// A claim without the read in its write phase, stored on some replica, while a delete of the
+/// same life has been acknowledged (on two replicas): the race spec#13's fast path must lose
+/// (its fallback reads the tombstone; S3 says nothing is delivered).
+fn fast_claim_races_delete(s: &State) -> bool {
+    s.coordinators.iter().any(|c| match c.op {
+        Op::ClaimWrite {
+            queue,
+            generation,
+            claim,
+            fast: true,
+            ..
+        } => {
+            s.ghost.deletes_acked & (1 << generation) != 0
+                && s.replicas.iter().any(|r| {
+                    let record = r.store[queue.index()];
+                    record.generation == generation && record.claim() == Some(claim)
+                })
+        }
+        _ => false,
     })
 }
 
