@@ -25,6 +25,9 @@ mod replication_visibility {
     const STALE_REFUSED: &str = "superseded handle's change refused";
     const RIVALS: &str = "replica merges two claims of one seq";
     const HEALED: &str = "heal ran to its end";
+    const FAST_DELIVERED: &str = "claim without the read delivered";
+    const FAST_FELL_BACK: &str = "claim without the read refused, fell back to the read";
+    const DEADLINE_REFUSED: &str = "claim of a newer seq refused by its deadline check (c)";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -109,6 +112,29 @@ mod replication_visibility {
         }
     }
 
+    /// spec/replication.md §13, *A claim without the read*, with deadlines: the changes run
+    /// with every receive claiming from its coordinator's own replica first. An extension
+    /// acknowledged on replicas 1 and 2 leaves replica 0, coordinator 0's own, with the
+    /// receive's older lease, whose deadline passes a tick before the extension's.
+    fn claim_without_read_changes() -> Config {
+        Config {
+            name: "claim without the read, changes",
+            claim_without_read: true,
+            ..changes()
+        }
+    }
+
+    /// F1 with the claim without the read: two receives race for one version a tick apart, and
+    /// the loser's coordinator holds the delivered `seq` with the loser's earlier deadline.
+    /// Used for the planted bug only: the exhaustive run did not finish in 10 minutes (spec §5).
+    fn claim_without_read_race() -> Config {
+        Config {
+            name: "claim without the read, race",
+            claim_without_read: true,
+            ..race()
+        }
+    }
+
     /// Runs `config` exhaustively with its printed figures (`common::check`).
     fn check(config: Config, scenarios: &[&'static str]) {
         let name = config.name;
@@ -151,6 +177,49 @@ mod replication_visibility {
     #[test]
     fn race_holds() {
         check(race(), &[RIVALS, HEALED]);
+    }
+
+    #[test]
+    fn claim_without_read_changes_hold() {
+        check(
+            claim_without_read_changes(),
+            &[
+                FAST_DELIVERED,
+                FAST_FELL_BACK,
+                DEADLINE_REFUSED,
+                HELD,
+                CAP_REFUSED,
+                STALE_REFUSED,
+                HEALED,
+            ],
+        );
+    }
+
+    /// Replicas without (c): coordinator 0's own replica missed the extension acknowledged on
+    /// the other two, its older deadline has passed, and the other two take the claim of the
+    /// next `seq` by (b) alone, before the extension's deadline.
+    #[test]
+    fn claim_without_read_without_deadline_check_redelivers_early() {
+        finds(
+            with(
+                Bug::ClaimWithoutReadNoDeadlineCheck,
+                claim_without_read_changes(),
+            ),
+            HONOURED,
+        );
+    }
+
+    /// F1's way to the same: the claim that lost the race for the delivered `seq` left its
+    /// earlier deadline on its coordinator's own replica.
+    #[test]
+    fn claim_without_read_without_deadline_check_redelivers_inside_the_holders_timeout() {
+        finds(
+            with(
+                Bug::ClaimWithoutReadNoDeadlineCheck,
+                claim_without_read_race(),
+            ),
+            HONOURED,
+        );
     }
 
     #[test]

@@ -175,6 +175,10 @@ pub enum Bug {
     /// spec/replication.md's F1): a claim that lost the race for a version, left on one replica,
     /// outranks the delivered claim and brings the message back at its own, earlier deadline.
     LeaseByWholeClaim,
+    /// With `claim_without_read`, replicas leave out check (c): they take a claim of a newer
+    /// `seq` whatever their lease's deadline and the `now` the claim carries
+    /// (spec/replication.md §13, *A claim without the read*).
+    ClaimWithoutReadNoDeadlineCheck,
 }
 
 /// Where a search starts.
@@ -207,6 +211,12 @@ pub struct Config {
     pub ticks_max: u8,
     /// Whether the free phase may end in the heal schedule.
     pub heal: bool,
+    /// Whether a receive claims without its quorum read (spec/replication.md §13, *A claim
+    /// without the read*): coordinator `c` reads replica `c`'s record in place and, if its
+    /// deadline has passed by `c`'s clock, sends the claim of the next `seq` at once; replicas
+    /// then check (c) on every claim, and the first refusal of a fast claim sends the same
+    /// receive down the read path. Off in every run of section 5's tables.
+    pub claim_without_read: bool,
     pub bug: Option<Bug>,
 }
 
@@ -223,6 +233,7 @@ impl Config {
             anti_entropy_max: 0,
             ticks_max: 0,
             heal: false,
+            claim_without_read: false,
             bug: None,
         }
     }
@@ -260,9 +271,14 @@ pub enum Op {
         replies: [Option<Record>; REPLICAS],
     },
     /// `early`: ghost, the decision came before every deadline this receive had to honour.
+    /// `fast`: a claim without the read (`claim_without_read`), which falls back to the read at
+    /// its first refusal; `floor` is then its invocation's ghost floor, kept for the fallback,
+    /// and `None` for every other claim (so runs without the switch keep their states).
     ClaimWrite {
         lease: Lease,
         early: bool,
+        fast: bool,
+        floor: Record,
         acks: u8,
     },
     /// A change of `client`'s `handle` to `timeout` ticks from now; `release`: the node's own
@@ -371,6 +387,13 @@ pub enum Scenario {
     StaleRefused = 4,
     /// A replica merged two claims of one `seq` (two receives raced for one version).
     RivalClaimsMerged = 5,
+    /// A claim without the read was delivered.
+    FastDelivered = 6,
+    /// A claim without the read was refused and its receive took the read path.
+    FastFellBack = 7,
+    /// A replica refused a claim of a newer `seq` by check (c) alone: its lease's deadline had
+    /// not passed by the `now` the claim carried.
+    DeadlineRefused = 8,
 }
 
 /// What only the model knows.
@@ -385,7 +408,7 @@ pub struct Ghost {
     /// The first deadline of a handle whose release was acknowledged.
     pub released_until: Option<u8>,
     pub violations: u8,
-    pub scenarios: u8,
+    pub scenarios: u16,
 }
 
 impl Ghost {
@@ -552,11 +575,24 @@ impl State {
 
     // ----- operations ---------------------------------------------------------------------------
 
-    /// Client `coordinator` receives through its node: the quorum read of part 1's receive.
-    pub fn start_claim(&mut self, coordinator: usize) {
+    /// Client `coordinator` receives through its node: the quorum read of part 1's receive, or
+    /// with `claim_without_read` the claim from its own replica's record when that record's
+    /// deadline has passed by this coordinator's clock (spec/replication.md §13, *A claim
+    /// without the read*: the record is always live here, and there are no counts).
+    pub fn start_claim(&mut self, config: &Config, coordinator: usize) {
         self.used.claims += 1;
         let floor = self.ghost.acked;
         let now = self.now;
+        let local = self.replicas[coordinator];
+        if config.claim_without_read && local.is_none_or(|l| l.deadline <= now) {
+            self.claim(coordinator, local, now, floor, true);
+            return;
+        }
+        self.claim_read(coordinator, floor, now);
+    }
+
+    /// The read path of a receive invoked at `now` with the ghost `floor`.
+    fn claim_read(&mut self, coordinator: usize, floor: Record, now: u8) {
         self.begin(
             coordinator,
             Op::ClaimRead {
@@ -653,11 +689,21 @@ impl State {
             Message::Read => self.on_read_reply(config, packet, held),
             Message::Repair { record } => self.merge_into(config, r, record),
             Message::Claim { lease } => {
-                // Part 1's compare-and-set on the version: a strictly newer `seq`.
-                let accept = held.is_none_or(|h| h.handle.claim.seq < lease.handle.claim.seq);
-                if accept {
+                // Part 1's compare-and-set on the version: a strictly newer `seq`, (b).
+                let newer = held.is_none_or(|h| h.handle.claim.seq < lease.handle.claim.seq);
+                // With the claim without the read, (c): the held lease's deadline has passed
+                // by the `now` the claim carries, its receive time (spec §13).
+                let passed = !config.claim_without_read
+                    || config.has(Bug::ClaimWithoutReadNoDeadlineCheck)
+                    || held.is_none_or(|h| h.deadline <= lease.handle.received_at);
+                if newer && passed {
                     self.merge_into(config, r, Some(lease));
                     self.on_ack(config, packet);
+                } else if config.claim_without_read {
+                    if newer {
+                        self.ghost.reach(Scenario::DeadlineRefused);
+                    }
+                    self.on_claim_refused(packet);
                 }
             }
             Message::Change { lease, stale } => {
@@ -696,6 +742,26 @@ impl State {
         self.coordinators[c].op = op;
         if have >= needed {
             self.decide(config, c);
+        }
+    }
+
+    /// A replica refused a claim. A claim without the read gives up at the first refusal and
+    /// its receive takes the read path, with the invocation's clock reading and ghost floor (the
+    /// same receive, spec §13); any other claim waits for its acks as before.
+    fn on_claim_refused(&mut self, packet: Packet) {
+        if !self.current(&packet) {
+            return;
+        }
+        let c = packet.coordinator as usize;
+        if let Op::ClaimWrite {
+            lease,
+            fast: true,
+            floor,
+            ..
+        } = self.coordinators[c].op
+        {
+            self.ghost.reach(Scenario::FastFellBack);
+            self.claim_read(c, floor, lease.handle.received_at);
         }
     }
 
@@ -751,37 +817,7 @@ impl State {
                     self.finish(c);
                     return;
                 }
-                // Ghost, V1: some lease the merge orders at or after every acknowledged one
-                // must have reached its deadline by the time of the claim (the clock as it is
-                // now, never behind the coordinator's reading).
-                let early = floor.is_some_and(|floor| {
-                    !self
-                        .ghost
-                        .issued
-                        .iter()
-                        .any(|l| *l >= floor && l.deadline <= self.now)
-                });
-                let lease = Lease {
-                    handle: Handle {
-                        claim: Claim {
-                            seq: merged.map_or(0, |l| l.handle.claim.seq) + 1,
-                            coordinator: c as u8,
-                        },
-                        received_at: now,
-                    },
-                    change_counter: 0,
-                    deadline: now + VISIBILITY,
-                };
-                self.ghost.issue(lease);
-                self.begin(
-                    c,
-                    Op::ClaimWrite {
-                        lease,
-                        early,
-                        acks: 0,
-                    },
-                );
-                self.broadcast(c, Message::Claim { lease });
+                self.claim(c, merged, now, floor, false);
             }
             Op::ChangeRead {
                 client,
@@ -843,12 +879,56 @@ impl State {
         }
     }
 
+    /// Coordinator `c` claims the version after `from` (the merged read, or its own replica's
+    /// record for a claim without the read, `fast`) for a receive invoked at `now` with the
+    /// ghost `floor`.
+    fn claim(&mut self, c: usize, from: Record, now: u8, floor: Record, fast: bool) {
+        // Ghost, V1: some lease the merge orders at or after every acknowledged one must have
+        // reached its deadline by the time of the claim (the clock as it is now, never behind
+        // the coordinator's reading).
+        let early = floor.is_some_and(|floor| {
+            !self
+                .ghost
+                .issued
+                .iter()
+                .any(|l| *l >= floor && l.deadline <= self.now)
+        });
+        let lease = Lease {
+            handle: Handle {
+                claim: Claim {
+                    seq: from.map_or(0, |l| l.handle.claim.seq) + 1,
+                    coordinator: c as u8,
+                },
+                received_at: now,
+            },
+            change_counter: 0,
+            deadline: now + VISIBILITY,
+        };
+        self.ghost.issue(lease);
+        self.begin(
+            c,
+            Op::ClaimWrite {
+                lease,
+                early,
+                fast,
+                floor: if fast { floor } else { None },
+                acks: 0,
+            },
+        );
+        self.broadcast(c, Message::Claim { lease });
+    }
+
     /// A write phase has its quorum of acks: the client is answered.
     fn complete_write(&mut self, c: usize) {
         match self.coordinators[c].op {
-            Op::ClaimWrite { lease, early, .. } => {
+            Op::ClaimWrite {
+                lease, early, fast, ..
+            } => {
                 if early {
                     self.ghost.violate(Violation::RedeliveredEarly);
+                }
+                if fast {
+                    self.ghost.reach(Scenario::FastDelivered);
                 }
                 if let Some(until) = self.ghost.released_until
                     && self.now < until
@@ -1061,7 +1141,7 @@ impl Model for VisibilityModel {
             Action::Drop(i) => state.drop_packet(i as usize),
             Action::Duplicate(i) => state.duplicate_packet(i as usize),
             Action::Abandon(c) => state.abandon(c as usize),
-            Action::Claim(c) => state.start_claim(c as usize),
+            Action::Claim(c) => state.start_claim(config, c as usize),
             Action::Change(c) => state.start_change(c as usize, false),
             Action::Release(c) => state.start_change(c as usize, true),
             Action::AntiEntropy { a, b } => {
@@ -1087,7 +1167,7 @@ impl Model for VisibilityModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "receive after an acknowledged change waits for its deadline",
                 |_, s: &State| !s.ghost.violated(Violation::RedeliveredEarly),
@@ -1131,7 +1211,22 @@ impl Model for VisibilityModel {
                 s.ghost.reached(Scenario::RivalClaimsMerged)
             }),
             Property::sometimes("heal ran to its end", |_, s: &State| s.healed),
-        ]
+        ];
+        if self.config.claim_without_read {
+            properties.push(Property::sometimes(
+                "claim without the read delivered",
+                |_, s: &State| s.ghost.reached(Scenario::FastDelivered),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused, fell back to the read",
+                |_, s: &State| s.ghost.reached(Scenario::FastFellBack),
+            ));
+            properties.push(Property::sometimes(
+                "claim of a newer seq refused by its deadline check (c)",
+                |_, s: &State| s.ghost.reached(Scenario::DeadlineRefused),
+            ));
+        }
+        properties
     }
 }
 
