@@ -336,7 +336,9 @@ pub enum Message {
     Repair {
         record: Record,
     },
-    /// Conditional claim: applied only if the replica's claim has a lower `seq`.
+    /// Conditional claim: applied only if the replica's claim has a lower `seq` (b) and, with
+    /// `claim_without_read`, its deadline has passed by the claim's receive time, the `now` the
+    /// claim carries (c). A refusal answers the coordinator only with `claim_without_read`.
     Claim {
         lease: Lease,
     },
