@@ -19,8 +19,8 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -365,13 +365,30 @@ impl RequestMetrics {
             .get_or_create(&labels)
             .observe(seconds(elapsed));
         if let Some(reason) = reason {
-            self.errors
-                .get_or_create(&ErrorLabels {
-                    api: api.label(),
-                    operation,
-                    reason: reason.to_owned(),
-                })
-                .inc();
+            self.count_error(api, operation, reason);
+        }
+    }
+
+    fn count_error(&self, api: Api, operation: &'static str, reason: &str) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                api: api.label(),
+                operation,
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The series of `operation` through `api`, for an edge that records it on every request.
+    /// Making it creates no series: the first request does, as [`RequestMetrics::observe`]
+    /// would.
+    #[must_use]
+    pub fn operation(&self, api: Api, operation: &'static str) -> OperationMetrics {
+        OperationMetrics {
+            requests: self.clone(),
+            api,
+            operation,
+            duration: OnceLock::new(),
         }
     }
 
@@ -387,6 +404,41 @@ impl RequestMetrics {
             "Requests refused or failed, per API, operation and reason (SQS error code or gRPC reason)",
             self.errors.clone(),
         );
+    }
+}
+
+/// One operation's figures in [`RequestMetrics`], as [`RequestMetrics::observe`] records them,
+/// with its latency histogram kept once its series exists: a request then records without
+/// hashing its labels into the family's map under the family's lock (BENCHMARKS.md 6q). A
+/// refusal's reason is a label of its own, so errors still go through the family.
+#[derive(Debug)]
+pub struct OperationMetrics {
+    requests: RequestMetrics,
+    api: Api,
+    operation: &'static str,
+    /// The family's histogram of (`api`, `operation`), from the first request on. The family
+    /// never removes a request series, so the one kept here is the one exposed.
+    duration: OnceLock<Histogram>,
+}
+
+impl OperationMetrics {
+    /// Records one request that took `elapsed`, refused with `reason` if it was: the same
+    /// figures as [`RequestMetrics::observe`] with this operation.
+    pub fn observe(&self, elapsed: Duration, reason: Option<&str>) {
+        self.duration
+            .get_or_init(|| {
+                self.requests
+                    .duration
+                    .get_or_create(&RequestLabels {
+                        api: self.api.label(),
+                        operation: self.operation,
+                    })
+                    .clone()
+            })
+            .observe(seconds(elapsed));
+        if let Some(reason) = reason {
+            self.requests.count_error(self.api, self.operation, reason);
+        }
     }
 }
 
@@ -1071,10 +1123,69 @@ pub fn probe(url: &str, timeout: Duration) -> Result<(u16, String), ProbeError> 
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use prometheus_client::encoding::text::encode_registry;
+    use prometheus_client::registry::Registry;
     use trireme_replication::NodeId;
     use trireme_replication::placement::Ring;
 
-    use super::{MemberState, PeerState};
+    use super::{Api, MemberState, PeerState, RequestMetrics};
+
+    /// The exposition's lines in order: a family's series come in its map's order, which
+    /// differs between two families.
+    fn exposition(requests: &RequestMetrics) -> String {
+        let mut registry = Registry::default();
+        requests.register(&mut registry);
+        let mut text = String::new();
+        encode_registry(&mut text, &registry).unwrap();
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort_unstable();
+        lines.join("\n")
+    }
+
+    #[test]
+    fn an_operations_kept_series_records_what_observe_records() {
+        let (kept, observed) = (RequestMetrics::default(), RequestMetrics::default());
+        let send = kept.operation(Api::Grpc, "SendMessage");
+        let receive = kept.operation(Api::Grpc, "ReceiveMessages");
+        let _never = kept.operation(Api::Sqs, "SendMessage");
+        // Made, not yet used: no series at all, as before any request.
+        assert_eq!(exposition(&kept), exposition(&observed));
+        assert!(!exposition(&kept).contains("operation="));
+        for (elapsed_ms, reason) in [(3, None), (700, Some("QueueNotFound")), (40_000, None)] {
+            let elapsed = Duration::from_millis(elapsed_ms);
+            send.observe(elapsed, reason);
+            observed.observe(Api::Grpc, "SendMessage", elapsed, reason);
+        }
+        receive.observe(Duration::from_millis(20_001), Some("Cancelled"));
+        observed.observe(
+            Api::Grpc,
+            "ReceiveMessages",
+            Duration::from_millis(20_001),
+            Some("Cancelled"),
+        );
+        // The same series, counts, sums and buckets, and nothing for the operation not used.
+        assert_eq!(exposition(&kept), exposition(&observed));
+        let text = exposition(&kept);
+        assert!(
+            text.contains(
+                "trireme_request_duration_seconds_count{api=\"grpc\",operation=\"SendMessage\"} 3"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("api=\"sqs\""), "{text}");
+        // A series recorded through the family first is the one the operation keeps.
+        let later = kept.operation(Api::Grpc, "SendMessage");
+        later.observe(Duration::from_millis(1), None);
+        assert!(
+            exposition(&kept).contains(
+                "trireme_request_duration_seconds_count{api=\"grpc\",operation=\"SendMessage\"} 4"
+            ),
+            "{}",
+            exposition(&kept)
+        );
+    }
 
     fn member(node: u16, members: u16, down: &[u16]) -> MemberState {
         let ring = Ring::new((1..=members).map(NodeId)).expect("a ring");
