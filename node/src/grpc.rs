@@ -8,6 +8,10 @@
 //! calls the engine.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use axum::http;
 use tonic::{Request, Response, Status};
@@ -23,7 +27,7 @@ use trireme_proto::v1::queue_service_server::QueueService;
 use crate::backend::Backend;
 use crate::engine::EngineError;
 use crate::limits;
-use crate::metrics::{Api, RequestMetrics};
+use crate::metrics::{Api, OperationMetrics, RequestMetrics};
 use crate::redrive::{RedriveProgress, RedriveStatus};
 use crate::sqs::body_md5;
 use crate::status::{self, FieldError};
@@ -72,9 +76,9 @@ const METHODS: [&str; 20] = [
     "CancelRedrive",
 ];
 
-/// The metrics' name for the method a request path (`/trireme.v1.QueueService/SendMessage`)
-/// calls: one of [`METHODS`], or `unknown`.
-fn method_name(path: &str) -> &'static str {
+/// The index in [`METHODS`] of the method a request path (`/trireme.v1.QueueService/SendMessage`)
+/// calls, or `METHODS.len()` (`unknown` in the metrics) for any other path.
+fn method_index(path: &str) -> usize {
     let method = path
         .strip_prefix('/')
         .and_then(|path| path.split_once('/'))
@@ -84,9 +88,8 @@ fn method_name(path: &str) -> &'static str {
         .map_or("", |(_, method)| method);
     METHODS
         .iter()
-        .find(|known| **known == method)
-        .copied()
-        .unwrap_or("unknown")
+        .position(|known| *known == method)
+        .unwrap_or(METHODS.len())
 }
 
 /// Records every gRPC request's latency (to its response headers, which is where a unary
@@ -94,7 +97,9 @@ fn method_name(path: &str) -> &'static str {
 /// carries one (always one of `status::Reason`'s names), else the gRPC code's name.
 #[derive(Clone, Debug)]
 pub struct MetricsLayer {
-    requests: RequestMetrics,
+    /// Each of [`METHODS`]' figures, then `unknown`'s, indexed by [`method_index`]: resolved
+    /// once, so that a request neither builds nor hashes its labels (BENCHMARKS.md 6q).
+    operations: Arc<[OperationMetrics]>,
     trace_ids: trace::TraceIds,
 }
 
@@ -102,9 +107,15 @@ impl MetricsLayer {
     /// A layer recording into `requests`, giving each request a trace id (`crate::trace`) from
     /// `trace_ids` unless its client sent one.
     #[must_use]
-    pub fn new(requests: RequestMetrics, trace_ids: trace::TraceIds) -> MetricsLayer {
+    pub fn new(requests: &RequestMetrics, trace_ids: trace::TraceIds) -> MetricsLayer {
+        let operations = METHODS
+            .iter()
+            .copied()
+            .chain(std::iter::once("unknown"))
+            .map(|method| requests.operation(Api::Grpc, method))
+            .collect();
         MetricsLayer {
-            requests,
+            operations,
             trace_ids,
         }
     }
@@ -116,7 +127,7 @@ impl<S> tower::Layer<S> for MetricsLayer {
     fn layer(&self, inner: S) -> Metered<S> {
         Metered {
             inner,
-            requests: self.requests.clone(),
+            operations: Arc::clone(&self.operations),
             trace_ids: self.trace_ids.clone(),
         }
     }
@@ -126,58 +137,102 @@ impl<S> tower::Layer<S> for MetricsLayer {
 #[derive(Clone, Debug)]
 pub struct Metered<S> {
     inner: S,
-    requests: RequestMetrics,
+    operations: Arc<[OperationMetrics]>,
     trace_ids: trace::TraceIds,
 }
 
 impl<S, B, RB> tower::Service<http::Request<B>> for Metered<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
-    S::Future: Send + 'static,
+    // Polled in place, not boxed: the service's own future is boxed already (tonic's
+    // generated server), which makes it `Unpin`.
+    S::Future: Unpin,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send + 'static>,
-    >;
+    type Future = MeteredFuture<S::Future>;
 
-    fn poll_ready(
-        &mut self,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), S::Error>> {
+    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(context)
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let operation = method_name(request.uri().path());
+        let operation = method_index(request.uri().path());
         let started = tokio::time::Instant::now();
-        let requests = self.requests.clone();
-        // The handler runs inside this future, so its span and every replica call it causes
-        // see the request's trace id (`trace`).
         let trace = self.trace_ids.of_request(request.headers());
-        let answer = trace::scope(trace, self.inner.call(request));
-        Box::pin(async move {
-            let mut result = answer.await;
-            let reason = match &result {
-                Ok(response) => refusal_reason(response.headers()),
-                Err(_) => Some("Transport".to_owned()),
-            };
-            requests.observe(Api::Grpc, operation, started.elapsed(), reason.as_deref());
-            if let Ok(response) = &mut result {
-                response
-                    .headers_mut()
-                    .insert(trace::TRACE_ID_NAME, trace.header_value());
-            }
-            result
-        })
+        // The handler runs inside the trace's scope (every poll of the answer, and its drop),
+        // so its span and every replica call it causes see the request's trace id (`trace`).
+        MeteredFuture {
+            answer: Some(self.inner.call(request)),
+            operations: Arc::clone(&self.operations),
+            operation,
+            started,
+            trace,
+        }
     }
 }
+
+/// The answer of a [`Metered`] service: the inner service's, run in the request's trace scope,
+/// recorded when it is ready and given the `trireme-trace-id` header.
+#[derive(Debug)]
+pub struct MeteredFuture<F> {
+    /// The inner service's answer; `None` once it was ready.
+    answer: Option<F>,
+    operations: Arc<[OperationMetrics]>,
+    /// The index in `operations` of the request's method.
+    operation: usize,
+    started: tokio::time::Instant,
+    trace: trace::TraceId,
+}
+
+impl<F, RB, E> Future for MeteredFuture<F>
+where
+    F: Future<Output = Result<http::Response<RB>, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let trace = this.trace;
+        let answer = this
+            .answer
+            .as_mut()
+            .expect("a metered answer is not polled after it was ready");
+        let mut result = ready!(trace::sync_scope(trace, || Pin::new(answer).poll(context)));
+        let answer = this.answer.take();
+        trace::sync_scope(trace, || drop(answer));
+        let reason = match &result {
+            Ok(response) => refusal_reason(response.headers()),
+            Err(_) => Some("Transport".to_owned()),
+        };
+        this.operations[this.operation].observe(this.started.elapsed(), reason.as_deref());
+        if let Ok(response) = &mut result {
+            response
+                .headers_mut()
+                .insert(trace::TRACE_ID_NAME, trace.header_value());
+        }
+        Poll::Ready(result)
+    }
+}
+
+impl<F> Drop for MeteredFuture<F> {
+    /// An answer dropped before it was ready (the client went away) is dropped in its trace's
+    /// scope, as it ran.
+    fn drop(&mut self) {
+        if let Some(answer) = self.answer.take() {
+            trace::sync_scope(self.trace, || drop(answer));
+        }
+    }
+}
+
+/// The `grpc-status` header, named once rather than parsed on every lookup.
+const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
 
 /// The reason of a refused call from its response headers (a refusal is a trailers-only
 /// response: its status is in the headers); `None` for an answer.
 fn refusal_reason(headers: &http::HeaderMap) -> Option<String> {
     let code = headers
-        .get("grpc-status")
+        .get(GRPC_STATUS)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<i32>().ok())
         .map(tonic::Code::from_i32)

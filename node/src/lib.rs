@@ -406,7 +406,7 @@ impl Node {
             .http2_keepalive_timeout(Some(Duration::from_secs(limits::grpc_keepalive_timeout_s)))
             .max_concurrent_streams(Some(limits::grpc_streams_per_connection_max))
             .layer(grpc::MetricsLayer::new(
-                sources.requests.clone(),
+                &sources.requests,
                 trace_ids.clone(),
             ));
         // The one service is served as it is, not through tonic's router (an axum router of

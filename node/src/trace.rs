@@ -132,6 +132,12 @@ pub async fn scope<F: Future>(trace: TraceId, future: F) -> F::Output {
     CURRENT.scope(trace, future).await
 }
 
+/// Runs `f` with `trace` as the current trace id: [`scope`] for a future its caller polls by
+/// hand, each poll and its drop in `f`, which needs no future of its own to be boxed.
+pub fn sync_scope<R>(trace: TraceId, f: impl FnOnce() -> R) -> R {
+    CURRENT.sync_scope(trace, f)
+}
+
 /// The current task's trace id, if it serves a request.
 #[must_use]
 pub fn current() -> Option<TraceId> {
