@@ -1,18 +1,24 @@
 //! Bearer tokens for the public gRPC API: the tokens a node accepts (`--api-token-file`, one a
-//! line) and the interceptor that refuses a call without one of them (`UNAUTHENTICATED`, with
+//! line) and the service layer that refuses a call without one of them (`UNAUTHENTICATED`, with
 //! the reason `TokenMissing` or `TokenRefused`).
 //!
 //! Tokens are kept as their SHA-256 digests and compared in time that does not depend on where
 //! a presented token first differs, so a caller learns nothing from how fast it is refused.
 //! This module reads the token file once, at start; it never logs a token.
 
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use axum::http;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
-use tonic::service::Interceptor;
-use tonic::{Request, Status};
+use tonic::Status;
+use tonic::body::Body;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tracing::debug;
 
 use crate::status;
@@ -142,31 +148,33 @@ fn digest(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
 }
 
-/// The gRPC API's interceptor: with tokens, a call passes only with `authorization: Bearer
-/// <token>` naming one of them; without (`None`), every call passes.
+/// The gRPC API's check: with tokens, a call passes only with `authorization: Bearer <token>`
+/// naming one of them; without (`None`), every call passes.
 #[derive(Clone, Debug)]
 pub struct ApiAuth {
     tokens: Option<Arc<ApiTokens>>,
 }
 
 impl ApiAuth {
-    /// An interceptor accepting `tokens`, or everyone for `None`.
+    /// A check accepting `tokens`, or everyone for `None`.
     #[must_use]
     pub fn new(tokens: Option<ApiTokens>) -> ApiAuth {
         ApiAuth {
             tokens: tokens.map(Arc::new),
         }
     }
-}
 
-impl Interceptor for ApiAuth {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+    /// Whether `request` may pass.
+    ///
+    /// # Errors
+    /// `UNAUTHENTICATED` with the reason `TokenMissing` (no `authorization`, or not a bearer
+    /// token) or `TokenRefused` (a token this node does not accept).
+    pub fn check<B>(&self, request: &http::Request<B>) -> Result<(), Status> {
         let Some(tokens) = &self.tokens else {
-            return Ok(request);
+            return Ok(());
         };
-        let remote = request.remote_addr();
-        let Some(value) = request.metadata().get(AUTHORIZATION_KEY) else {
-            debug!(peer = ?remote, "refused a call without a bearer token");
+        let Some(value) = request.headers().get(AUTHORIZATION_KEY) else {
+            debug!(peer = ?remote_addr(request), "refused a call without a bearer token");
             return Err(status::token_missing(
                 "this node requires a bearer token: send the metadata `authorization: Bearer \
                  <token>` (the CLI's --token or TRIREME_TOKEN)",
@@ -178,18 +186,98 @@ impl Interceptor for ApiAuth {
             (bytes.len() > 7 && bytes[..7].eq_ignore_ascii_case(b"bearer ")).then(|| &bytes[7..])
         });
         let Some(token) = token else {
-            debug!(peer = ?remote, "refused a call whose authorization is not a bearer token");
+            debug!(peer = ?remote_addr(request), "refused a call whose authorization is not a bearer token");
             return Err(status::token_missing(
                 "the authorization metadata must be `Bearer <token>`",
             ));
         };
         if tokens.accepts(token) {
-            Ok(request)
+            Ok(())
         } else {
-            debug!(peer = ?remote, "refused a call with a token this node does not accept");
+            debug!(peer = ?remote_addr(request), "refused a call with a token this node does not accept");
             Err(status::token_refused(
                 "the bearer token is not one this node accepts",
             ))
+        }
+    }
+}
+
+/// The client's address, as tonic's server records it in a request's extensions (for the log).
+fn remote_addr<B>(request: &http::Request<B>) -> Option<SocketAddr> {
+    let extensions = request.extensions();
+    extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| {
+            extensions
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|info| info.get_ref().remote_addr())
+        })
+}
+
+/// The gRPC service `inner` behind an [`ApiAuth`]: a call that does not pass is answered with
+/// its refusal (a trailers-only response) and never reaches `inner`.
+///
+/// It reads the `authorization` header where it is. tonic's interceptor, which this replaces,
+/// turned every request's headers into metadata and back to hand it the call, tokens or none,
+/// and wrapped every response body (BENCHMARKS.md 6q).
+#[derive(Clone, Debug)]
+pub struct Authenticated<S> {
+    inner: S,
+    auth: ApiAuth,
+}
+
+impl<S> Authenticated<S> {
+    /// `inner`, answering only the calls `auth` lets pass.
+    #[must_use]
+    pub fn new(inner: S, auth: ApiAuth) -> Authenticated<S> {
+        Authenticated { inner, auth }
+    }
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Authenticated<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<Body>>,
+    // Polled in place: tonic's generated server boxes its own future, which is `Unpin`.
+    S::Future: Unpin,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = AuthFuture<S::Future>;
+
+    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(context)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> AuthFuture<S::Future> {
+        match self.auth.check(&request) {
+            Ok(()) => AuthFuture::Passed(self.inner.call(request)),
+            Err(refusal) => AuthFuture::Refused(Some(refusal.into_http())),
+        }
+    }
+}
+
+/// The answer of an [`Authenticated`] service: the inner service's, or the refusal.
+#[derive(Debug)]
+pub enum AuthFuture<F> {
+    /// The call passed: the inner service's answer.
+    Passed(F),
+    /// The call was refused: its answer, until it is taken.
+    Refused(Option<http::Response<Body>>),
+}
+
+impl<F, E> Future for AuthFuture<F>
+where
+    F: Future<Output = Result<http::Response<Body>, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<F::Output> {
+        match self.get_mut() {
+            AuthFuture::Passed(answer) => Pin::new(answer).poll(context),
+            AuthFuture::Refused(refusal) => Poll::Ready(Ok(refusal
+                .take()
+                .expect("a refusal is not polled after it was ready"))),
         }
     }
 }
@@ -199,7 +287,6 @@ mod tests {
     use std::io::Write;
 
     use tonic::Code;
-    use tonic::metadata::MetadataValue;
 
     use super::*;
 
@@ -211,14 +298,14 @@ mod tests {
         file
     }
 
-    fn call(auth: &mut ApiAuth, authorization: Option<&str>) -> Result<(), Status> {
-        let mut request = Request::new(());
+    fn call(auth: &ApiAuth, authorization: Option<&str>) -> Result<(), Status> {
+        let mut request = http::Request::new(());
         if let Some(value) = authorization {
             request
-                .metadata_mut()
-                .insert(AUTHORIZATION_KEY, MetadataValue::try_from(value).unwrap());
+                .headers_mut()
+                .insert(AUTHORIZATION_KEY, value.parse().unwrap());
         }
-        auth.call(request).map(|_| ())
+        auth.check(&request)
     }
 
     fn reason(status: &Status) -> &str {
@@ -278,23 +365,88 @@ mod tests {
         ));
     }
 
+    /// The layer as the server runs it: a refused call is answered trailers-only with its
+    /// status and reason, and never reaches the service; a call that passes reaches it as sent.
+    #[tokio::test]
+    async fn the_layer_answers_a_refusal_itself_and_passes_the_rest_unchanged() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use tower::ServiceExt;
+
+        let served = Arc::new(AtomicUsize::new(0));
+        let service = |auth: ApiAuth| {
+            let served = Arc::clone(&served);
+            Authenticated::new(
+                tower::service_fn(move |request: http::Request<()>| {
+                    served.fetch_add(1, Ordering::SeqCst);
+                    let echoed = request.headers().get(AUTHORIZATION_KEY).cloned();
+                    // Boxed, as tonic's generated server's answer is.
+                    Box::pin(async move {
+                        let mut response = http::Response::new(Body::default());
+                        if let Some(value) = echoed {
+                            response.headers_mut().insert(AUTHORIZATION_KEY, value);
+                        }
+                        Ok::<_, std::convert::Infallible>(response)
+                    }) as std::pin::Pin<Box<dyn Future<Output = _> + Send>>
+                }),
+                auth,
+            )
+        };
+        let request = |authorization: Option<&str>| {
+            let mut request = http::Request::new(());
+            if let Some(value) = authorization {
+                request
+                    .headers_mut()
+                    .insert(AUTHORIZATION_KEY, value.parse().unwrap());
+            }
+            request
+        };
+        let tokens = || Some(ApiTokens::load(file(TOKEN).path()).unwrap());
+        let refused = service(ApiAuth::new(tokens()))
+            .oneshot(request(None))
+            .await
+            .unwrap();
+        let status = Status::from_header_map(refused.headers()).unwrap();
+        assert_eq!(status.code(), Code::Unauthenticated);
+        assert_eq!(reason(&status), "TokenMissing");
+        assert_eq!(
+            refused.headers()["content-type"],
+            "application/grpc",
+            "a trailers-only gRPC answer"
+        );
+        assert!(tonic::codegen::Body::is_end_stream(refused.body()));
+        assert_eq!(served.load(Ordering::SeqCst), 0);
+        let bearer = format!("Bearer {TOKEN}");
+        let passed = service(ApiAuth::new(tokens()))
+            .oneshot(request(Some(&bearer)))
+            .await
+            .unwrap();
+        assert_eq!(passed.headers()[AUTHORIZATION_KEY], bearer.as_str());
+        let open = service(ApiAuth::new(None))
+            .oneshot(request(None))
+            .await
+            .unwrap();
+        assert!(open.headers().get(AUTHORIZATION_KEY).is_none());
+        assert_eq!(served.load(Ordering::SeqCst), 2);
+    }
+
     #[test]
-    fn the_interceptor_lets_through_only_a_bearer_of_an_accepted_token() {
-        let mut auth = ApiAuth::new(Some(ApiTokens::load(file(TOKEN).path()).unwrap()));
-        assert!(call(&mut auth, Some(&format!("Bearer {TOKEN}"))).is_ok());
-        assert!(call(&mut auth, Some(&format!("bearer {TOKEN}"))).is_ok());
-        let missing = call(&mut auth, None).unwrap_err();
+    fn the_check_lets_through_only_a_bearer_of_an_accepted_token() {
+        let auth = ApiAuth::new(Some(ApiTokens::load(file(TOKEN).path()).unwrap()));
+        assert!(call(&auth, Some(&format!("Bearer {TOKEN}"))).is_ok());
+        assert!(call(&auth, Some(&format!("bearer {TOKEN}"))).is_ok());
+        let missing = call(&auth, None).unwrap_err();
         assert_eq!(missing.code(), Code::Unauthenticated);
         assert_eq!(reason(&missing), "TokenMissing");
         assert!(missing.message().contains("--token"), "{missing:?}");
-        let not_bearer = call(&mut auth, Some(&format!("Basic {TOKEN}"))).unwrap_err();
+        let not_bearer = call(&auth, Some(&format!("Basic {TOKEN}"))).unwrap_err();
         assert_eq!(reason(&not_bearer), "TokenMissing");
-        let refused = call(&mut auth, Some("Bearer another-token-0123456789")).unwrap_err();
+        let refused = call(&auth, Some("Bearer another-token-0123456789")).unwrap_err();
         assert_eq!(refused.code(), Code::Unauthenticated);
         assert_eq!(reason(&refused), "TokenRefused");
         // Without tokens everything passes, a token or not.
-        let mut open = ApiAuth::new(None);
-        assert!(call(&mut open, None).is_ok());
-        assert!(call(&mut open, Some("Bearer anything")).is_ok());
+        let open = ApiAuth::new(None);
+        assert!(call(&open, None).is_ok());
+        assert!(call(&open, Some("Bearer anything")).is_ok());
     }
 }

@@ -412,8 +412,10 @@ impl Node {
         // The one service is served as it is, not through tonic's router (an axum router of
         // services by name): routing by name and its boxing were 4-5 % of the instructions of a
         // request (BENCHMARKS.md 6o), and the service answers a path it does not serve with
-        // `Unimplemented` itself, as the router's fallback did.
-        let service = tonic::service::interceptor::InterceptedService::new(
+        // `Unimplemented` itself, as the router's fallback did. Its calls pass the API's tokens
+        // in `auth::Authenticated`, which reads the request's headers in place (tonic's
+        // interceptor turned them into metadata and back on every call: BENCHMARKS.md 6q).
+        let service = auth::Authenticated::new(
             grpc::service(
                 backend.clone(),
                 config.grpc_request_bytes_max,
