@@ -220,7 +220,7 @@ fn remote_addr<B>(request: &http::Request<B>) -> Option<SocketAddr> {
 ///
 /// It reads the `authorization` header where it is. tonic's interceptor, which this replaces,
 /// turned every request's headers into metadata and back to hand it the call, tokens or none,
-/// and wrapped every response body (BENCHMARKS.md 6q).
+/// and wrapped every response body (BENCHMARKS.md 6r).
 #[derive(Clone, Debug)]
 pub struct Authenticated<S> {
     inner: S,

@@ -98,7 +98,7 @@ fn method_index(path: &str) -> usize {
 #[derive(Clone, Debug)]
 pub struct MetricsLayer {
     /// Each of [`METHODS`]' figures, then `unknown`'s, indexed by [`method_index`]: resolved
-    /// once, so that a request neither builds nor hashes its labels (BENCHMARKS.md 6q).
+    /// once, so that a request neither builds nor hashes its labels (BENCHMARKS.md 6r).
     operations: Arc<[OperationMetrics]>,
     trace_ids: trace::TraceIds,
 }

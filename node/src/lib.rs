@@ -414,7 +414,7 @@ impl Node {
         // request (BENCHMARKS.md 6o), and the service answers a path it does not serve with
         // `Unimplemented` itself, as the router's fallback did. Its calls pass the API's tokens
         // in `auth::Authenticated`, which reads the request's headers in place (tonic's
-        // interceptor turned them into metadata and back on every call: BENCHMARKS.md 6q).
+        // interceptor turned them into metadata and back on every call: BENCHMARKS.md 6r).
         let service = auth::Authenticated::new(
             grpc::service(
                 backend.clone(),

@@ -409,7 +409,7 @@ impl RequestMetrics {
 
 /// One operation's figures in [`RequestMetrics`], as [`RequestMetrics::observe`] records them,
 /// with its latency histogram kept once its series exists: a request then records without
-/// hashing its labels into the family's map under the family's lock (BENCHMARKS.md 6q). A
+/// hashing its labels into the family's map under the family's lock (BENCHMARKS.md 6r). A
 /// refusal's reason is a label of its own, so errors still go through the family.
 #[derive(Debug)]
 pub struct OperationMetrics {
