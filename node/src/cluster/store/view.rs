@@ -166,6 +166,11 @@ fn after(at: Millis) -> Range {
     (Bound::Excluded((at, Id::MAX)), Bound::Unbounded)
 }
 
+/// The entries after every one at `at`, or all of them for `None`.
+fn after_or_all(at: Option<Millis>) -> Range {
+    at.map_or((Bound::Unbounded, Bound::Unbounded), after)
+}
+
 impl Queue {
     /// Whether `seen` is in the waiting sets: hidden after its send and visible only after
     /// `promoted`.
@@ -250,7 +255,7 @@ impl Queue {
     /// `(entered_at, id)` of every live record entered after the watermark `purged_through`,
     /// the first entered first.
     fn by_entry(&self, purged_through: Option<Millis>) -> impl Iterator<Item = (Millis, Id)> {
-        let range = purged_through.map_or((Bound::Unbounded, Bound::Unbounded), after);
+        let range = after_or_all(purged_through);
         merged(
             merged(
                 self.at_send.range(range).copied(),
@@ -270,7 +275,7 @@ impl Queue {
         &self,
         purged_through: Option<Millis>,
     ) -> impl Iterator<Item = (Millis, Id)> {
-        let range = purged_through.map_or((Bound::Unbounded, Bound::Unbounded), after);
+        let range = after_or_all(purged_through);
         merged(
             self.at_send.range(range).copied(),
             self.moved.range(range).copied(),
@@ -280,7 +285,7 @@ impl Queue {
     /// `(sent_at, id)` of every live record sent after `from` (`None`: all), the first sent
     /// first.
     fn by_send(&self, from: Option<Millis>) -> impl Iterator<Item = (Millis, Id)> {
-        let range = from.map_or((Bound::Unbounded, Bound::Unbounded), after);
+        let range = after_or_all(from);
         merged(
             merged(
                 self.at_send.range(range).copied(),
