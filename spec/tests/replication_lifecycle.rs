@@ -35,6 +35,10 @@ mod lifecycle {
     const SLOW_CLOCK: &str = "slower clock delivers what a replica already expired";
     const HEALED: &str = "heal ran to its end";
     const REVIVED: &str = "later copy of a purged generation is live again";
+    const FAST_DELIVERED: &str = "claim without the read delivered";
+    const FAST_HIDDEN: &str =
+        "claim without the read hidden by the watermark read beside it, its claim orphaned";
+    const FAST_FELL_BACK: &str = "claim without the read refused, fell back to the read";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -139,6 +143,41 @@ mod lifecycle {
             heal: true,
             ..Config::quiet("two purges")
         }
+    }
+
+    /// The purge race with the claim without the read and two receives, so that a fast claim
+    /// can be refused by the first one's claim (delivered through replicas 0 and 2 before its
+    /// own replica took it), and a receive after the purge meets an earlier receive's orphan
+    /// claim on the hidden record.
+    fn purge_race_fast_two() -> Config {
+        Config {
+            claim_without_read: true,
+            claims_max: 2,
+            ..purge_race()
+        }
+        .named("purge race, claim without the read, two receives")
+    }
+
+    /// The purge race with the claim without the read (spec/replication.md §13) and one
+    /// receive: the exact clock claims from replica 1's record in place, beside a quorum read
+    /// of the watermark, while the fast clock purges.
+    fn purge_race_fast() -> Config {
+        Config {
+            claim_without_read: true,
+            ..purge_race()
+        }
+        .named("purge race, claim without the read")
+    }
+
+    /// The purge racing a claim without the read that its own replica's lag gets refused: the
+    /// message was received through replicas 0 and 2, and replica 1 has not yet taken that
+    /// claim when coordinator 1 claims from it again.
+    fn purge_race_fast_behind() -> Config {
+        Config {
+            start: Start::Received,
+            ..purge_race_fast()
+        }
+        .named("purge race, claim without the read, own replica behind")
     }
 
     /// The purge race while the message's retention runs out (sent at tick 0, retention 3
@@ -277,6 +316,61 @@ mod lifecycle {
     }
 
     #[test]
+    fn purge_race_with_claim_without_read_holds() {
+        check(
+            purge_race_fast(),
+            &[
+                PURGE_ACKED,
+                HIDDEN_SWEPT,
+                SKIPPED,
+                CONCURRENT,
+                HEALED,
+                FAST_DELIVERED,
+                FAST_HIDDEN,
+            ],
+        );
+        check(
+            purge_race_fast_behind(),
+            &[
+                PURGE_ACKED,
+                HIDDEN_SWEPT,
+                SKIPPED,
+                HEALED,
+                FAST_DELIVERED,
+                FAST_HIDDEN,
+                FAST_FELL_BACK,
+            ],
+        );
+    }
+
+    /// Two receives through the exact clock's own replica: a fast claim refused by the first
+    /// receive's claim, orphan claims on a hidden record met by a later receive. About six
+    /// minutes, so behind `TRIREME_MODEL_LARGE=1`.
+    #[test]
+    fn purge_race_with_claim_without_read_two_receives_holds() {
+        if !large() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "lifecycle model: two receives without the read skipped (set TRIREME_MODEL_LARGE=1)"
+            );
+            return;
+        }
+        check(
+            purge_race_fast_two(),
+            &[
+                PURGE_ACKED,
+                HIDDEN_SWEPT,
+                SKIPPED,
+                CONCURRENT,
+                HEALED,
+                FAST_DELIVERED,
+                FAST_HIDDEN,
+                FAST_FELL_BACK,
+            ],
+        );
+    }
+
+    #[test]
     fn purge_faults_hold() {
         check(
             purge_faults(),
@@ -383,6 +477,14 @@ mod lifecycle {
         finds(
             with(Bug::RetentionCountsFromEntry, retention_redrive()),
             EXPIRED,
+        );
+    }
+
+    #[test]
+    fn claim_without_read_delivered_before_the_watermark_undoes_a_purge() {
+        finds(
+            with(Bug::FastClaimDeliveredWithoutWatermark, purge_race_fast()),
+            PURGED,
         );
     }
 

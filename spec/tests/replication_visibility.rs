@@ -28,6 +28,9 @@ mod replication_visibility {
     const FAST_DELIVERED: &str = "claim without the read delivered";
     const FAST_FELL_BACK: &str = "claim without the read refused, fell back to the read";
     const DEADLINE_REFUSED: &str = "claim of a newer seq refused by its deadline check (c)";
+    const OWN_LAST: &str = "claim without the read taken by its own replica after another's ack";
+    const OWN_SPARED: &str =
+        "claim without the read refused by (c) while its own replica, behind, was spared";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -115,11 +118,15 @@ mod replication_visibility {
     /// spec/replication.md §13, *A claim without the read*, with deadlines: the changes run
     /// with every receive claiming from its coordinator's own replica first. An extension
     /// acknowledged on replicas 1 and 2 leaves replica 0, coordinator 0's own, with the
-    /// receive's older lease, whose deadline passes a tick before the extension's.
+    /// receive's older lease, whose deadline passes a tick before the extension's. The receive
+    /// may ask for the short timeout (0 ticks), so a claim of the next `seq` can have a deadline
+    /// before the one the extension set: what an orphan claim on the own replica needs to
+    /// undercut the holder (planted bug `FastClaimOwnReplicaFirst`).
     fn claim_without_read_changes() -> Config {
         Config {
             name: "claim without the read, changes",
             claim_without_read: true,
+            short_receives: true,
             ..changes()
         }
     }
@@ -131,6 +138,20 @@ mod replication_visibility {
         Config {
             name: "claim without the read, race",
             claim_without_read: true,
+            ..race()
+        }
+    }
+
+    /// F1 at one tick, with the short timeout: from a ready message, three receives at tick 0,
+    /// so a claim that loses the race for a `seq` can hold an earlier deadline (0) than the
+    /// delivered one (1). Used for the planted bug only: with the heal the exhaustive run
+    /// outgrew 8 GB (spec §5).
+    fn claim_without_read_race_at_one_tick() -> Config {
+        Config {
+            name: "claim without the read, race at one tick",
+            claim_without_read: true,
+            short_receives: true,
+            ticks_max: 0,
             ..race()
         }
     }
@@ -187,11 +208,40 @@ mod replication_visibility {
                 FAST_DELIVERED,
                 FAST_FELL_BACK,
                 DEADLINE_REFUSED,
+                OWN_LAST,
+                OWN_SPARED,
                 HELD,
                 CAP_REFUSED,
                 STALE_REFUSED,
                 HEALED,
             ],
+        );
+    }
+
+    /// The claim without the read sent to all three at once: coordinator 0's own replica missed
+    /// the extension acknowledged on the other two, takes the short claim of the next `seq`
+    /// that they refuse by (c), and the fallback's read repair spreads that orphan; its deadline
+    /// has already passed, so the same receive claims again before the extension's deadline.
+    #[test]
+    fn claim_without_read_own_replica_first_redelivers_inside_the_holders_timeout() {
+        finds(
+            with(Bug::FastClaimOwnReplicaFirst, claim_without_read_changes()),
+            HONOURED,
+        );
+    }
+
+    /// F1's way to the same: the claim that lost the race for the delivered `seq`, with the
+    /// short timeout, sits on the holder's coordinator's own replica; the holder's next
+    /// receive through that node leaves its claim of the next `seq` there alone, and the
+    /// fallback's read claims over it at once.
+    #[test]
+    fn claim_without_read_own_replica_first_redelivers_after_a_lost_race() {
+        finds(
+            with(
+                Bug::FastClaimOwnReplicaFirst,
+                claim_without_read_race_at_one_tick(),
+            ),
+            HONOURED,
         );
     }
 
@@ -236,6 +286,46 @@ mod replication_visibility {
                 ..release_with_fault()
             },
             &[RELEASED, HEALED],
+        );
+        // The claim without the read, its own replica last, with the short timeout: beside a
+        // release (a change that lowers a deadline, in the tick of a fast claim issued while
+        // the own replica was behind), and under a fault with anti-entropy (the merge that
+        // spread the orphan when the own replica came first).
+        check(
+            Config {
+                name: "claim without the read, release",
+                claim_without_read: true,
+                short_receives: true,
+                ..release()
+            },
+            &[
+                FAST_DELIVERED,
+                FAST_FELL_BACK,
+                DEADLINE_REFUSED,
+                OWN_LAST,
+                OWN_SPARED,
+                RELEASED,
+                EQUAL_COUNTER,
+                HELD,
+                HEALED,
+            ],
+        );
+        check(
+            Config {
+                name: "claim without the read, faults",
+                claim_without_read: true,
+                short_receives: true,
+                ..faults()
+            },
+            &[
+                FAST_DELIVERED,
+                FAST_FELL_BACK,
+                DEADLINE_REFUSED,
+                OWN_LAST,
+                OWN_SPARED,
+                HELD,
+                HEALED,
+            ],
         );
     }
 

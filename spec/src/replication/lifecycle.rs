@@ -7,9 +7,12 @@
 //! a global tick that every node reads through its own clock, one node's clock one tick ahead
 //! (`SKEW_TICKS`), so the purge's clock margins and the retention's early expiry are in the
 //! search. Claims, deletes and tombstones follow part 1 in a reduced form; what part 1 already
-//! proves (receive counts, dead-letter moves, collection, replacement) is left out. Ghost fields
-//! record what clients were told, so that the invariants can be stated; the protocol never reads
-//! them. Nothing here is used by the node.
+//! proves (receive counts, dead-letter moves, collection, replacement) is left out. With
+//! `Config::claim_without_read` a receive claims from its coordinator's own replica's record
+//! without the read (spec/replication.md §13), and its quorum read of the watermark runs beside
+//! the claim, so that the fast path is checked against the purge. Ghost fields record what
+//! clients were told, so that the invariants can be stated; the protocol never reads them.
+//! Nothing here is used by the node.
 
 use stateright::{Model, Property};
 
@@ -213,6 +216,9 @@ pub enum Bug {
     AntiEntropySkipsWatermark,
     /// Sweeps apply retention but never the watermark.
     SweepIgnoresWatermark,
+    /// With `claim_without_read`: a claim without the read is delivered at its two acks,
+    /// without waiting for the quorum read of the watermark that runs beside it.
+    FastClaimDeliveredWithoutWatermark,
 }
 
 /// Where a search starts (each is a state the empty start reaches).
@@ -230,6 +236,11 @@ pub enum Start {
     /// copy too) and deleted with that handle: replicas 0 and 1 hold the tombstone, replica 2
     /// still the live copy.
     Deleted,
+    /// Sent, and received by coordinator 1 with the claim `(1, c1)`, delivered through replicas
+    /// 0 and 2 (the send's write reached replica 2 late); the claim's write to replica 1,
+    /// coordinator 1's own, is still in flight, so that replica is behind and a claim without
+    /// the read from it is refused.
+    Received,
 }
 
 /// Bounds and switches of one run.
@@ -270,6 +281,12 @@ pub struct Config {
     pub faults_max: u8,
     /// Whether the free phase may end in the heal schedule (liveness).
     pub heal: bool,
+    /// Whether a receive claims without its quorum read (spec/replication.md §13, *A claim
+    /// without the read*): coordinator `c` reads replica `c`'s record in place and, if it is
+    /// claimable by the watermark that replica holds and by `c`'s clock, sends the conditional
+    /// claim at once beside a quorum read of the watermark; at the first refusal the receive
+    /// takes the read path. Off in the page's section 2 and 3 runs without the switch.
+    pub claim_without_read: bool,
     /// The protocol rule switched off, if any (planted-bug tests only).
     pub bug: Option<Bug>,
 }
@@ -295,6 +312,7 @@ impl Config {
             anti_entropy_max: 0,
             faults_max: 0,
             heal: false,
+            claim_without_read: false,
             bug: None,
         }
     }
@@ -389,6 +407,19 @@ pub enum Op {
         snapshot: Snapshot,
         acks: u8,
     },
+    /// A claim without the read (`claim_without_read`, spec/replication.md §13): the
+    /// conditional claim of `record`, made from the coordinator's own replica's record, went to
+    /// all three at once, beside a quorum read of the queue's watermark (`watermark_from`: the
+    /// replicas that answered it; `watermark`: the greatest they hold). Delivered only once two
+    /// replicas acked and the watermark is in and does not hide `record`.
+    FastClaim {
+        message: u8,
+        record: Record,
+        snapshot: Snapshot,
+        acks: u8,
+        watermark_from: u8,
+        watermark: Option<u8>,
+    },
     DeleteRead {
         handle: Handle,
         replies: [Option<Reply>; REPLICAS],
@@ -412,6 +443,7 @@ impl Op {
             Op::Enter { acks, .. }
             | Op::PurgeWrite { acks, .. }
             | Op::ClaimWrite { acks, .. }
+            | Op::FastClaim { acks, .. }
             | Op::DeleteWrite { acks, .. } => Some(acks),
             _ => None,
         }
@@ -434,6 +466,9 @@ pub enum Request {
     Read {
         message: u8,
     },
+    /// The quorum read of the queue's watermark alone, beside a claim without the read (the
+    /// read path's `Read` answers with the watermark already).
+    ReadWatermark,
     /// Merge `record` in and ack (sends, redrives, an "already gone" tombstone).
     Write {
         message: u8,
@@ -531,6 +566,28 @@ pub enum Scenario {
     /// A replica's purge-marked record became live again: a later mover's copy of the same
     /// generation entered above the mark.
     Revived = 8,
+    /// A claim without the read was delivered.
+    FastDelivered = 9,
+    /// A claim without the read had its two acks, and the watermark read beside it hid the
+    /// record: the receive delivered nothing, and the claim stays on the hidden record (an
+    /// orphan).
+    FastHidden = 10,
+    /// A claim without the read was refused by a replica that had not acked it, and its
+    /// receive took the read path.
+    FastFellBack = 11,
+}
+
+/// What a receive makes of a record (spec#2-purge, "receive"; spec#3-retention-expiry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Judged {
+    /// A tombstone, or hidden by its own purge mark.
+    Gone,
+    /// Hidden by the watermark the receive knows.
+    Hidden,
+    /// Past retention by the coordinator's clock.
+    Expired,
+    /// Claim it.
+    Claim,
 }
 
 /// Ghost state: what clients were told, and what went wrong.
@@ -682,6 +739,27 @@ impl State {
             coordinator: 1,
         };
         let claimed = sent.claimed(claim);
+        if config.start == Start::Received {
+            let mut received = acked;
+            received.replicas[0].store[SENT] = Some(claimed);
+            received.replicas[2].store[SENT] = Some(claimed);
+            received.network.push(Packet {
+                replica: 1,
+                coordinator: 0,
+                round: 0,
+                request: Request::Claim {
+                    message: SENT as u8,
+                    record: claimed,
+                },
+            });
+            received.coordinators[1].handle = Some(Handle {
+                message: SENT as u8,
+                generation: 0,
+                claim,
+            });
+            received.ghost.delivered[SENT] = true;
+            return vec![received];
+        }
         let mut deleted = acked;
         deleted.replicas[0].store[SENT] = Some(claimed.tombstone());
         deleted.replicas[1].store[SENT] = Some(claimed.tombstone());
@@ -818,14 +896,26 @@ impl State {
     }
 
     /// A client receives `message` through `coordinator`: the quorum read of records and
-    /// watermark (spec#2-purge, "receive").
-    pub fn start_claim(&mut self, coordinator: usize, message: usize) {
+    /// watermark (spec#2-purge, "receive"), or with `claim_without_read` the claim from the
+    /// coordinator's own replica's record when that record is claimable.
+    pub fn start_claim(&mut self, config: &Config, coordinator: usize, message: usize) {
         self.used.claims += 1;
         let snapshot = Snapshot {
             purges_acked: self.purge_mask(true),
             delete_acked: self.ghost.delete_acked[message],
             invoked_at: self.now,
         };
+        if config.claim_without_read
+            && self.claim_from_local(config, coordinator, message, snapshot)
+        {
+            return;
+        }
+        self.claim_read(coordinator, message, snapshot);
+    }
+
+    /// The quorum read of a receive invoked with the ghost `snapshot` (spec#2-purge,
+    /// "receive"; one read answers both the record and the watermark).
+    fn claim_read(&mut self, coordinator: usize, message: usize, snapshot: Snapshot) {
         self.begin(
             coordinator,
             Op::ClaimRead {
@@ -840,6 +930,78 @@ impl State {
                 message: message as u8,
             },
         );
+    }
+
+    /// The claim without the read (spec/replication.md §13, *A claim without the read*): the
+    /// coordinator's own replica (replica `coordinator`, on its node, with no crashes in this
+    /// model) is read in place, and if its record is claimable as the read path would judge it,
+    /// under the watermark that replica holds (the coordinator's local knowledge, a lower bound
+    /// of the queue's) and by the coordinator's clock, the conditional claim `(seq + 1, me)` goes
+    /// to all three at once, and the quorum read of the watermark beside it, as the node runs
+    /// both in parallel. Returns `false`, sending nothing, when the record is not claimable: the
+    /// replica may be behind, so the read path decides. There are no deadlines here (part 1,
+    /// Time): a claimed record may have expired, so it is claimed again, as after a read.
+    fn claim_from_local(
+        &mut self,
+        config: &Config,
+        coordinator: usize,
+        message: usize,
+        snapshot: Snapshot,
+    ) -> bool {
+        let local = &self.replicas[coordinator];
+        let Some(held) = local.store[message] else {
+            return false;
+        };
+        if self.judge(config, coordinator, held, local.watermark) != Judged::Claim {
+            return false;
+        }
+        let claim = Claim {
+            seq: held.claim.map_or(0, |claim| claim.seq) + 1,
+            coordinator: coordinator as u8,
+        };
+        let record = held.claimed(claim);
+        self.begin(
+            coordinator,
+            Op::FastClaim {
+                message: message as u8,
+                record,
+                snapshot,
+                acks: 0,
+                watermark_from: 0,
+                watermark: None,
+            },
+        );
+        self.broadcast(
+            coordinator,
+            Request::Claim {
+                message: message as u8,
+                record,
+            },
+        );
+        self.broadcast(coordinator, Request::ReadWatermark);
+        true
+    }
+
+    /// What a receive through `c` makes of `record` under `watermark`, the greatest it knows:
+    /// the record's own purge mark hides it too, and retention is judged by `c`'s clock,
+    /// whatever the replicas' sweeps have done so far.
+    fn judge(&self, config: &Config, c: usize, record: Record, watermark: Option<u8>) -> Judged {
+        if !record.is_live() {
+            return Judged::Gone;
+        }
+        let hiding = watermark.max(record.hidden_through);
+        if record.hidden_by(hiding, config.receive_compares_sent()) {
+            return Judged::Hidden;
+        }
+        let expired = record.expired_at(
+            config.retention,
+            self.clock(c),
+            config.retention_from_entry(),
+        );
+        if expired && !config.has(Bug::ReceiveSkipsExpiryCheck) {
+            return Judged::Expired;
+        }
+        Judged::Claim
     }
 
     /// `coordinator`'s client deletes with the newest handle it holds (part 1, Delete).
@@ -1045,6 +1207,10 @@ impl State {
                 };
                 self.on_read_reply(config, &packet, reply);
             }
+            Request::ReadWatermark => {
+                let watermark = self.replicas[r].watermark;
+                self.on_watermark_reply(config, &packet, watermark);
+            }
             Request::Write { message, record } => {
                 self.merge_into(config, r, message as usize, record);
                 self.on_ack(config, &packet);
@@ -1068,9 +1234,15 @@ impl State {
                         }
                     },
                 };
+                // With `claim_without_read` every claim is checked for (a) and (b) above, and
+                // for (c) and (d) of spec/replication.md §13, which accept everything here:
+                // time is abstract for visibility (part 1, Time), so every claim may have
+                // expired by any clock, and this model has no receive counts.
                 if accept {
                     self.merge_into(config, r, message as usize, record);
                     self.on_ack(config, &packet);
+                } else if config.claim_without_read {
+                    self.on_claim_refused(&packet);
                 }
             }
             Request::Tombstone {
@@ -1125,6 +1297,94 @@ impl State {
         }
     }
 
+    /// A replica's answer to the watermark read of a claim without the read. The read's
+    /// watermark is the greatest of its first two replies; a third adds nothing, as in the node.
+    fn on_watermark_reply(&mut self, config: &Config, packet: &Packet, reply: Option<u8>) {
+        if !self.current(packet) {
+            return;
+        }
+        let c = packet.coordinator as usize;
+        let Op::FastClaim {
+            watermark_from,
+            watermark,
+            ..
+        } = &mut self.coordinators[c].op
+        else {
+            return;
+        };
+        if count(*watermark_from) >= READ_QUORUM {
+            return;
+        }
+        *watermark_from |= bit(packet.replica as usize);
+        *watermark = (*watermark).max(reply);
+        self.finish_fast(config, c);
+    }
+
+    /// A replica refused a claim (with `claim_without_read`, every refusal is answered). A
+    /// claim without the read gives up at the first refusal and its receive takes the read
+    /// path, with the same ghost snapshot: it is the same receive (spec §13). A read-path claim
+    /// waits for its acks as before.
+    fn on_claim_refused(&mut self, packet: &Packet) {
+        if !self.current(packet) {
+            return;
+        }
+        let c = packet.coordinator as usize;
+        let Op::FastClaim {
+            message,
+            snapshot,
+            acks,
+            ..
+        } = self.coordinators[c].op
+        else {
+            return;
+        };
+        // One reply per replica: the refusal of a duplicate of the claim by a replica that
+        // acked it is that replica's acceptance seen again, not a lost race.
+        if acks & bit(packet.replica as usize) != 0 {
+            return;
+        }
+        // With two acks the claim is decided and waits only for the watermark; the node
+        // ignores the third replica's answer then.
+        if count(acks) >= WRITE_QUORUM {
+            return;
+        }
+        self.ghost.reach(Scenario::FastFellBack);
+        self.claim_read(c, message as usize, snapshot);
+    }
+
+    /// Answers a claim without the read once both of its rounds are in: two acks and the
+    /// watermark read (spec §13, *The purge watermark*). A record the watermark hides answers
+    /// nothing, and its claim stays on the replicas that took it, an orphan on a hidden record
+    /// that, like a losing claim, makes nothing visible.
+    fn finish_fast(&mut self, config: &Config, c: usize) {
+        let Op::FastClaim {
+            message,
+            record,
+            snapshot,
+            acks,
+            watermark_from,
+            watermark,
+        } = self.coordinators[c].op
+        else {
+            unreachable!("finish_fast is called only for a claim without the read")
+        };
+        if count(acks) < WRITE_QUORUM {
+            return;
+        }
+        if !config.has(Bug::FastClaimDeliveredWithoutWatermark) {
+            if count(watermark_from) < READ_QUORUM {
+                return;
+            }
+            if record.hidden_by(watermark, config.receive_compares_sent()) {
+                self.ghost.reach(Scenario::FastHidden);
+                self.finish(c);
+                return;
+            }
+        }
+        self.ghost.reach(Scenario::FastDelivered);
+        self.deliver_claim(config, c, message, record, snapshot);
+    }
+
     fn on_ack(&mut self, config: &Config, packet: &Packet) {
         if !self.current(packet) {
             return;
@@ -1160,26 +1420,21 @@ impl State {
                     config.entered_earliest(),
                 );
                 let watermark = replies.iter().flatten().filter_map(|r| r.watermark).max();
-                let Some(merged) = merged.filter(Record::is_live) else {
+                let Some(merged) = merged else {
                     self.finish(c);
                     return;
                 };
                 // The coordinator applies the watermark it read by quorum and the retention
                 // by its own clock, whatever the replicas' sweeps have done so far.
-                let hiding = watermark.max(merged.hidden_through);
-                if merged.hidden_by(hiding, config.receive_compares_sent()) {
-                    self.ghost.reach(Scenario::ReceiveSkippedHidden);
-                    self.finish(c);
-                    return;
-                }
-                let expired = merged.expired_at(
-                    config.retention,
-                    self.clock(c),
-                    config.retention_from_entry(),
-                );
-                if expired && !config.has(Bug::ReceiveSkipsExpiryCheck) {
-                    self.finish(c);
-                    return;
+                match self.judge(config, c, merged, watermark) {
+                    Judged::Claim => {}
+                    judged => {
+                        if judged == Judged::Hidden {
+                            self.ghost.reach(Scenario::ReceiveSkippedHidden);
+                        }
+                        self.finish(c);
+                        return;
+                    }
                 }
                 // Time is abstract for visibility (part 1, Time): any claim may have expired.
                 let claim = Claim {
@@ -1256,21 +1511,32 @@ impl State {
                 record,
                 snapshot,
                 ..
-            } => {
-                self.on_delivery(config, message as usize, snapshot);
-                self.coordinators[c].handle = Some(Handle {
-                    message,
-                    generation: record.generation,
-                    claim: record.claim.expect("a claim write carries a claim"),
-                });
-                self.finish(c);
-            }
+            } => self.deliver_claim(config, c, message, record, snapshot),
+            Op::FastClaim { .. } => self.finish_fast(config, c),
             Op::DeleteWrite { handle, .. } => {
                 self.ghost.delete_acked[handle.message as usize] = true;
                 self.finish(c);
             }
             _ => unreachable!("complete_write is called only in write phases"),
         }
+    }
+
+    /// The claim of `record` is delivered through `c`: its client holds the handle.
+    fn deliver_claim(
+        &mut self,
+        config: &Config,
+        c: usize,
+        message: u8,
+        record: Record,
+        snapshot: Snapshot,
+    ) {
+        self.on_delivery(config, message as usize, snapshot);
+        self.coordinators[c].handle = Some(Handle {
+            message,
+            generation: record.generation,
+            claim: record.claim.expect("a claim write carries a claim"),
+        });
+        self.finish(c);
     }
 
     /// The coordinator hands `message` to its client: the ghost checks what had been
@@ -1359,15 +1625,26 @@ impl State {
         })
     }
 
-    /// Removes packets that can change nothing (reads whose coordinator left that round) and
-    /// forgets rounds nobody answers any more, so that equal situations are equal states.
+    /// Removes packets that can change nothing (reads whose coordinator left that round, or
+    /// whose watermark read has its quorum) and forgets rounds nobody answers any more, so that
+    /// equal situations are equal states.
     pub fn normalize(&mut self) {
         let coordinators = self.coordinators.clone();
         self.network.retain(|p| {
             let coordinator = &coordinators[p.coordinator as usize];
             let mut op = coordinator.op;
-            !matches!(p.request, Request::Read { .. })
-                || (coordinator.round == p.round && op.replies_mut().is_some())
+            let current = coordinator.round == p.round;
+            match p.request {
+                Request::Read { .. } => current && op.replies_mut().is_some(),
+                // A watermark read is alive while its claim without the read still waits for
+                // its quorum.
+                Request::ReadWatermark => {
+                    current
+                        && matches!(op, Op::FastClaim { watermark_from, .. }
+                            if count(watermark_from) < READ_QUORUM)
+                }
+                _ => true,
+            }
         });
         for packet in &mut self.network {
             let coordinator = &coordinators[packet.coordinator as usize];
@@ -1402,7 +1679,7 @@ impl State {
             if !self.joined(config, message).is_some_and(|r| r.is_live()) {
                 continue;
             }
-            self.start_claim(0, message);
+            self.start_claim(config, 0, message);
             self.heal_network(config, &mut steps);
             if let Some(handle) = self.coordinators[0].handle
                 && handle.message as usize == message
@@ -1640,7 +1917,7 @@ impl Model for LifecycleModel {
             Action::Claim {
                 coordinator,
                 message,
-            } => state.start_claim(coordinator as usize, message as usize),
+            } => state.start_claim(config, coordinator as usize, message as usize),
             Action::Delete(c) => state.start_delete(c as usize),
             Action::Sweep(r) => state.sweep(config, r as usize),
             Action::AntiEntropy { a, b } => {
@@ -1665,7 +1942,7 @@ impl Model for LifecycleModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "acknowledged send is never lost unless deleted, purged or expired",
                 |model: &LifecycleModel, s: &State| {
@@ -1733,7 +2010,22 @@ impl Model for LifecycleModel {
                 |_, s: &State| s.ghost.reached(Scenario::DeliveredAfterExpiryElsewhere),
             ),
             Property::sometimes("heal ran to its end", |_, s: &State| s.healed),
-        ]
+        ];
+        if self.config.claim_without_read {
+            properties.push(Property::sometimes(
+                "claim without the read delivered",
+                |_, s: &State| s.ghost.reached(Scenario::FastDelivered),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read hidden by the watermark read beside it, its claim orphaned",
+                |_, s: &State| s.ghost.reached(Scenario::FastHidden),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused, fell back to the read",
+                |_, s: &State| s.ghost.reached(Scenario::FastFellBack),
+            ));
+        }
+        properties
     }
 }
 

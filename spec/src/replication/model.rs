@@ -392,6 +392,10 @@ impl Model for ReplicationModel {
                 |_, s: &State| s.ghost.reached(Scenario::ClaimWithoutReadFellBack),
             ));
             properties.push(Property::sometimes(
+                "claim without the read taken by its own replica after another's ack",
+                |_, s: &State| s.ghost.reached(Scenario::ClaimWithoutReadOwnLast),
+            ));
+            properties.push(Property::sometimes(
                 "claim without the read stored on one replica while a delete was acknowledged",
                 |_, s: &State| fast_claim_races_delete(s),
             ));

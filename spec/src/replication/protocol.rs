@@ -114,6 +114,11 @@ pub enum Bug {
     /// record shows (no local check that the count is below `maxReceiveCount`); only the
     /// replicas check the count, each against its own record (d).
     ClaimWithoutReadNoLocalCountCheck,
+    /// With `claim_without_read`: the claim without the read goes to all three replicas at
+    /// once, the coordinator's own among them (spec/replication.md §13 before *Own replica
+    /// last*). What it breaks needs deadlines (section 5's model, V1); here every claim may
+    /// have expired, so it only changes when the own replica's copy arrives.
+    FastClaimOwnReplicaFirst,
 }
 
 /// Bounds and switches of one model run (spec/replication.md#model-bounds).
@@ -562,6 +567,9 @@ pub enum Scenario {
     /// A claim sent without the read was refused by a replica, and the receive fell back to
     /// the quorum read.
     ClaimWithoutReadFellBack = 18,
+    /// A claim sent without the read, held back from its coordinator's own replica, was sent
+    /// there after another replica's ack, and the own replica took it (*Own replica last*).
+    ClaimWithoutReadOwnLast = 19,
 }
 
 /// What only the model knows: what clients were told, and what went wrong.
@@ -881,7 +889,8 @@ impl State {
     /// The claim without the read (spec/replication.md §13, *A claim without the read*): the
     /// coordinator's own replica (replica `coordinator`) is read in place, without the network.
     /// If it is reachable, serving, live, and its receive count is below `maxReceiveCount`, the
-    /// conditional claim `(seq + 1, me)` is sent to all three at once and `true` is returned.
+    /// conditional claim `(seq + 1, me)` is sent to the two other replicas at once (the own
+    /// one gets it at the first ack of another, *Own replica last*) and `true` is returned.
     /// Otherwise nothing is sent and the caller takes the read path. Time is abstract
     /// (spec#time): the local claim may have expired by this coordinator's clock, so a claimed
     /// record is claimed again, as after a read.
@@ -919,6 +928,7 @@ impl State {
             coordinator: coordinator as u8,
         };
         self.send_claim(
+            config,
             coordinator,
             queue,
             held.generation,
@@ -930,10 +940,13 @@ impl State {
         true
     }
 
-    /// Sends the conditional claim to all three (spec#receive-claim, step 5).
+    /// Sends the conditional claim to all three (spec#receive-claim, step 5); a claim without
+    /// the read (`fast`) to the two replicas other than the coordinator's own, which gets it
+    /// at the first ack of another (`on_reply`, spec §13, *Own replica last*).
     #[allow(clippy::too_many_arguments)]
     fn send_claim(
         &mut self,
+        config: &Config,
         coordinator: usize,
         queue: Queue,
         generation: u8,
@@ -954,15 +967,25 @@ impl State {
                 fast,
             },
         );
-        self.broadcast(
-            coordinator,
-            Message::Claim {
-                queue,
-                generation,
-                claim,
-                receive_count,
-            },
-        );
+        let message = Message::Claim {
+            queue,
+            generation,
+            claim,
+            receive_count,
+        };
+        if !fast || config.has(Bug::FastClaimOwnReplicaFirst) {
+            self.broadcast(coordinator, message);
+            return;
+        }
+        let round = self.coordinators[coordinator].round;
+        for replica in (0..REPLICAS).filter(|r| *r != coordinator) {
+            self.push(Packet {
+                replica: replica as u8,
+                coordinator: coordinator as u8,
+                round,
+                message,
+            });
+        }
     }
 
     /// Ghost: whether a receive acknowledged before now superseded `handle` (a delivery of a
@@ -1363,6 +1386,14 @@ impl State {
                 // Time is abstract (spec#time): every claim may have expired by any clock, so
                 // (c) accepts every claim here; section 5's model is the one with deadlines.
                 if accept {
+                    let c = packet.coordinator as usize;
+                    if r == c
+                        && self.coordinators[c].round == packet.round
+                        && matches!(self.coordinators[c].op, Op::ClaimWrite { fast: true, .. })
+                        && !config.has(Bug::FastClaimOwnReplicaFirst)
+                    {
+                        self.ghost.reach(Scenario::ClaimWithoutReadOwnLast);
+                    }
                     let record = Record::claimed(generation, claim, receive_count);
                     self.merge_into(config, r, queue, record, Cause::Request);
                     self.reply(config, &packet, Message::Ack);
@@ -1516,9 +1547,37 @@ impl State {
                 let Some(acks) = op.acks_mut() else {
                     return;
                 };
+                let first = *acks == 0;
                 *acks |= bit(r);
                 let have = count(*acks);
                 self.coordinators[c].op = op;
+                // spec §13, *Own replica last*: a claim without the read reaches its
+                // coordinator's own replica only after another replica took it (in section 5's
+                // model, with deadlines, that ack shows the holder's lease has expired on a
+                // replica that is not behind it; here every claim may have expired).
+                if let Op::ClaimWrite {
+                    queue,
+                    generation,
+                    claim,
+                    receive_count,
+                    fast: true,
+                    ..
+                } = op
+                    && first
+                    && !config.has(Bug::FastClaimOwnReplicaFirst)
+                {
+                    self.push(Packet {
+                        replica: c as u8,
+                        coordinator: c as u8,
+                        round: packet.round,
+                        message: Message::Claim {
+                            queue,
+                            generation,
+                            claim,
+                            receive_count,
+                        },
+                    });
+                }
                 let needed = if matches!(op, Op::ClaimWrite { .. }) {
                     config.deliver_quorum()
                 } else {
@@ -1534,10 +1593,17 @@ impl State {
                 if let Op::ClaimWrite {
                     queue,
                     deletes_acked_before,
+                    acks,
                     fast: true,
                     ..
                 } = op
                 {
+                    // One reply per replica: a replica that acked the claim and refuses a
+                    // duplicate of it (its own `seq`, by (b)) saw its acceptance again, not a
+                    // lost race, and is not a refusal.
+                    if acks & bit(r) != 0 {
+                        return;
+                    }
                     // spec#13, *A claim without the read*: the first refusal gives the claim
                     // up (as a split claim gives up) and the receive takes the read path. The
                     // same receive, so its ghost invocation time is kept.
@@ -1693,6 +1759,7 @@ impl State {
                     coordinator: c as u8,
                 };
                 self.send_claim(
+                    config,
                     c,
                     queue,
                     merged.generation,

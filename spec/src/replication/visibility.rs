@@ -24,6 +24,11 @@ pub const WRITE_QUORUM: usize = 2;
 pub const READ_QUORUM: usize = 2;
 /// The visibility timeout a receive sets, in ticks.
 pub const VISIBILITY: u8 = 1;
+/// The shorter timeout a receive may ask for instead, in runs with `short_receives` (SQS's
+/// per-receive `VisibilityTimeout`), in ticks: 0, visible again at once. With it a claim's
+/// deadline can come before that of the lease it supersedes, which one timeout for every
+/// receive never allows; the real timeouts differ in seconds, the model's in whole ticks.
+pub const VISIBILITY_SHORT: u8 = 0;
 /// The timeout a client's change asks for, in ticks (an extension).
 pub const CHANGE_TIMEOUT: u8 = 2;
 /// `VISIBILITY_TOTAL_MAX`: how far past its receive a claim's deadline may lie (12 h), in ticks.
@@ -32,6 +37,7 @@ pub const VISIBILITY_TOTAL_MAX: u8 = 2;
 pub const HEAL_STEPS_MAX: u32 = 500;
 
 const _: () = assert!(VISIBILITY <= VISIBILITY_TOTAL_MAX);
+const _: () = assert!(VISIBILITY_SHORT < VISIBILITY);
 const _: () = assert!(CHANGE_TIMEOUT <= VISIBILITY_TOTAL_MAX);
 
 /// A claim: one receive's place in the order of receives (part 1's `(seq, coordinator)`).
@@ -179,6 +185,14 @@ pub enum Bug {
     /// `seq` whatever their lease's deadline and the `now` the claim carries
     /// (spec/replication.md §13, *A claim without the read*).
     ClaimWithoutReadNoDeadlineCheck,
+    /// With `claim_without_read`, a claim without the read goes to all three replicas at once,
+    /// its coordinator's own among them (spec/replication.md §13 before *Own replica last*). An
+    /// own replica behind the holder's lease (it missed an extension, or holds the claim that
+    /// lost the race for the holder's `seq`) takes the claim of the next `seq` by (b) and (c)
+    /// while the two others refuse it by (c); that orphan claim, of a shorter timeout than the
+    /// holder's lease has left, supersedes the lease by merge, and once its own deadline has
+    /// passed the message is claimed again inside the holder's timeout (V1).
+    FastClaimOwnReplicaFirst,
 }
 
 /// Where a search starts.
@@ -217,6 +231,11 @@ pub struct Config {
     /// then check (c) on every claim, and the first refusal of a fast claim sends the same
     /// receive down the read path. Off in every run of section 5's tables.
     pub claim_without_read: bool,
+    /// Whether each receive may also ask for [`VISIBILITY_SHORT`] instead of [`VISIBILITY`]
+    /// (the action `ShortClaim`). Off in every run of section 5's tables but the claim without
+    /// the read's: only there can a claim's early deadline undercut a holder it should never
+    /// have superseded (planted bug `FastClaimOwnReplicaFirst`).
+    pub short_receives: bool,
     pub bug: Option<Bug>,
 }
 
@@ -234,6 +253,7 @@ impl Config {
             ticks_max: 0,
             heal: false,
             claim_without_read: false,
+            short_receives: false,
             bug: None,
         }
     }
@@ -264,16 +284,20 @@ pub enum Op {
     Idle,
     /// `floor`: ghost, the greatest lease acknowledged to any client when this receive was
     /// invoked (a delivery or a change). `now`: the coordinator's clock when the receive was
-    /// invoked, the one reading every decision of the operation uses (*Time*).
+    /// invoked, the one reading every decision of the operation uses (*Time*). `visibility`:
+    /// the timeout the receive asked for, in ticks.
     ClaimRead {
         floor: Record,
         now: u8,
+        visibility: u8,
         replies: [Option<Record>; REPLICAS],
     },
     /// `early`: ghost, the decision came before every deadline this receive had to honour.
     /// `fast`: a claim without the read (`claim_without_read`), which falls back to the read at
     /// its first refusal; `floor` is then its invocation's ghost floor, kept for the fallback,
-    /// and `None` for every other claim (so runs without the switch keep their states).
+    /// and `None` for every other claim (so runs without the switch keep their states). A fast
+    /// claim goes to the coordinator's own replica only at the first ack of another (*Own
+    /// replica last*): while `acks` is empty, the own replica has not been sent it.
     ClaimWrite {
         lease: Lease,
         early: bool,
@@ -396,6 +420,13 @@ pub enum Scenario {
     /// A replica refused a claim of a newer `seq` by check (c) alone: its lease's deadline had
     /// not passed by the `now` the claim carried.
     DeadlineRefused = 8,
+    /// A claim without the read, held back from its coordinator's own replica, was sent there
+    /// after another replica's ack, and the own replica took it (*Own replica last*).
+    OwnReplicaLast = 9,
+    /// Another replica refused a claim without the read by (c) while the coordinator's own
+    /// replica, held back, was behind that replica and would have taken the claim by (b) and
+    /// (c): the orphan that sending it to all three at once would have left there.
+    OwnReplicaSpared = 10,
 }
 
 /// What only the model knows.
@@ -405,6 +436,11 @@ pub struct Ghost {
     pub acked: Record,
     /// Every lease ever written by a claim or a change, sorted, without repeats.
     pub issued: Vec<Lease>,
+    /// The claims in `issued` that were issued early (before every deadline their receive had
+    /// to honour, as V1 judges a delivery), and never issued in time: sorted. Such a claim
+    /// excuses no later receive (V1): a claim the protocol should never have stored must not
+    /// lower the bar it broke.
+    pub early_claims: Vec<Lease>,
     /// The newest handle delivered to a client.
     pub newest_delivered: Option<Handle>,
     /// The first deadline of a handle whose release was acknowledged.
@@ -436,6 +472,36 @@ impl Ghost {
         if let Err(at) = self.issued.binary_search(&lease) {
             self.issued.insert(at, lease);
         }
+    }
+
+    /// Issues the claim `lease`, `early` or not. A lease issued in time once (the same claim
+    /// again: a fast claim's fallback can make it) is not early.
+    fn issue_claim(&mut self, lease: Lease, early: bool) {
+        let known = self.issued.binary_search(&lease).is_ok();
+        match self.early_claims.binary_search(&lease) {
+            Ok(at) if !early => {
+                self.early_claims.remove(at);
+            }
+            Err(at) if early && !known => self.early_claims.insert(at, lease),
+            _ => {}
+        }
+        self.issue(lease);
+    }
+
+    /// The claim `lease`, issued early, was delivered in time after all (a concurrent change
+    /// excused it meanwhile): it excuses later receives like any claim issued in time.
+    fn in_time(&mut self, lease: Lease) {
+        if let Ok(at) = self.early_claims.binary_search(&lease) {
+            self.early_claims.remove(at);
+        }
+    }
+
+    /// Whether some lease issued in time, ordered at or after `floor`, has a deadline that has
+    /// passed by `now`: the exemption of V1.
+    fn excused(&self, floor: Lease, now: u8) -> bool {
+        self.issued.iter().any(|l| {
+            *l >= floor && l.deadline <= now && self.early_claims.binary_search(l).is_err()
+        })
     }
 }
 
@@ -577,29 +643,32 @@ impl State {
 
     // ----- operations ---------------------------------------------------------------------------
 
-    /// Client `coordinator` receives through its node: the quorum read of part 1's receive, or
-    /// with `claim_without_read` the claim from its own replica's record when that record's
-    /// deadline has passed by this coordinator's clock (spec/replication.md §13, *A claim
-    /// without the read*: the record is always live here, and there are no counts).
-    pub fn start_claim(&mut self, config: &Config, coordinator: usize) {
+    /// Client `coordinator` receives through its node, asking for `visibility` ticks: the
+    /// quorum read of part 1's receive, or with `claim_without_read` the claim from its own
+    /// replica's record when that record's deadline has passed by this coordinator's clock
+    /// (spec/replication.md §13, *A claim without the read*: the record is always live here,
+    /// and there are no counts).
+    pub fn start_claim(&mut self, config: &Config, coordinator: usize, visibility: u8) {
         self.used.claims += 1;
         let floor = self.ghost.acked;
         let now = self.now;
         let local = self.replicas[coordinator];
         if config.claim_without_read && local.is_none_or(|l| l.deadline <= now) {
-            self.claim(coordinator, local, now, floor, true);
+            self.claim(config, coordinator, local, now, floor, visibility, true);
             return;
         }
-        self.claim_read(coordinator, floor, now);
+        self.claim_read(coordinator, floor, now, visibility);
     }
 
-    /// The read path of a receive invoked at `now` with the ghost `floor`.
-    fn claim_read(&mut self, coordinator: usize, floor: Record, now: u8) {
+    /// The read path of a receive invoked at `now` with the ghost `floor`, asking for
+    /// `visibility` ticks.
+    fn claim_read(&mut self, coordinator: usize, floor: Record, now: u8, visibility: u8) {
         self.begin(
             coordinator,
             Op::ClaimRead {
                 floor,
                 now,
+                visibility,
                 replies: [None; REPLICAS],
             },
         );
@@ -698,12 +767,32 @@ impl State {
                 let passed = !config.claim_without_read
                     || config.has(Bug::ClaimWithoutReadNoDeadlineCheck)
                     || held.is_none_or(|h| h.deadline <= lease.handle.received_at);
+                let c = packet.coordinator as usize;
+                // Ghost: whether this is the current fast claim of its coordinator, and with
+                // `acks` empty, one still held back from its own replica (*Own replica last*).
+                let fast_acks = match self.coordinators[c].op {
+                    Op::ClaimWrite {
+                        fast: true, acks, ..
+                    } if self.current(&packet) => Some(acks),
+                    _ => None,
+                };
                 if newer && passed {
+                    if r == c && fast_acks.is_some() && !config.has(Bug::FastClaimOwnReplicaFirst) {
+                        self.ghost.reach(Scenario::OwnReplicaLast);
+                    }
                     self.merge_into(config, r, Some(lease));
                     self.on_ack(config, packet);
                 } else if config.claim_without_read {
                     if newer {
                         self.ghost.reach(Scenario::DeadlineRefused);
+                        let own = self.replicas[c];
+                        let own_would_take = own.is_none_or(|o| {
+                            o.handle.claim.seq < lease.handle.claim.seq
+                                && o.deadline <= lease.handle.received_at
+                        });
+                        if r != c && fast_acks == Some(0) && own < held && own_would_take {
+                            self.ghost.reach(Scenario::OwnReplicaSpared);
+                        }
                     }
                     self.on_claim_refused(packet);
                 }
@@ -759,11 +848,19 @@ impl State {
             lease,
             fast: true,
             floor,
+            acks,
             ..
         } = self.coordinators[c].op
         {
+            // One reply per replica (spec §13, *A claim without the read*): the refusal of a
+            // duplicate of the claim by a replica that already acked it is that replica's own
+            // acceptance seen again, not a lost race.
+            if acks & bit(packet.replica as usize) != 0 {
+                return;
+            }
             self.ghost.reach(Scenario::FastFellBack);
-            self.claim_read(c, floor, lease.handle.received_at);
+            let visibility = lease.deadline - lease.handle.received_at;
+            self.claim_read(c, floor, lease.handle.received_at, visibility);
         }
     }
 
@@ -780,9 +877,28 @@ impl State {
         let Some(acks) = op.acks_mut() else {
             return;
         };
+        let first = *acks == 0;
         *acks |= bit(packet.replica as usize);
         let have = acks.count_ones() as usize;
         self.coordinators[c].op = op;
+        // *Own replica last* (spec §13): a fast claim reaches its coordinator's own replica
+        // only after another replica took it. That replica holds the holder's lease or a later
+        // one (an acknowledged lease is on two replicas, so only one can be behind it), and by
+        // (c) its deadline passed by the claim's `now`: the own replica, if behind, is never
+        // the only one to take a claim the others refuse.
+        if let Op::ClaimWrite {
+            lease, fast: true, ..
+        } = op
+            && first
+            && !config.has(Bug::FastClaimOwnReplicaFirst)
+        {
+            self.push(Packet {
+                replica: c as u8,
+                coordinator: c as u8,
+                round: self.coordinators[c].round,
+                message: Message::Claim { lease },
+            });
+        }
         if have >= needed {
             self.complete_write(c);
         }
@@ -794,6 +910,7 @@ impl State {
             Op::ClaimRead {
                 floor,
                 now,
+                visibility,
                 replies,
             } => {
                 let merged = config.join(replies.iter().flatten().copied());
@@ -819,7 +936,7 @@ impl State {
                     self.finish(c);
                     return;
                 }
-                self.claim(c, merged, now, floor, false);
+                self.claim(config, c, merged, now, floor, visibility, false);
             }
             Op::ChangeRead {
                 client,
@@ -883,18 +1000,23 @@ impl State {
 
     /// Coordinator `c` claims the version after `from` (the merged read, or its own replica's
     /// record for a claim without the read, `fast`) for a receive invoked at `now` with the
-    /// ghost `floor`.
-    fn claim(&mut self, c: usize, from: Record, now: u8, floor: Record, fast: bool) {
-        // Ghost, V1: some lease the merge orders at or after every acknowledged one must have
-        // reached its deadline by the time of the claim (the clock as it is now, never behind
-        // the coordinator's reading).
-        let early = floor.is_some_and(|floor| {
-            !self
-                .ghost
-                .issued
-                .iter()
-                .any(|l| *l >= floor && l.deadline <= self.now)
-        });
+    /// ghost `floor`, for `visibility` ticks. A fast claim goes to the two other replicas
+    /// first, and to `c`'s own at the first ack of another (`on_ack`, *Own replica last*).
+    #[allow(clippy::too_many_arguments)]
+    fn claim(
+        &mut self,
+        config: &Config,
+        c: usize,
+        from: Record,
+        now: u8,
+        floor: Record,
+        visibility: u8,
+        fast: bool,
+    ) {
+        // Ghost, V1: some lease issued in time, which the merge orders at or after every
+        // acknowledged one, must have reached its deadline by the time of the claim (the clock
+        // as it is now, never behind the coordinator's reading).
+        let early = floor.is_some_and(|floor| !self.ghost.excused(floor, self.now));
         let lease = Lease {
             handle: Handle {
                 claim: Claim {
@@ -904,9 +1026,9 @@ impl State {
                 received_at: now,
             },
             change_counter: 0,
-            deadline: now + VISIBILITY,
+            deadline: now + visibility,
         };
-        self.ghost.issue(lease);
+        self.ghost.issue_claim(lease, early);
         self.begin(
             c,
             Op::ClaimWrite {
@@ -917,17 +1039,46 @@ impl State {
                 acks: 0,
             },
         );
-        self.broadcast(c, Message::Claim { lease });
+        if !fast || config.has(Bug::FastClaimOwnReplicaFirst) {
+            self.broadcast(c, Message::Claim { lease });
+            return;
+        }
+        let round = self.coordinators[c].round;
+        for replica in (0..REPLICAS).filter(|r| *r != c) {
+            self.push(Packet {
+                replica: replica as u8,
+                coordinator: c as u8,
+                round,
+                message: Message::Claim { lease },
+            });
+        }
     }
 
     /// A write phase has its quorum of acks: the client is answered.
     fn complete_write(&mut self, c: usize) {
         match self.coordinators[c].op {
             Op::ClaimWrite {
-                lease, early, fast, ..
+                lease,
+                early,
+                fast,
+                floor,
+                ..
             } => {
+                // A claim without the read is judged again now: it was issued at its invocation,
+                // before any read, and what the replicas took it by may be a change issued
+                // since, concurrent with the receive, which V1 exempts (a release in the same
+                // tick, whose deadline is the claim's `now`). Judged by the claim's `now`, the
+                // reading (c) compared with. A read-path claim was judged with what its read
+                // found.
+                let early = early
+                    && !(fast
+                        && floor.is_some_and(|floor| {
+                            self.ghost.excused(floor, lease.handle.received_at)
+                        }));
                 if early {
                     self.ghost.violate(Violation::RedeliveredEarly);
+                } else if fast {
+                    self.ghost.in_time(lease);
                 }
                 if fast {
                     self.ghost.reach(Scenario::FastDelivered);
@@ -952,7 +1103,15 @@ impl State {
                     self.ghost.violate(Violation::ChangeOutOfOrder);
                 }
                 if release {
-                    self.ghost.released_until = Some(lease.handle.received_at + VISIBILITY);
+                    // The handle's first deadline: its receive's lease (the timeout it asked
+                    // for, with `short_receives` not always `VISIBILITY`).
+                    self.ghost.released_until = self
+                        .ghost
+                        .issued
+                        .iter()
+                        .filter(|l| l.handle == lease.handle && l.change_counter == 0)
+                        .map(|l| l.deadline)
+                        .min();
                 }
                 self.ghost.acked = self.ghost.acked.max(Some(lease));
             }
@@ -1033,8 +1192,11 @@ pub enum Action {
     Drop(u8),
     Duplicate(u8),
     Abandon(u8),
-    /// Client (and node) `c` receives.
+    /// Client (and node) `c` receives, with the timeout [`VISIBILITY`].
     Claim(u8),
+    /// Client (and node) `c` receives with the shorter timeout [`VISIBILITY_SHORT`]
+    /// (`short_receives`).
+    ShortClaim(u8),
     /// Client `c` changes its handle's visibility through its node (a retry through another
     /// node is the same as one through this node after a timeout).
     Change(u8),
@@ -1100,6 +1262,9 @@ impl Model for VisibilityModel {
             }
             if used.claims < config.claims_max {
                 actions.push(Action::Claim(c as u8));
+                if config.short_receives {
+                    actions.push(Action::ShortClaim(c as u8));
+                }
             }
             if state.clients[c].is_some() && used.changes < config.changes_max {
                 actions.push(Action::Change(c as u8));
@@ -1143,7 +1308,8 @@ impl Model for VisibilityModel {
             Action::Drop(i) => state.drop_packet(i as usize),
             Action::Duplicate(i) => state.duplicate_packet(i as usize),
             Action::Abandon(c) => state.abandon(c as usize),
-            Action::Claim(c) => state.start_claim(config, c as usize),
+            Action::Claim(c) => state.start_claim(config, c as usize, VISIBILITY),
+            Action::ShortClaim(c) => state.start_claim(config, c as usize, VISIBILITY_SHORT),
             Action::Change(c) => state.start_change(c as usize, false),
             Action::Release(c) => state.start_change(c as usize, true),
             Action::AntiEntropy { a, b } => {
@@ -1226,6 +1392,14 @@ impl Model for VisibilityModel {
             properties.push(Property::sometimes(
                 "claim of a newer seq refused by its deadline check (c)",
                 |_, s: &State| s.ghost.reached(Scenario::DeadlineRefused),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read taken by its own replica after another's ack",
+                |_, s: &State| s.ghost.reached(Scenario::OwnReplicaLast),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused by (c) while its own replica, behind, was spared",
+                |_, s: &State| s.ghost.reached(Scenario::OwnReplicaSpared),
             ));
         }
         properties
