@@ -421,7 +421,22 @@ enum ReceivePhase {
         write: WritePhase,
         record: Box<Record>,
     },
+    /// A claim without the read has its two acks; its delivery waits for the queue's watermark
+    /// (spec/replication.md §13, *The purge watermark*).
+    AwaitWatermarkToDeliver(Box<Record>),
     Answered,
+}
+
+/// How a receive went (spec/replication.md §13, *What is measured*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceivePath {
+    /// The quorum read, then the claim.
+    Read,
+    /// The claim without the read, from the coordinator's own replica's record, and no replica
+    /// refused it.
+    Fast,
+    /// The claim without the read was refused and the receive took the read path.
+    FellBack,
 }
 
 /// spec/replication.md#receive-claim: quorum read, then a conditional claim, delivered only
@@ -434,6 +449,13 @@ pub struct ReceiveOp {
     watermark_pending: bool,
     round: u32,
     phase: ReceivePhase,
+    path: ReceivePath,
+    /// A claim without the read not yet sent to this coordinator's own replica: it goes there
+    /// at the first ack of another replica (spec §13, *Own replica last*).
+    own_held_back: bool,
+    /// The claim without the read was sent to the own replica (in this round) and it has not
+    /// answered yet: [`ReceiveOp::own_pending`].
+    own_unanswered: bool,
 }
 
 impl ReceiveOp {
@@ -453,9 +475,82 @@ impl ReceiveOp {
                 watermark_pending: false,
                 round: FIRST_ROUND,
                 phase: ReceivePhase::Read(ReadPhase::new(replicas, read_quorum())),
+                path: ReceivePath::Read,
+                own_held_back: false,
+                own_unanswered: false,
             },
             Effects::sends(sends),
         )
+    }
+
+    /// Starts a receive with the claim without the read (spec/replication.md §13, *A claim
+    /// without the read*) if `local`, this coordinator's own replica's record read in place,
+    /// passes the fast path's guard: this coordinator is a replica of the message, and the
+    /// record is live, in retention, settled, not hidden by the known watermark, visible by
+    /// this coordinator's clock (no unexpired claim, no delay) and below the queue's
+    /// `maxReceiveCount`. The conditional claim of `seq + 1` goes to the two other replicas at
+    /// once, and to this coordinator's own only after one of them acked it (*Own replica
+    /// last*: the own replica may be the one behind, and must not keep a claim that the two
+    /// others refuse by (c)); it is delivered after two acks and the queue's watermark (read by
+    /// quorum in parallel, [`ReceiveOp::on_watermark`]); at its first refusal the receive takes
+    /// the read path. `None` when the guard fails: the caller starts the read path
+    /// ([`ReceiveOp::start_reading_watermark`]), which alone decides what a local record that is
+    /// not claimable means (the replica may be behind). The driver's own part of the guard (its
+    /// replica joined, its store neither failed nor overloaded) is the caller's.
+    #[must_use]
+    pub fn start_fast(
+        key: RecordKey,
+        replicas: [NodeId; REPLICAS],
+        settings: ReceiveSettings,
+        local: &Record,
+    ) -> Option<(ReceiveOp, Effects<ReceiveAnswer>)> {
+        let live = match judge(local, &settings) {
+            Judged::Claim(live) => live,
+            Judged::DeadLetter(live) if planted(Bug::ClaimWithoutReadNoLocalCountCheck) => live,
+            Judged::Nothing(_) | Judged::DeadLetter(_) => return None,
+        };
+        if !replicas.contains(&settings.me) {
+            return None;
+        }
+        let claimed = claimed(local, live, &settings);
+        let target = Target { key, replicas };
+        let mut sends = broadcast(&target, FIRST_ROUND, &claim_write(&claimed, &settings));
+        let own_last = !planted(Bug::FastClaimOwnReplicaFirst);
+        if own_last {
+            sends.retain(|out| out.to != settings.me);
+        }
+        Some((
+            ReceiveOp {
+                target,
+                settings,
+                watermark_pending: true,
+                round: FIRST_ROUND,
+                phase: ReceivePhase::Claim {
+                    write: WritePhase::new(replicas),
+                    record: Box::new(claimed),
+                },
+                path: ReceivePath::Fast,
+                own_held_back: own_last,
+                own_unanswered: !own_last,
+            },
+            Effects::sends(sends),
+        ))
+    }
+
+    /// The path this receive has taken so far.
+    #[must_use]
+    pub fn path(&self) -> ReceivePath {
+        self.path
+    }
+
+    /// Whether a delivered claim without the read is still on its way to this coordinator's
+    /// own replica (it went there at the first ack of another, *Own replica last*). Until it
+    /// lands, this node's view still shows the message visible, and its next receive would try
+    /// it again and fall back on the refusal: a driver keeps the message from its other
+    /// receives until then ([`Operation::lingers`]). Nothing depends on it for safety.
+    #[must_use]
+    pub fn own_pending(&self) -> bool {
+        self.own_unanswered && matches!(self.phase, ReceivePhase::Answered)
     }
 
     /// Starts a receive whose queue watermark is read by quorum in parallel with the record
@@ -494,6 +589,10 @@ impl ReceiveOp {
                 let read = read.clone();
                 self.decide(&read)
             }
+            ReceivePhase::AwaitWatermarkToDeliver(record) => {
+                let record = (**record).clone();
+                self.deliver(record)
+            }
             _ => Effects::none(),
         }
     }
@@ -502,6 +601,9 @@ impl ReceiveOp {
     pub fn on_reply(&mut self, from: NodeId, round: u32, reply: &Reply) -> Effects<ReceiveAnswer> {
         if round != self.round {
             return Effects::none();
+        }
+        if from == self.settings.me {
+            self.own_unanswered = false;
         }
         match &mut self.phase {
             ReceivePhase::Read(read) => {
@@ -520,7 +622,7 @@ impl ReceiveOp {
             ReceivePhase::Claim { write, record } => match write.take(from, reply) {
                 Progress::Quorum => {
                     let record = (**record).clone();
-                    self.finish(ReceiveAnswer::Delivered(record))
+                    self.deliver(record)
                 }
                 Progress::Waiting
                     if planted(Bug::ClaimAtFirstAck)
@@ -530,10 +632,29 @@ impl ReceiveOp {
                     let record = (**record).clone();
                     self.finish(ReceiveAnswer::Delivered(record))
                 }
+                // spec §13: a claim without the read falls back to the read path at its first
+                // refusal; its acks so far, and any later, count for nothing.
+                _ if self.path == ReceivePath::Fast && write.refused() > 0 => self.fall_back(),
+                // Another replica took the claim, so the holder's lease has passed by this
+                // coordinator's `now` on a replica that is not behind it: the own replica may
+                // take it too (spec §13, *Own replica last*).
+                Progress::Waiting if self.own_held_back && write.acked() > 0 => {
+                    self.own_held_back = false;
+                    self.own_unanswered = true;
+                    let record = (**record).clone();
+                    let me = self.settings.me;
+                    let mut sends = broadcast(
+                        &self.target,
+                        self.round,
+                        &claim_write(&record, &self.settings),
+                    );
+                    sends.retain(|out| out.to == me);
+                    Effects::sends(sends)
+                }
                 Progress::Refused => self.finish(ReceiveAnswer::LostRace),
                 Progress::Waiting => Effects::none(),
             },
-            ReceivePhase::Answered => Effects::none(),
+            ReceivePhase::AwaitWatermarkToDeliver(_) | ReceivePhase::Answered => Effects::none(),
         }
     }
 
@@ -573,63 +694,56 @@ impl ReceiveOp {
         };
         let mut sends = read.repairs(&self.target.key, merged.as_ref());
         let settings = self.settings;
-        let Some((record, live)) = merged
-            .as_ref()
-            .and_then(|record| record.live().map(|live| (record, live)))
-        else {
+        let Some(record) = merged.as_ref() else {
             return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
         };
-        if record.hidden(settings.purged_through) {
-            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
-        }
-        // §3, receive step 3: expired by this coordinator's clock, whatever the sweeps did.
-        if live.birth.sent_at.plus_ms(settings.retention_ms) <= settings.now {
-            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Gone));
-        }
-        if !record.ready() {
-            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Unsettled));
-        }
-        if live.held.is_some_and(|held| held.deadline > settings.now) {
-            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Invisible));
-        }
-        if live.birth.visible_from > settings.now {
-            return self.finish_with(sends, ReceiveAnswer::Nothing(NothingBecause::Delayed));
-        }
-        if settings
-            .max_receive_count
-            .is_some_and(|max| live.receive_count >= max)
-        {
-            return self.finish_with(sends, ReceiveAnswer::DeadLetter(record.clone()));
-        }
-        let claimed = Record {
-            generation: record.generation,
-            body: Body::Live(Live {
-                held: Some(Held {
-                    claim: Claim {
-                        seq: live.held.map_or(0, |held| held.claim.seq) + 1,
-                        coordinator: settings.me,
-                        nonce: settings.nonce,
-                    },
-                    change_counter: 0,
-                    deadline: settings.now.plus_ms(settings.visibility_timeout_ms),
-                    received_at: settings.now,
-                }),
-                receive_count: live.receive_count + 1,
-                first_received_at: live.first_received_at.or(Some(settings.now)),
-                ..live.clone()
-            }),
+        let live = match judge(record, &settings) {
+            Judged::Claim(live) => live,
+            Judged::Nothing(because) => {
+                return self.finish_with(sends, ReceiveAnswer::Nothing(because));
+            }
+            Judged::DeadLetter(_) => {
+                return self.finish_with(sends, ReceiveAnswer::DeadLetter(record.clone()));
+            }
         };
+        let claimed = claimed(record, live, &settings);
         self.round += 1;
         sends.extend(broadcast(
             &self.target,
             self.round,
-            &Write::Claim(claimed.clone()),
+            &claim_write(&claimed, &settings),
         ));
         self.phase = ReceivePhase::Claim {
             write: WritePhase::new(self.target.replicas),
             record: Box::new(claimed),
         };
         Effects::sends(sends)
+    }
+
+    /// The claim has its two acks: delivered once the watermark is in and does not hide the
+    /// record (a claim without the read is sent before the watermark is known; spec §13, *The
+    /// purge watermark*: its claim then stays on the hidden record, an orphan).
+    fn deliver(&mut self, record: Record) -> Effects<ReceiveAnswer> {
+        if self.watermark_pending {
+            self.phase = ReceivePhase::AwaitWatermarkToDeliver(Box::new(record));
+            return Effects::none();
+        }
+        if record.hidden(self.settings.purged_through) {
+            return self.finish(ReceiveAnswer::Nothing(NothingBecause::Gone));
+        }
+        self.finish(ReceiveAnswer::Delivered(record))
+    }
+
+    /// A claim without the read was refused: the same receive takes the read path (spec §13),
+    /// in a new round, so the fast claim's late acks are ignored.
+    fn fall_back(&mut self) -> Effects<ReceiveAnswer> {
+        self.path = ReceivePath::FellBack;
+        // The own replica never gets a claim that another replica refused.
+        self.own_held_back = false;
+        self.own_unanswered = false;
+        self.round += 1;
+        self.phase = ReceivePhase::Read(ReadPhase::new(self.target.replicas, read_quorum()));
+        Effects::sends(reads(&self.target, self.round))
     }
 
     fn finish(&mut self, answer: ReceiveAnswer) -> Effects<ReceiveAnswer> {
@@ -646,6 +760,79 @@ impl ReceiveOp {
             sends,
             answer: Some(answer),
         }
+    }
+}
+
+/// What a receive makes of a record it may claim (spec/replication.md#receive-claim, steps
+/// 3 and 4, with §2's watermark, §3's retention and §4's settling).
+enum Judged<'a> {
+    /// Claim it.
+    Claim(&'a Live),
+    /// Deliver nothing.
+    Nothing(NothingBecause),
+    /// Its receive count reached `maxReceiveCount`: move it.
+    DeadLetter(&'a Live),
+}
+
+fn judge<'a>(record: &'a Record, settings: &ReceiveSettings) -> Judged<'a> {
+    let Some(live) = record.live() else {
+        return Judged::Nothing(NothingBecause::Gone);
+    };
+    if record.hidden(settings.purged_through) {
+        return Judged::Nothing(NothingBecause::Gone);
+    }
+    // §3, receive step 3: expired by this coordinator's clock, whatever the sweeps did.
+    if live.birth.sent_at.plus_ms(settings.retention_ms) <= settings.now {
+        return Judged::Nothing(NothingBecause::Gone);
+    }
+    if !record.ready() {
+        return Judged::Nothing(NothingBecause::Unsettled);
+    }
+    if live.held.is_some_and(|held| held.deadline > settings.now) {
+        return Judged::Nothing(NothingBecause::Invisible);
+    }
+    if live.birth.visible_from > settings.now {
+        return Judged::Nothing(NothingBecause::Delayed);
+    }
+    if settings
+        .max_receive_count
+        .is_some_and(|max| live.receive_count >= max)
+    {
+        return Judged::DeadLetter(live);
+    }
+    Judged::Claim(live)
+}
+
+/// `record` (whose live body is `live`) with this receive's claim: `seq + 1`, the count plus
+/// one, the deadline `now + visibility timeout` (spec/replication.md#receive-claim, step 5).
+fn claimed(record: &Record, live: &Live, settings: &ReceiveSettings) -> Record {
+    Record {
+        generation: record.generation,
+        body: Body::Live(Live {
+            held: Some(Held {
+                claim: Claim {
+                    seq: live.held.map_or(0, |held| held.claim.seq) + 1,
+                    coordinator: settings.me,
+                    nonce: settings.nonce,
+                },
+                change_counter: 0,
+                deadline: settings.now.plus_ms(settings.visibility_timeout_ms),
+                received_at: settings.now,
+            }),
+            receive_count: live.receive_count + 1,
+            first_received_at: live.first_received_at.or(Some(settings.now)),
+            ..live.clone()
+        }),
+    }
+}
+
+/// The conditional claim of `claimed`, carrying what the replicas check it by (spec §13:
+/// the coordinator's clock reading for (c), `maxReceiveCount` for (d)).
+fn claim_write(claimed: &Record, settings: &ReceiveSettings) -> Write {
+    Write::Claim {
+        record: claimed.clone(),
+        now: settings.now,
+        max_receive_count: settings.max_receive_count,
     }
 }
 
@@ -1584,6 +1771,12 @@ pub trait Operation {
     fn on_split_wait(&mut self) -> Effects<Self::Answer> {
         Effects::none()
     }
+    /// Whether the answered operation still waits for a reply its driver should hear before
+    /// it lets go of what it holds (a receive's delivery on its way to the own replica,
+    /// [`ReceiveOp::own_pending`]). Replies then change no answer.
+    fn lingers(&self) -> bool {
+        false
+    }
 }
 
 macro_rules! operation {
@@ -1619,6 +1812,9 @@ impl Operation for ReceiveOp {
     }
     fn on_split_wait(&mut self) -> Effects<ReceiveAnswer> {
         ReceiveOp::on_split_wait(self)
+    }
+    fn lingers(&self) -> bool {
+        self.own_pending()
     }
 }
 
@@ -1715,6 +1911,150 @@ mod tests {
         assert_eq!(held.received_at, Millis(5_000));
         assert_eq!(live.receive_count, 1);
         assert_eq!(live.first_received_at, Some(Millis(5_000)));
+    }
+
+    /// The claims `effects` sends, each with the clock and maximum it carries.
+    fn claims_sent(effects: &Effects<ReceiveAnswer>) -> Vec<(Record, Millis, Option<u32>)> {
+        effects
+            .sends
+            .iter()
+            .filter_map(|out| match &out.request {
+                Request::Write { write, ack: true } => match write.as_ref() {
+                    Write::Claim {
+                        record,
+                        now,
+                        max_receive_count,
+                    } => Some((record.clone(), *now, *max_receive_count)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_without_the_read_reaches_the_own_replica_last_and_delivers_after_two_acks_and_the_watermark()
+     {
+        // The coordinator is replica R[0] (`settings`' `me`).
+        let (mut op, effects) =
+            ReceiveOp::start_fast(key(), R, settings(5_000, Some(3)), &sent()).expect("claimable");
+        let claims = claims_sent(&effects);
+        assert_eq!(
+            claims.len(),
+            2,
+            "one round, no read, the own replica held back"
+        );
+        assert!(effects.sends.iter().all(|out| out.to != R[0]));
+        let (claimed, now, max) = &claims[0];
+        assert_eq!((*now, *max), (Millis(5_000), Some(3)));
+        assert_eq!(claimed.claim().map(|c| c.seq), Some(1));
+        assert_eq!(op.path(), ReceivePath::Fast);
+        let effects = op.on_reply(R[1], 1, &Reply::Ack);
+        assert_eq!(effects.answer, None);
+        assert_eq!(
+            effects.sends.iter().map(|out| out.to).collect::<Vec<_>>(),
+            vec![R[0]],
+            "another replica took it: now the own one"
+        );
+        assert_eq!(claims_sent(&effects).len(), 1);
+        assert!(
+            op.on_reply(R[2], 1, &Reply::Ack).sends.is_empty(),
+            "sent to the own replica once"
+        );
+        let answer = op.on_watermark(None).answer;
+        assert_eq!(answer, Some(ReceiveAnswer::Delivered(claimed.clone())));
+        assert_eq!(op.path(), ReceivePath::Fast);
+        assert!(
+            op.own_pending(),
+            "delivered by the two others, the own one still writing"
+        );
+        assert_eq!(op.on_reply(R[0], 1, &Reply::Ack), Effects::none());
+        assert!(!op.own_pending());
+    }
+
+    #[test]
+    fn a_claim_without_the_read_on_a_record_the_watermark_hides_delivers_nothing() {
+        let (mut op, _) =
+            ReceiveOp::start_fast(key(), R, settings(5_000, None), &sent()).expect("claimable");
+        // The watermark first this time: the acks then decide at once.
+        assert_eq!(op.on_watermark(Some(Millis(4_000))).answer, None);
+        op.on_reply(R[1], 1, &Reply::Ack);
+        assert_eq!(
+            op.on_reply(R[2], 1, &Reply::Ack).answer,
+            Some(ReceiveAnswer::Nothing(NothingBecause::Gone)),
+            "entered before the purge: gone, its claim an orphan"
+        );
+    }
+
+    /// `sent()` received once through node 2 at 4,000, hidden until `deadline`.
+    fn claimed_by_another(deadline: u64) -> Record {
+        let mut record = sent();
+        if let Body::Live(live) = &mut record.body {
+            live.receive_count = 1;
+            live.held = Some(Held {
+                claim: Claim {
+                    seq: 1,
+                    coordinator: NodeId(2),
+                    nonce: 5,
+                },
+                change_counter: 0,
+                deadline: Millis(deadline),
+                received_at: Millis(4_000),
+            });
+        }
+        record
+    }
+
+    #[test]
+    fn a_refused_claim_without_the_read_takes_the_read_path_for_the_same_receive() {
+        let (mut op, _) =
+            ReceiveOp::start_fast(key(), R, settings(5_000, None), &sent()).expect("claimable");
+        let effects = op.on_reply(R[1], 1, &Reply::Refused);
+        assert_eq!(effects.answer, None);
+        assert_eq!(op.path(), ReceivePath::FellBack);
+        assert_eq!(effects.sends.len(), 3);
+        assert!(
+            effects
+                .sends
+                .iter()
+                .all(|out| out.request == Request::Read && out.round == 2)
+        );
+        assert_eq!(
+            op.on_reply(R[2], 1, &Reply::Ack),
+            Effects::none(),
+            "the fast claim's late ack counts for nothing, and the own replica never gets it"
+        );
+        // The read finds the claim another coordinator won: seq 1, unexpired.
+        let won = claimed_by_another(9_000);
+        op.on_reply(R[0], 2, &Reply::Record(Some(won.clone())));
+        op.on_reply(R[1], 2, &Reply::Record(Some(won)));
+        assert_eq!(
+            op.on_watermark(None).answer,
+            Some(ReceiveAnswer::Nothing(NothingBecause::Invisible))
+        );
+    }
+
+    #[test]
+    fn only_a_claimable_local_record_takes_the_fast_path() {
+        let at_max = {
+            let mut record = sent();
+            if let Body::Live(live) = &mut record.body {
+                live.receive_count = 3;
+            }
+            record
+        };
+        let unexpired = claimed_by_another(5_001);
+        let deleted = Record::tombstone(
+            Generation(0),
+            crate::record::TombstoneReason::Deleted,
+            Millis(2_000),
+        );
+        for local in [at_max, unexpired, deleted] {
+            assert!(
+                ReceiveOp::start_fast(key(), R, settings(5_000, Some(3)), &local).is_none(),
+                "{local:?}"
+            );
+        }
     }
 
     #[test]
@@ -2031,7 +2371,7 @@ mod tests {
     fn claims(sends: &[Outgoing]) -> usize {
         sends
             .iter()
-            .filter(|out| matches!(&out.request, Request::Write { write, .. } if matches!(write.as_ref(), Write::Claim(_))))
+            .filter(|out| matches!(&out.request, Request::Write { write, .. } if matches!(write.as_ref(), Write::Claim { .. })))
             .count()
     }
 

@@ -60,6 +60,25 @@ pub enum Bug {
     /// replicas the waiters' member is not among is found by no re-poll, and the waiter waits
     /// beside it (L9b).
     WaiterReadsOwnReplica,
+    /// A claim without the read is sent at whatever receive count the coordinator's own
+    /// replica shows (the model's `ClaimWithoutReadNoLocalCountCheck`, spec/replication.md §13):
+    /// an orphan claim that raised the local count leaves the other two below the maximum, they
+    /// take the claim by (b) and (d), and the message is delivered past its `maxReceiveCount`
+    /// where the read path would have moved it (S11).
+    ClaimWithoutReadNoLocalCountCheck,
+    /// Replicas take a conditional claim whatever their own lease's deadline (the model's
+    /// `ClaimWithoutReadNoDeadlineCheck`, spec/replication.md §13, check (c)): a coordinator
+    /// whose own replica holds an older lease claims the message again while the acknowledged
+    /// lease still hides it (V1).
+    ClaimWithoutReadNoDeadlineCheck,
+    /// A claim without the read goes to the coordinator's own replica at once, with the two
+    /// others (spec/replication.md §13 before *Own replica last*): an own replica that is
+    /// behind the holder's lease (it holds the claim that lost the race for its `seq`, or
+    /// missed an extension) takes the claim of the next `seq` that the two others refuse by
+    /// (c), and that claim, of a shorter visibility than the holder's lease has left, then
+    /// supersedes the lease by merge: the message is received again inside the holder's
+    /// timeout (V1).
+    FastClaimOwnReplicaFirst,
 }
 
 #[cfg(feature = "sim-bugs")]

@@ -22,12 +22,22 @@ pub enum Write {
     /// Merge the record in: a send, a dead-letter or redrive copy, a tombstone made durable on a
     /// quorum before a delete answers "already gone", a read repair, anti-entropy.
     Merge(Record),
-    /// Conditional claim (spec/replication.md#receive-claim, step 5): the merged record the
-    /// coordinator read, holding its new claim. Accepted only if, in that generation, the
-    /// replica holds no tombstone and its current claim's `seq` is strictly lower (or it is
-    /// behind: an older generation or nothing). Carrying the whole record repairs a replica that
-    /// was behind, and a replica that holds nothing never gets a claim without its message.
-    Claim(Record),
+    /// Conditional claim (spec/replication.md#receive-claim, step 5, and §13, *A claim without
+    /// the read*): the record the coordinator read (merged from a quorum, or its own replica's
+    /// on the fast path), holding its new claim. Accepted only if, in that generation, the
+    /// replica (a) holds no tombstone, (b) holds a claim of a strictly lower `seq`, (c) holds a
+    /// claim whose visibility deadline has passed by `now`, and (d) holds a receive count below
+    /// `max_receive_count`; or it is behind (an older generation or nothing). Carrying the
+    /// whole record repairs a replica that was behind, and a replica that holds nothing never
+    /// gets a claim without its message.
+    Claim {
+        /// The record with its new claim.
+        record: Record,
+        /// The coordinator's clock reading for this receive (check (c)).
+        now: Millis,
+        /// The queue's `maxReceiveCount` when it has a redrive policy (check (d)).
+        max_receive_count: Option<u32>,
+    },
     /// Conditional tombstone (spec/replication.md#delete, step 4, and the moves): accepted if,
     /// in that generation, the replica's claim is of no later version (`seq`) than `expect`, or
     /// it already holds the tombstone, or it is behind. A claim of `expect`'s own `seq` that lost
@@ -69,7 +79,7 @@ impl Write {
     #[must_use]
     pub fn malformed(&self) -> Option<&'static str> {
         match self {
-            Write::Claim(record) if record.claim().is_none() => {
+            Write::Claim { record, .. } if record.claim().is_none() => {
                 Some("a conditional claim carries no claim")
             }
             Write::Visibility(record) if record.claim().is_none() => {
@@ -105,7 +115,11 @@ impl Verdict {
 pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
     match write {
         Write::Merge(record) => merge_into(held, record),
-        Write::Claim(record) => {
+        Write::Claim {
+            record,
+            now,
+            max_receive_count,
+        } => {
             let claim = record
                 .claim()
                 .expect("a conditional claim carries the claim it makes");
@@ -113,8 +127,18 @@ pub fn accept(held: Option<&Record>, write: &Write) -> Verdict {
                 Position::Ahead => false,
                 Position::Behind => true,
                 Position::Same(body) => match body {
+                    // (a)
                     Body::Tombstone(_) => false,
-                    Body::Live(live) => live.held.map_or(0, |h| h.claim.seq) < claim.seq,
+                    Body::Live(live) => {
+                        // (b)
+                        live.held.map_or(0, |h| h.claim.seq) < claim.seq
+                            // (c): a lease this replica holds is never superseded before its
+                            // deadline by the coordinator's clock.
+                            && (live.held.is_none_or(|h| h.deadline <= *now)
+                                || planted(Bug::ClaimWithoutReadNoDeadlineCheck))
+                            // (d)
+                            && max_receive_count.is_none_or(|max| live.receive_count < max)
+                    }
                 },
             };
             if accept {
@@ -271,6 +295,16 @@ mod tests {
         record
     }
 
+    /// A conditional claim of `record` by a coordinator whose clock reads `now`, of a queue
+    /// without a redrive policy.
+    fn claim_at(record: Record, now: u64) -> Write {
+        Write::Claim {
+            record,
+            now: Millis(now),
+            max_receive_count: None,
+        }
+    }
+
     fn tombstone_write(expect: Option<Claim>) -> Write {
         Write::Tombstone {
             generation: Generation(0),
@@ -285,21 +319,48 @@ mod tests {
     #[test]
     fn a_replica_accepts_at_most_one_claim_per_seq() {
         let first = claimed(1, 1);
-        let Verdict::Store(Some(held)) = accept(Some(&sent()), &Write::Claim(first.clone())) else {
+        let Verdict::Store(Some(held)) = accept(Some(&sent()), &claim_at(first.clone(), 1_000))
+        else {
             panic!("the first claim of seq 1 is accepted");
         };
         assert_eq!(
-            accept(Some(&held), &Write::Claim(claimed(1, 2))),
+            accept(Some(&held), &claim_at(claimed(1, 2), 1_000)),
             Verdict::Refused
         );
-        assert!(accept(Some(&held), &Write::Claim(claimed(2, 2))).acks());
+        assert!(accept(Some(&held), &claim_at(claimed(2, 2), 1_000)).acks());
+    }
+
+    #[test]
+    fn a_replica_refuses_a_claim_before_its_own_lease_s_deadline() {
+        // (c): the held lease (seq 1) ends at 100 by the clock of the claim's coordinator.
+        let held = claimed(1, 1);
+        assert_eq!(
+            accept(Some(&held), &claim_at(claimed(2, 2), 99)),
+            Verdict::Refused
+        );
+        assert!(accept(Some(&held), &claim_at(claimed(2, 2), 100)).acks());
+        // A replica behind holds no lease of that generation to protect.
+        assert!(accept(None, &claim_at(claimed(2, 2), 0)).acks());
+    }
+
+    #[test]
+    fn a_replica_refuses_a_claim_at_the_maximum_receive_count() {
+        // (d): the held record was received twice; the queue moves at 2.
+        let held = claimed(2, 1);
+        let claim = |max| Write::Claim {
+            record: claimed(3, 2),
+            now: Millis(1_000),
+            max_receive_count: Some(max),
+        };
+        assert_eq!(accept(Some(&held), &claim(2)), Verdict::Refused);
+        assert!(accept(Some(&held), &claim(3)).acks());
     }
 
     #[test]
     fn a_replica_behind_accepts_a_claim_and_gets_the_message_with_it() {
         let claim = claimed(1, 1);
         assert_eq!(
-            accept(None, &Write::Claim(claim.clone())),
+            accept(None, &claim_at(claim.clone(), 1_000)),
             Verdict::Store(Some(claim))
         );
     }
@@ -308,7 +369,7 @@ mod tests {
     fn a_tombstone_refuses_claims_of_its_generation() {
         let tombstone = Record::tombstone(Generation(0), TombstoneReason::Deleted, Millis(5));
         assert_eq!(
-            accept(Some(&tombstone), &Write::Claim(claimed(3, 1))),
+            accept(Some(&tombstone), &claim_at(claimed(3, 1), 1_000)),
             Verdict::Refused
         );
     }

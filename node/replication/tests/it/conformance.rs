@@ -15,14 +15,19 @@
 //! F3: the delete answers from its refusals; the other operations' early answers on refusals are
 //! covered by the crate's unit tests), replies arrive in the step that produced them, and a read
 //! its coordinator no longer awaits is dropped from the network.
+//!
+//! With the model's `claim_without_read` (spec/replication.md §13, *A claim without the read*)
+//! a receive through coordinator `c` first tries the claim from replica `c`'s record, the
+//! model's own replica of that coordinator, through `ReceiveOp::start_fast`, and a refusal of
+//! that claim is answered, as in the model, so both fall back to the read at the first one.
 
 use std::collections::BTreeMap;
 
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::coordinator::{
     CollectAnswer, CollectOp, DeadLetterNowAnswer, Effects, Handle, HandleAction, HandleAnswer,
-    HandleOp, MoveOp, Outgoing, ReceiveAnswer, ReceiveOp, ReceiveSettings, RedriveOp, Reply,
-    Request, SendAnswer, SendOp, drop_requests,
+    HandleOp, MoveOp, Outgoing, ReceiveAnswer, ReceiveOp, ReceivePath, ReceiveSettings, RedriveOp,
+    Reply, Request, SendAnswer, SendOp, drop_requests,
 };
 use trireme_replication::record::{Birth, Body, Claim, Held, Live, Record, SourceQueue};
 use trireme_replication::replica::{Verdict, Write, accept};
@@ -232,7 +237,7 @@ fn wire_of_request(request: &Request) -> Wire {
                 record: project(Some(record)),
                 ack: *ack,
             },
-            Write::Claim(record) => {
+            Write::Claim { record, .. } => {
                 let projected = project(Some(record));
                 let model_record::Body::Live {
                     claim: Some(claim),
@@ -322,6 +327,9 @@ struct World {
     /// The redrive policy's `maxReceiveCount` of the source, when the run has a dead-letter
     /// queue.
     max_receive_count: Option<u32>,
+    /// The model's `claim_without_read`: a receive first tries the claim from its
+    /// coordinator's own replica.
+    fast: bool,
     /// A crate rule switched off (self-tests of the comparison only).
     plant: Option<Plant>,
 }
@@ -359,6 +367,7 @@ impl World {
             max_receive_count: config
                 .dead_letter
                 .then_some(u32::from(config.max_receive_count)),
+            fast: config.claim_without_read,
             plant: None,
         };
         for packet in &state.network {
@@ -388,6 +397,12 @@ impl World {
 
     fn busy(&self, c: usize) -> bool {
         !matches!(self.running[c], Running::Idle)
+    }
+
+    /// Whether coordinator `c` is a receive whose claim without the read is under way (no
+    /// refusal yet, no answer).
+    fn fast_claim(&self, c: usize) -> bool {
+        matches!(&self.running[c], Running::Receive(op) if op.path() == ReceivePath::Fast)
     }
 
     fn reading(&self, c: usize) -> bool {
@@ -504,7 +519,10 @@ impl World {
         self.absorb(c, effects, |_, _: SendAnswer| {});
     }
 
-    fn start_receive(&mut self, c: usize, queue: Queue) {
+    /// A receive of `queue` through coordinator `c`; `own_serves`: the driver's part of the
+    /// fast path's guard, that replica `c` is up and not rebuilding (the model's, read from its
+    /// state, since a crash here only makes the world's replica unreachable).
+    fn start_receive(&mut self, c: usize, queue: Queue, own_serves: bool) {
         let settings = ReceiveSettings {
             me: NodeId(c as u16),
             now: Millis(0),
@@ -517,7 +535,25 @@ impl World {
             retention_ms: u64::MAX,
         };
         self.begin(c);
-        let (op, effects) = ReceiveOp::start(key(queue), replicas(), settings);
+        // The crate's guard alone decides whether the fast path applies; `compare` checks that
+        // the model's decided the same. A replica holding nothing has no record to claim from.
+        let local = self.stores[c][queue.index()].clone();
+        let fast = local
+            .filter(|_| self.fast && own_serves)
+            .and_then(|local| ReceiveOp::start_fast(key(queue), replicas(), settings, &local));
+        let Some((mut op, effects)) = fast else {
+            let (op, effects) = ReceiveOp::start(key(queue), replicas(), settings);
+            self.running[c] = Running::Receive(op);
+            self.absorb(c, effects, World::on_receive_answer(c, queue));
+            return;
+        };
+        // The model has no purge: the watermark read finds none, and a fast claim is delivered
+        // at its two acks.
+        let watermark = op.on_watermark(None);
+        assert!(
+            watermark.sends.is_empty() && watermark.answer.is_none(),
+            "the watermark alone decides nothing before the claim's acks"
+        );
         self.running[c] = Running::Receive(op);
         self.absorb(c, effects, World::on_receive_answer(c, queue));
     }
@@ -699,14 +735,19 @@ impl World {
                     Verdict::Diverged(divergence) => panic!("no writer diverges: {divergence}"),
                 }
                 // As in the model, a delete hears its conditional tombstone refused (in part 1
-                // only a delete's handle operation writes one) and every other refusal is
+                // only a delete's handle operation writes one), a claim without the read its
+                // claim refused (spec §13: it falls back on it), and every other refusal is
                 // silent; nobody waits for a repair's ack.
                 let delete_refused = refused
                     && matches!(write.as_ref(), Write::Tombstone { .. })
                     && packet
                         .from
                         .is_some_and(|c| matches!(self.running[c], Running::Handle(_)));
-                if delete_refused {
+                let fast_refused = refused
+                    && matches!(write.as_ref(), Write::Claim { .. })
+                    && packet.from.is_some_and(|c| self.fast_claim(c))
+                    && self.plant != Some(Plant::SilentFastRefusal);
+                if delete_refused || fast_refused {
                     Some(Reply::Refused)
                 } else {
                     (acked && *ack).then_some(Reply::Ack)
@@ -804,6 +845,15 @@ fn compare(state: &State, world: &World, trace: &[Action]) {
             );
         }
     }
+    // The two fast paths' guards and fallbacks agree: a claim without the read is under way in
+    // both or in neither. Checked before the network, whose difference it would explain.
+    for c in 0..COORDINATORS {
+        assert_eq!(
+            world.fast_claim(c),
+            matches!(state.coordinators[c].op, Op::ClaimWrite { fast: true, .. }),
+            "coordinator {c}'s claim without the read differs after {trace:?}"
+        );
+    }
     let mut model_keys: Vec<WireKey> = state.network.iter().map(wire_of_model).collect();
     model_keys.sort();
     assert_eq!(world.keys(), model_keys, "network differs after {trace:?}");
@@ -853,7 +903,10 @@ fn apply(world: &mut World, state: &State, action: Action) {
         Action::Crash(_) | Action::Restart(_) => {}
         Action::Abandon(c) => world.abandon(c as usize),
         Action::Send => world.start_send(0),
-        Action::Claim { coordinator, queue } => world.start_receive(coordinator as usize, queue),
+        Action::Claim { coordinator, queue } => {
+            let own = &state.replicas[coordinator as usize];
+            world.start_receive(coordinator as usize, queue, own.up && own.rebuilding == 0);
+        }
         Action::Delete(c) => world.start_handle(c as usize, HandleAction::Delete),
         Action::DeadLetterNow(c) => world.start_handle(
             c as usize,
@@ -886,7 +939,7 @@ fn walk(config: &Config, seed: u64) -> (Vec<Action>, State) {
     walk_with(config, seed, None)
 }
 
-/// One random walk (`walks::walk`), the heal left out, with `plant` in the world.
+/// One random walk (`walks::walk`), with `plant` in the world.
 fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> (Vec<Action>, State) {
     let model = ReplicationModel::new(config.clone());
     walks::walk(
@@ -1165,6 +1218,132 @@ fn collection_with_redrive_conforms() {
     );
 }
 
+// ----- the claim without the read (spec/replication.md §13) ------------------------------------
+
+const FAST_DELIVERED: Goal = Goal::Reached(Scenario::ClaimWithoutReadDelivered);
+const FAST_FELL_BACK: Goal = Goal::Reached(Scenario::ClaimWithoutReadFellBack);
+/// The crate's claim without the read reaching its own replica after another's ack, as the
+/// model's does (spec §13, *Own replica last*).
+const OWN_LAST: Goal = Goal::Reached(Scenario::ClaimWithoutReadOwnLast);
+
+/// The receive race with every receive trying the claim without the read first: two
+/// coordinators' fast claims racing each other and the deletes.
+#[test]
+fn receive_race_without_the_read_conforms() {
+    run(
+        Config {
+            start: Start::Sent,
+            claims_max: 3,
+            deletes_max: 2,
+            anti_entropy_max: 2,
+            claim_without_read: true,
+            ..Config::quiet("receive race, without the read")
+        },
+        SEQUENCES,
+        &[FAST_DELIVERED, FAST_FELL_BACK, OWN_LAST],
+    );
+}
+
+/// Faults with the claim without the read: a crashed own replica sends the receive down the
+/// read path, a lost or duplicated fast claim leaves an orphan.
+#[test]
+fn faults_without_the_read_conform() {
+    run(
+        Config {
+            start: Start::Sent,
+            claims_max: 2,
+            deletes_max: 2,
+            anti_entropy_max: 1,
+            faults_max: 3,
+            claim_without_read: true,
+            ..Config::quiet("faults, without the read")
+        },
+        SEQUENCES,
+        &[
+            FAST_DELIVERED,
+            FAST_FELL_BACK,
+            OWN_LAST,
+            Goal::Reached(Scenario::OrphanClaim),
+        ],
+    );
+}
+
+/// spec §13's delete race: a fast claim from the coordinator's copy of the delivered claim
+/// while its holder deletes.
+#[test]
+fn delete_race_without_the_read_conforms() {
+    run(
+        Config {
+            start: Start::Received,
+            claims_max: 2,
+            deletes_max: 2,
+            anti_entropy_max: 2,
+            faults_max: 1,
+            claim_without_read: true,
+            ..Config::quiet("delete race, without the read")
+        },
+        SEQUENCES,
+        &[
+            FAST_DELIVERED,
+            FAST_FELL_BACK,
+            OWN_LAST,
+            Goal::Reached(Scenario::RepairAfterAckedDelete),
+        ],
+    );
+}
+
+/// The count checks: with `maxReceiveCount` 1 from the sent start, a coordinator whose own
+/// replica shows the count at the maximum takes the read path (the crate's guard and the
+/// model's local check), every claim carries the maximum to the replicas' (d), and the read
+/// path moves the message.
+#[test]
+fn count_without_the_read_conforms() {
+    run(
+        Config {
+            start: Start::Sent,
+            dead_letter: true,
+            max_receive_count: 1,
+            claims_max: 3,
+            anti_entropy_max: 1,
+            faults_max: 2,
+            claim_without_read: true,
+            ..Config::quiet("count, without the read")
+        },
+        SEQUENCES,
+        &[
+            FAST_DELIVERED,
+            FAST_FELL_BACK,
+            Goal::Reached(Scenario::Moved),
+        ],
+    );
+}
+
+/// Receives and deletes in the dead-letter queue with the claim without the read, which has
+/// no redrive policy of its own, so no count check.
+#[test]
+fn dead_letter_queue_without_the_read_conforms() {
+    run(
+        Config {
+            start: Start::Moved,
+            dead_letter: true,
+            dead_letter_claims: true,
+            max_receive_count: 1,
+            claims_max: 3,
+            deletes_max: 2,
+            anti_entropy_max: 1,
+            faults_max: 1,
+            claim_without_read: true,
+            ..Config::quiet("dead-letter queue, without the read")
+        },
+        SEQUENCES,
+        &[
+            FAST_DELIVERED,
+            FAST_FELL_BACK,
+            Goal::Reached(Scenario::DeletedInDeadLetter),
+        ],
+    );
+}
+
 /// A rule of the crate switched off in the world, to show the comparison catches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Plant {
@@ -1177,6 +1356,9 @@ enum Plant {
     TombstoneOverLaterLife,
     /// A collection's drop removes whatever the replica holds, also a later life.
     UnconditionalDrop,
+    /// The world's network keeps a refusal of a claim without the read from its coordinator,
+    /// which then never falls back (spec §13's fallback left out of the world).
+    SilentFastRefusal,
 }
 
 fn planted_verdict(plant: Option<Plant>, held: Option<&Record>, write: &Write) -> Verdict {
@@ -1203,7 +1385,7 @@ fn planted_verdict(plant: Option<Plant>, held: Option<&Record>, write: &Write) -
         return verdict;
     }
     let forced = match (plant, write) {
-        (Some(Plant::ClaimOfEqualSeq), Write::Claim(record)) => {
+        (Some(Plant::ClaimOfEqualSeq), Write::Claim { record, .. }) => {
             held.and_then(Record::claim).map(|c| c.seq) == record.claim().map(|c| c.seq)
                 && !held.is_some_and(Record::is_tombstone)
         }
@@ -1222,7 +1404,7 @@ fn planted_verdict(plant: Option<Plant>, held: Option<&Record>, write: &Write) -
             generation: *generation,
             body: Body::Tombstone(*tombstone),
         },
-        Write::Claim(record) => record.clone(),
+        Write::Claim { record, .. } => record.clone(),
         _ => unreachable!("only claims and tombstones are forced"),
     };
     let mut merged = incoming.clone();
@@ -1290,5 +1472,20 @@ fn a_tombstone_replacing_a_later_life_is_caught() {
 fn a_drop_of_a_later_life_is_caught() {
     let seed = caught(&collection_with_redrive(), Plant::UnconditionalDrop);
     eprintln!("planted unconditional drop caught at seed {seed:?}");
+    assert!(seed.is_some(), "the comparison sees the planted rule");
+}
+
+#[test]
+fn a_fast_claim_that_never_falls_back_is_caught() {
+    let config = Config {
+        start: Start::Sent,
+        claims_max: 3,
+        deletes_max: 1,
+        anti_entropy_max: 1,
+        claim_without_read: true,
+        ..Config::quiet("planted: silent refusal of a fast claim")
+    };
+    let seed = caught(&config, Plant::SilentFastRefusal);
+    eprintln!("planted silent refusal of a fast claim caught at seed {seed:?}");
     assert!(seed.is_some(), "the comparison sees the planted rule");
 }

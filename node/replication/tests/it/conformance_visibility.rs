@@ -8,20 +8,27 @@
 //! [`TICK_MS`] of the crate's clock; the model's receive time stands where the crate's claim has
 //! its nonce (it tells one coordinator's two claims of one `seq` apart), so the world draws the
 //! nonce from the receive's tick.
+//!
+//! Every run has the model's `claim_without_read` on, since the crate's replicas always check
+//! (c), a claim's deadline against the `now` it carries (spec/replication.md §13, *A claim
+//! without the read*): the model without the switch takes claims the crate refuses. A receive
+//! through coordinator `c` therefore claims from replica `c`'s record in place when the model's
+//! does, through `ReceiveOp::start_fast`, and the world's network answers a refusal of such a
+//! claim, as the model's does, so both fall back to the read at the first one.
 
 use std::collections::BTreeMap;
 
 use trireme_core::{Incarnation, MessageId, Millis, QueueName};
 use trireme_replication::coordinator::{
     Effects, Handle, HandleAction, HandleAnswer, HandleOp, Outgoing, ReceiveAnswer, ReceiveOp,
-    ReceiveSettings, Reply, Request,
+    ReceivePath, ReceiveSettings, Reply, Request,
 };
 use trireme_replication::record::{Birth, Body, Claim, Held, Record};
 use trireme_replication::replica::{Verdict, Write, accept};
 use trireme_replication::{Generation, NodeId, RecordKey};
 use trireme_spec::replication::visibility::{
     self as model, Action, CHANGE_TIMEOUT, COORDINATORS, Config, Message, Op, Packet, REPLICAS,
-    Scenario, Start, State, VISIBILITY, VISIBILITY_TOTAL_MAX, VisibilityModel,
+    Scenario, Start, State, VISIBILITY, VISIBILITY_SHORT, VISIBILITY_TOTAL_MAX, VisibilityModel,
 };
 
 use super::walks::{self, exchange};
@@ -153,7 +160,7 @@ fn wire_of_request(request: &Request) -> Wire {
         Request::Read => Wire::Read,
         Request::Write { write, ack } => match (write.as_ref(), ack) {
             (Write::Merge(record), false) => Wire::Repair(project(Some(record))),
-            (Write::Claim(record), true) => Wire::Claim(lease_of(record)),
+            (Write::Claim { record, .. }, true) => Wire::Claim(lease_of(record)),
             (Write::Visibility(record), true) => Wire::Change(lease_of(record)),
             (other, ack) => panic!("section 5's runs send no {other:?} (ack {ack})"),
         },
@@ -185,6 +192,14 @@ enum Plant {
     /// A replica takes a change whatever claim it holds, the change's lease replacing its own
     /// (the replica condition of spec/replication.md section 5, step 3, left out).
     UnconditionalChange,
+    /// A replica takes a claim whatever its lease's deadline and the `now` the claim carries
+    /// (check (c) of spec/replication.md §13 left out, the model's
+    /// `ClaimWithoutReadNoDeadlineCheck`).
+    NoDeadlineCheck,
+    /// A coordinator's claim without the read goes to its own replica at once, with the two
+    /// others, and not again at the first ack (spec/replication.md §13 before *Own replica
+    /// last*, the model's `FastClaimOwnReplicaFirst`).
+    OwnReplicaFirst,
 }
 
 #[derive(Clone, Debug)]
@@ -200,11 +215,14 @@ struct World {
     /// The read replies each coordinator's current operation took, by replica, with the
     /// operation's number.
     replied: [[Option<(u64, Record)>; REPLICAS]; COORDINATORS],
+    /// The model's `claim_without_read`: a receive first tries the claim from its
+    /// coordinator's own replica.
+    fast: bool,
     plant: Option<Plant>,
 }
 
 impl World {
-    fn from_model(state: &State) -> World {
+    fn from_model(config: &Config, state: &State) -> World {
         let mut world = World {
             stores: std::array::from_fn(|r| inject(state.replicas[r])),
             running: [Running::Idle, Running::Idle],
@@ -219,6 +237,7 @@ impl World {
             network: Vec::new(),
             now: state.now,
             replied: Default::default(),
+            fast: config.claim_without_read,
             plant: None,
         };
         for packet in &state.network {
@@ -241,6 +260,12 @@ impl World {
 
     fn busy(&self, c: usize) -> bool {
         !matches!(self.running[c], Running::Idle)
+    }
+
+    /// Whether coordinator `c` is a receive whose claim without the read is under way (no
+    /// refusal yet, no answer).
+    fn fast_claim(&self, c: usize) -> bool {
+        matches!(&self.running[c], Running::Receive(op) if op.path() == ReceivePath::Fast)
     }
 
     fn reading(&self, c: usize) -> bool {
@@ -337,20 +362,58 @@ impl World {
         self.rounds[c] = 0;
     }
 
-    fn start_receive(&mut self, c: usize) {
+    /// Client `c`'s receive through its node, asking for `visibility` ticks.
+    fn start_receive(&mut self, c: usize, visibility: u8) {
         let settings = ReceiveSettings {
             me: NodeId(c as u16),
             now: at(self.now),
-            visibility_timeout_ms: u64::from(VISIBILITY) * TICK_MS,
+            visibility_timeout_ms: u64::from(visibility) * TICK_MS,
             max_receive_count: None,
             nonce: u64::from(self.now),
             purged_through: None,
             retention_ms: u64::MAX,
         };
         self.begin(c);
-        let (op, effects) = ReceiveOp::start(key(), replicas(), settings);
+        // The model's coordinator `c` has replica `c` as its own, read in place; the crate's
+        // guard alone decides whether the fast path applies, and `compare` checks that the
+        // model's guard decided the same.
+        let fast = self
+            .fast
+            .then(|| ReceiveOp::start_fast(key(), replicas(), settings, &self.stores[c]))
+            .flatten();
+        let Some((mut op, effects)) = fast else {
+            let (op, effects) = ReceiveOp::start(key(), replicas(), settings);
+            self.running[c] = Running::Receive(op);
+            self.absorb(c, effects, World::on_receive_answer(c));
+            return;
+        };
+        // The model has no purge: the watermark read finds none, and a fast claim is delivered
+        // at its two acks.
+        let watermark = op.on_watermark(None);
+        assert!(
+            watermark.sends.is_empty() && watermark.answer.is_none(),
+            "the watermark alone decides nothing before the claim's acks"
+        );
+        let mut effects = effects;
+        if self.plant == Some(Plant::OwnReplicaFirst) {
+            let mut own = effects
+                .sends
+                .first()
+                .expect("a claim without the read sends its claim")
+                .clone();
+            own.to = NodeId(c as u16);
+            effects.sends.push(own);
+        }
         self.running[c] = Running::Receive(op);
         self.absorb(c, effects, World::on_receive_answer(c));
+    }
+
+    /// Whether `out`, sent by coordinator `c`'s claim without the read, is its claim to its own
+    /// replica, which the plant `OwnReplicaFirst` sent at the start.
+    fn sent_first(&self, c: usize, out: &Outgoing) -> bool {
+        self.plant == Some(Plant::OwnReplicaFirst)
+            && out.to == NodeId(c as u16)
+            && matches!(&out.request, Request::Write { write, .. } if matches!(write.as_ref(), Write::Claim { .. }))
     }
 
     fn on_receive_answer(c: usize) -> impl FnOnce(&mut World, ReceiveAnswer) {
@@ -420,14 +483,41 @@ impl World {
                 {
                     verdict = Verdict::Store(Some(change.clone()));
                 }
+                if let (
+                    Some(Plant::NoDeadlineCheck),
+                    Write::Claim {
+                        record,
+                        max_receive_count,
+                        ..
+                    },
+                ) = (self.plant, write.as_ref())
+                    && verdict == Verdict::Refused
+                {
+                    // By a clock past every deadline, (c) passes and (a), (b), (d) decide.
+                    let unchecked = Write::Claim {
+                        record: record.clone(),
+                        now: Millis(u64::MAX),
+                        max_receive_count: *max_receive_count,
+                    };
+                    verdict = accept(Some(&self.stores[r]), &unchecked);
+                }
                 let acked = verdict.acks();
+                // spec §13: a refusal answers only a fast claim, which falls back on it; the
+                // read path's claim waits for its acks as in section 5's receive.
+                let answered_refusal = verdict == Verdict::Refused
+                    && matches!(write.as_ref(), Write::Claim { .. })
+                    && packet.from.is_some_and(|c| self.fast_claim(c));
                 match verdict {
                     Verdict::Store(Some(record)) => self.stores[r] = record,
                     Verdict::Store(None) => panic!("nothing removes the message here"),
                     Verdict::Unchanged | Verdict::Refused => {}
                     Verdict::Diverged(divergence) => panic!("no writer diverges: {divergence}"),
                 }
-                (acked && *ack).then_some(Reply::Ack)
+                if answered_refusal {
+                    Some(Reply::Refused)
+                } else {
+                    (acked && *ack).then_some(Reply::Ack)
+                }
             }
         };
         let (Some(reply), Some(c)) = (reply, packet.from) else {
@@ -442,7 +532,11 @@ impl World {
         let (from, round) = (NodeId(r as u16), packet.round);
         match &mut self.running[c] {
             Running::Receive(op) => {
-                let effects = op.on_reply(from, round, &reply);
+                let fast = op.path() == ReceivePath::Fast;
+                let mut effects = op.on_reply(from, round, &reply);
+                if fast {
+                    effects.sends.retain(|out| !self.sent_first(c, out));
+                }
                 self.absorb(c, effects, World::on_receive_answer(c));
             }
             Running::Change(op) => {
@@ -481,6 +575,15 @@ fn compare(state: &State, world: &World, trace: &[Action]) {
             project(Some(&world.stores[r])),
             state.replicas[r],
             "replica {r} differs after {trace:?}"
+        );
+    }
+    // The two fast paths' guards and fallbacks agree: a claim without the read is under way in
+    // both or in neither. Checked before the network, whose difference it would explain.
+    for c in 0..COORDINATORS {
+        assert_eq!(
+            world.fast_claim(c),
+            matches!(state.coordinators[c].op, Op::ClaimWrite { fast: true, .. }),
+            "coordinator {c}'s claim without the read differs after {trace:?}"
         );
     }
     let mut model_keys: Vec<WireKey> = state.network.iter().map(wire_of_model).collect();
@@ -522,7 +625,8 @@ fn apply(world: &mut World, state: &State, action: Action) {
             world.network.push(packet);
         }
         Action::Abandon(c) => world.abandon(c as usize),
-        Action::Claim(c) => world.start_receive(c as usize),
+        Action::Claim(c) => world.start_receive(c as usize, VISIBILITY),
+        Action::ShortClaim(c) => world.start_receive(c as usize, VISIBILITY_SHORT),
         Action::Change(c) => world.start_change(c as usize, false),
         Action::Release(c) => world.start_change(c as usize, true),
         Action::AntiEntropy { a, b } => world.anti_entropy(a as usize, b as usize),
@@ -553,9 +657,18 @@ fn walk_with(config: &Config, seed: u64, plant: Option<Plant>) -> (Vec<Action>, 
         |action| matches!(action, Action::Heal { .. }),
         |state| World {
             plant,
-            ..World::from_model(state)
+            ..World::from_model(config, state)
         },
     )
+}
+
+/// A run with everything off but the claim without the read, which the crate always has: its
+/// replicas check (c) on every claim, and the model checks it only with the switch.
+fn quiet(name: &'static str) -> Config {
+    Config {
+        claim_without_read: true,
+        ..Config::quiet(name)
+    }
 }
 
 /// Runs the walks and checks that some walk reached each of `must_reach`.
@@ -580,12 +693,18 @@ fn changes_conform() {
             anti_entropy_max: 1,
             faults_max: 2,
             ticks_max: 3,
-            ..Config::quiet("changes")
+            short_receives: true,
+            ..quiet("changes")
         },
         &[
             Scenario::ExtensionHeld,
             Scenario::CapRefused,
             Scenario::StaleRefused,
+            Scenario::FastDelivered,
+            Scenario::FastFellBack,
+            Scenario::DeadlineRefused,
+            Scenario::OwnReplicaLast,
+            Scenario::OwnReplicaSpared,
         ],
     );
 }
@@ -601,9 +720,15 @@ fn release_conforms() {
             anti_entropy_max: 1,
             faults_max: 1,
             ticks_max: 2,
-            ..Config::quiet("release")
+            ..quiet("release")
         },
-        &[Scenario::ReleasedAndReceived, Scenario::EqualCounterMerged],
+        &[
+            Scenario::ReleasedAndReceived,
+            Scenario::EqualCounterMerged,
+            Scenario::FastDelivered,
+            Scenario::FastFellBack,
+            Scenario::DeadlineRefused,
+        ],
     );
 }
 
@@ -617,9 +742,17 @@ fn rival_claims_conform() {
             anti_entropy_max: 2,
             faults_max: 2,
             ticks_max: 2,
-            ..Config::quiet("rival claims")
+            short_receives: true,
+            ..quiet("rival claims")
         },
-        &[Scenario::RivalClaimsMerged],
+        &[
+            Scenario::RivalClaimsMerged,
+            Scenario::FastDelivered,
+            Scenario::FastFellBack,
+            Scenario::DeadlineRefused,
+            Scenario::OwnReplicaLast,
+            Scenario::OwnReplicaSpared,
+        ],
     );
 }
 
@@ -631,11 +764,69 @@ fn a_replica_taking_every_change_is_caught() {
         changes_max: 2,
         faults_max: 1,
         ticks_max: 2,
-        ..Config::quiet("planted: unconditional change")
+        ..quiet("planted: unconditional change")
     };
     let seed = walks::first_failing(SEQUENCES, |seed| {
         walk_with(&config, seed, Some(Plant::UnconditionalChange))
     });
     eprintln!("planted unconditional change caught at seed {seed:?}");
     assert!(seed.is_some(), "the comparison sees the planted rule");
+}
+
+/// spec/replication.md §13's counterexample for (c): an extension acknowledged on replicas 1
+/// and 2 leaves replica 0, coordinator 0's own, with the receive's older lease; at its
+/// deadline coordinator 0 claims from it, and replicas without (c) take the claim before the
+/// acknowledged deadline where the crate's refuse it.
+#[test]
+fn a_replica_without_the_deadline_check_is_caught() {
+    let config = Config {
+        start: Start::Received,
+        claims_max: 1,
+        changes_max: 2,
+        ticks_max: 1,
+        ..quiet("planted: claim without the deadline check")
+    };
+    assert_eq!(
+        walks::first_failing(SEQUENCES, |seed| walk(&config, seed)),
+        None,
+        "without the plant the run conforms, so a failure below is the plant's"
+    );
+    let seed = walks::first_failing(SEQUENCES, |seed| {
+        walk_with(&config, seed, Some(Plant::NoDeadlineCheck))
+    });
+    eprintln!("planted claim without the deadline check caught at seed {seed:?}");
+    assert!(seed.is_some(), "the comparison sees the planted rule");
+}
+
+/// spec/replication.md §13, *Own replica last*: the crate sends a claim without the read to
+/// its coordinator's own replica only after another replica's ack, as the model does. A world
+/// that sends it there at once, the design before, steps in step with the model's planted
+/// `FastClaimOwnReplicaFirst` (the model's bug is that design) and apart from the correct
+/// model, at the first claim without the read.
+#[test]
+fn a_claim_without_the_read_sent_to_the_own_replica_first_is_caught() {
+    let config = Config {
+        start: Start::Received,
+        claims_max: 2,
+        changes_max: 2,
+        ticks_max: 1,
+        short_receives: true,
+        ..quiet("planted: own replica first")
+    };
+    let old_design = Config {
+        bug: Some(model::Bug::FastClaimOwnReplicaFirst),
+        ..config.clone()
+    };
+    assert_eq!(
+        walks::first_failing(SEQUENCES, |seed| {
+            walk_with(&old_design, seed, Some(Plant::OwnReplicaFirst))
+        }),
+        None,
+        "the world with the plant is the model with the bug"
+    );
+    let seed = walks::first_failing(SEQUENCES, |seed| {
+        walk_with(&config, seed, Some(Plant::OwnReplicaFirst))
+    });
+    eprintln!("planted own replica first caught at seed {seed:?}");
+    assert!(seed.is_some(), "the comparison sees the planted order");
 }
