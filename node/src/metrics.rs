@@ -36,6 +36,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use trireme_core::{Command, Delivery, Millis, Outcome, QueueName, QueueStats, Reject};
+use trireme_replication::coordinator::ReceivePath;
 
 use crate::cluster::Cluster;
 use crate::engine::{Engine, EngineError};
@@ -448,6 +449,12 @@ struct OperationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClaimLabels {
+    path: &'static str,
+    delivered: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct PeerLabels {
     pub(crate) peer: String,
 }
@@ -467,6 +474,9 @@ pub struct ReplicationMetrics {
     /// Peers' indexes asked by receives whose own index offered too few (spec/replication.md,
     /// *Candidates beyond the node's own index*): one `Candidates` call each.
     index_samples: Counter,
+    /// Receives' claims of one message each, by path (spec/replication.md §13, *What is
+    /// measured*) and whether they delivered.
+    receive_claims: Family<ClaimLabels, Counter>,
     anti_entropy_rounds: Family<PeerLabels, Counter>,
     anti_entropy_failures: Family<PeerLabels, Counter>,
     anti_entropy_records: Family<ExchangeLabels, Counter>,
@@ -483,6 +493,7 @@ impl Default for ReplicationMetrics {
             quorum_seconds: Family::new_with_constructor(latency_histogram),
             read_repairs: Counter::default(),
             index_samples: Counter::default(),
+            receive_claims: Family::default(),
             anti_entropy_rounds: Family::default(),
             anti_entropy_failures: Family::default(),
             anti_entropy_records: Family::default(),
@@ -505,6 +516,31 @@ impl ReplicationMetrics {
     /// One peer's index asked by a receive whose own index offered too few.
     pub fn count_index_sample(&self) {
         self.index_samples.inc();
+    }
+
+    /// One message's claim by a receive answered: by `path`, and whether it `delivered`.
+    pub fn count_receive_claim(&self, path: ReceivePath, delivered: bool) {
+        self.receive_claims
+            .get_or_create(&ClaimLabels {
+                path: claim_path_name(path),
+                delivered: if delivered { "true" } else { "false" },
+            })
+            .inc();
+    }
+
+    /// Claims by `path` since this node started, and how many of them delivered.
+    #[must_use]
+    pub fn receive_claims(&self, path: ReceivePath) -> (u64, u64) {
+        let count = |delivered: &'static str| {
+            self.receive_claims
+                .get(&ClaimLabels {
+                    path: claim_path_name(path),
+                    delivered,
+                })
+                .map_or(0, |counter| counter.get())
+        };
+        let delivered = count("true");
+        (delivered + count("false"), delivered)
     }
 
     /// Peers' indexes asked by receives since this node started.
@@ -601,6 +637,11 @@ impl ReplicationMetrics {
             self.index_samples.clone(),
         );
         registry.register(
+            "trireme_receive_claims",
+            "Messages a receive claimed, by path (fast: without the read; fell_back: without the read, refused, then read; read: read first) and whether the claim delivered",
+            self.receive_claims.clone(),
+        );
+        registry.register(
             "trireme_anti_entropy_rounds",
             "Anti-entropy rounds completed with each peer",
             self.anti_entropy_rounds.clone(),
@@ -620,6 +661,15 @@ impl ReplicationMetrics {
             "Message records exchanged by anti-entropy, per peer and direction (pushed, pulled)",
             self.anti_entropy_records.clone(),
         );
+    }
+}
+
+/// The metrics' name of a receive's path.
+fn claim_path_name(path: ReceivePath) -> &'static str {
+    match path {
+        ReceivePath::Fast => "fast",
+        ReceivePath::FellBack => "fell_back",
+        ReceivePath::Read => "read",
     }
 }
 

@@ -945,6 +945,9 @@ impl Cluster {
         }
         let now = self.inner.me.clock.now();
         let known_watermark = self.known_watermark(queue, incarnation);
+        let mut local = self
+            .local_records_to_claim(queue, incarnation, &candidates)
+            .await;
         // Every claim below waits for the watermark: a `Signal` resumes them in a fixed order.
         let watermark = Arc::new(signal::Signal::new(None));
         let watermark_read = Arc::clone(&watermark);
@@ -976,12 +979,17 @@ impl Cluster {
             let cluster = self.clone();
             let dead_letter = dead_letter.cloned();
             let watermark = Arc::clone(&watermark);
+            let local = local.remove(&id);
             claims.spawn(crate::trace::inherit(async move {
-                let (op, effects) = ReceiveOp::start_reading_watermark(
-                    key.clone(),
-                    cluster.replicas(&key),
-                    settings,
-                );
+                let replicas = cluster.replicas(&key);
+                // spec/replication.md §13: the claim without the read when this node's own
+                // record of the message is claimable; the read path otherwise.
+                let fast = local.and_then(|record| {
+                    ReceiveOp::start_fast(key.clone(), replicas, settings, &record)
+                });
+                let (op, effects) = fast.unwrap_or_else(|| {
+                    ReceiveOp::start_reading_watermark(key.clone(), replicas, settings)
+                });
                 let read = async move { watermark.wait_for(Option::is_some).await };
                 let with_watermark = |op: &mut ReceiveOp, answer: Option<WatermarkAnswer>| {
                     match answer {
@@ -993,7 +1001,12 @@ impl Cluster {
                         }
                     }
                 };
-                match cluster.run_with(op, effects, read, with_watermark).await {
+                let (answer, op) = cluster.run_with(op, effects, read, with_watermark).await;
+                cluster
+                    .inner
+                    .metrics
+                    .count_receive_claim(op.path(), matches!(answer, ReceiveAnswer::Delivered(_)));
+                match answer {
                     ReceiveAnswer::Delivered(record) => {
                         let claim = record.claim().expect("a delivery holds its claim");
                         Some(Delivered {
@@ -1031,6 +1044,50 @@ impl Cluster {
         watermark_task.abort();
         delivered.sort_by_key(|d| (d.record.live().map(|l| l.entered_at), d.key.message));
         delivered
+    }
+
+    /// The records of `candidates` this node's own replica holds, read in place (a read
+    /// transaction, no group commit: spec/replication.md §13, *The local read*), for the claim
+    /// without the read. None when the replica may not serve one (*The local read*: not joined,
+    /// its store failed or overloaded) or the read fails: every claim then takes the read path,
+    /// which does not depend on this replica.
+    async fn local_records_to_claim(
+        &self,
+        queue: &QueueName,
+        incarnation: Incarnation,
+        candidates: &[MessageId],
+    ) -> BTreeMap<MessageId, Record> {
+        let store = &self.inner.store;
+        if self.join_state() != join::JoinState::Joined
+            || store.failure().is_some()
+            || store.overloaded()
+        {
+            return BTreeMap::new();
+        }
+        let me = self.inner.me.node;
+        let keys: Vec<RecordKey> = candidates
+            .iter()
+            .map(|id| RecordKey {
+                queue: queue.clone(),
+                incarnation,
+                message: *id,
+            })
+            .filter(|key| self.replicas(key).contains(&me))
+            .collect();
+        if keys.is_empty() {
+            return BTreeMap::new();
+        }
+        let reader = store.clone();
+        match store.scan_off(move || reader.read(&keys)).await {
+            Ok(records) => records
+                .into_iter()
+                .map(|(key, record)| (key.message, record))
+                .collect(),
+            Err(error) => {
+                debug!(%error, "the local read for claims without the read failed");
+                BTreeMap::new()
+            }
+        }
     }
 
     async fn move_to_dead_letter(
@@ -1162,17 +1219,19 @@ impl Cluster {
             unreachable!("a pending future never resolves")
         })
         .await
+        .0
     }
 
     /// Runs `op` as [`Cluster::run`] does, also feeding it, once, the value `input` resolves
-    /// to through `on_input` (a receive's watermark read).
+    /// to through `on_input` (a receive's watermark read); answers with the operation as it
+    /// ended, for what it can tell of its path.
     async fn run_with<O: Operation, T>(
         &self,
         mut op: O,
         mut effects: Effects<O::Answer>,
         input: impl std::future::Future<Output = T>,
         on_input: impl FnOnce(&mut O, T) -> Effects<O::Answer>,
-    ) -> O::Answer {
+    ) -> (O::Answer, O) {
         let (replies, mut incoming) = mpsc::unbounded_channel();
         let started = tokio::time::Instant::now();
         let deadline = started + self.inner.operation_timeout;
@@ -1191,7 +1250,22 @@ impl Cluster {
                     effects.sends.len(),
                 );
                 self.dispatch(std::mem::take(&mut effects.sends), None);
-                return answer;
+                // A delivery still on its way to this node's own replica: heard out (bounded by
+                // the deadline), so the receive holds its reservation until its own view shows
+                // the claim (spec/replication.md §13, *Own replica last*).
+                while op.lingers() {
+                    tokio::select! {
+                        biased;
+                        reply = incoming.recv() => match reply {
+                            Some((from, round, Heard::Reply(reply))) => {
+                                let _ = op.on_reply(from, round, &reply);
+                            }
+                            Some(_) | None => break,
+                        },
+                        () = tokio::time::sleep_until(deadline) => break,
+                    }
+                }
+                return (answer, op);
             }
             self.dispatch(std::mem::take(&mut effects.sends), Some(&replies));
             if split_deadline.is_none() && op.split() {

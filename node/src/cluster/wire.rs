@@ -592,7 +592,11 @@ mod tests {
             ),
         };
         for write in [
-            trireme_replication::replica::Write::Claim(unclaimed.clone()),
+            trireme_replication::replica::Write::Claim {
+                record: unclaimed.clone(),
+                now: Millis(1),
+                max_receive_count: None,
+            },
             trireme_replication::replica::Write::Visibility(unclaimed),
         ] {
             let request = Request::Write {

@@ -19,7 +19,7 @@ use trireme_node::cluster::store::{ReplicaStore, StoreClosed};
 use trireme_node::cluster::{Cluster, ClusterSettings, DeadLetter, Delivered};
 use trireme_node::tcp_incoming;
 use trireme_replication::NodeId;
-use trireme_replication::coordinator::{DeleteAnswer, SendAnswer, VisibilityAnswer};
+use trireme_replication::coordinator::{DeleteAnswer, ReceivePath, SendAnswer, VisibilityAnswer};
 use trireme_replication::record::Birth;
 
 /// The default `MessageRetentionPeriod` (4 days): nothing in these tests expires.
@@ -508,6 +508,31 @@ async fn sent_and_ready_here(member: &Member, name: &str, count: u64) {
         assert_eq!(send(member, name, id).await, SendAnswer::Sent);
     }
     until_ready_here(member, name, count).await;
+}
+
+/// spec/replication.md §13, *A claim without the read*: a member that holds the messages claims
+/// each from its own record, without the read round, and counts it by path; a second receive
+/// finds them invisible on its own replica and claims nothing.
+#[test]
+fn a_member_that_holds_the_messages_claims_them_without_the_read() {
+    let cluster = start(3);
+    runtime().block_on(async {
+        let m = &cluster.members;
+        sent_and_ready_here(&m[0], "jobs", 10).await;
+        let got = receive(&m[0], "jobs", 10, 60_000).await;
+        assert_eq!(got.len(), 10, "every message delivered");
+        let paths = m[0]
+            .call(|cluster| async move {
+                [ReceivePath::Fast, ReceivePath::FellBack, ReceivePath::Read]
+                    .map(|path| cluster.metrics().receive_claims(path))
+            })
+            .await;
+        assert_eq!(paths, [(10, 10), (0, 0), (0, 0)], "fast, fell back, read");
+        assert!(receive(&m[0], "jobs", 10, 60_000).await.is_empty());
+        for message in &got {
+            assert_eq!(delete(&m[1], message).await, DeleteAnswer::Deleted);
+        }
+    });
 }
 
 /// spec/replication.md, *Candidate order*: a coordinator's concurrent receives all read one
