@@ -319,6 +319,12 @@ pub fn check(history: &History) -> Vec<Violation> {
         skew + history.clock_spread_ms,
         &mut violations,
     );
+    check_extensions(
+        ops,
+        &deliveries,
+        skew + history.clock_spread_ms,
+        &mut violations,
+    );
     check_dedup(ops, &mut violations);
     check_queue_found(ops, skew, &mut violations);
     let purges = purges(history);
@@ -659,6 +665,69 @@ fn check_visibility(
                         redelivered_by_ms: second.completed_at_ms,
                     });
                 }
+            }
+        }
+    }
+}
+
+/// I4 for a visibility change (spec/replication.md §5, V1): an acknowledged change of a
+/// delivery's handle to `t` seconds hides the message until no earlier than the change's
+/// invocation plus `t`; a later delivery of the same life completing before that is a breach.
+/// The rule stands aside where another change of the same handle may have happened and began
+/// before the later delivery completed (it could have shortened the first), and for a change
+/// to 0 (a release).
+fn check_extensions(
+    ops: &[Op],
+    deliveries: &BTreeMap<&str, Vec<Seen>>,
+    skew: u64,
+    violations: &mut BTreeSet<Violation>,
+) {
+    let changes: Vec<(&Op, &str, u32, u32, u32)> = ops
+        .iter()
+        .filter_map(|op| match &op.call {
+            Call::ChangeVisibility {
+                message_id,
+                generation,
+                receive_count,
+                timeout_s,
+            } => Some((
+                op,
+                message_id.as_str(),
+                *generation,
+                *receive_count,
+                *timeout_s,
+            )),
+            _ => None,
+        })
+        .collect();
+    for &(change, id, generation, receive_count, timeout_s) in &changes {
+        if timeout_s == 0 || !change.outcome().acknowledged() {
+            continue;
+        }
+        let hidden_until_ms = change.invoked_at_ms + u64::from(timeout_s) * 1_000;
+        for second in deliveries.get(id).into_iter().flatten() {
+            if second.generation != generation
+                || second.receive_count <= receive_count
+                || second.completed_at_ms < change.invoked_at_ms
+                || second.completed_at_ms + skew >= hidden_until_ms
+            {
+                continue;
+            }
+            let another = changes.iter().any(|&(other, i, g, k, _)| {
+                !std::ptr::eq(other, change)
+                    && i == id
+                    && g == generation
+                    && k == receive_count
+                    && other.invoked_at_ms < second.completed_at_ms + skew
+                    && other.outcome().may_have_happened()
+            });
+            if !another {
+                violations.insert(Violation::DeliveredWhileInvisible {
+                    message_id: id.to_owned(),
+                    receive_count,
+                    visible_from_ms: hidden_until_ms,
+                    redelivered_by_ms: second.completed_at_ms,
+                });
             }
         }
     }
@@ -1734,6 +1803,87 @@ mod tests {
         );
         s.receive(2, 200, 201, &[("m1", &b, 2)]);
         s.delete(2, "m1", 2, 300, Outcome::Ok);
+        s.drained(10_000);
+        assert_eq!(s.check(), vec![]);
+    }
+
+    #[test]
+    fn a_redelivery_inside_an_acknowledged_extension_is_caught() {
+        let change = |s: &mut Script, timeout_s, outcome: Outcome| {
+            s.op(
+                1,
+                Call::ChangeVisibility {
+                    message_id: "m1".to_owned(),
+                    generation: 0,
+                    receive_count: 1,
+                    timeout_s,
+                },
+                1_000,
+                1_001,
+                outcome,
+            );
+        };
+        // Received for 2 s at 10, extended at 1,000 to 5 s: hidden until 6,000 at least.
+        for (redelivered_at, outcome, caught) in [
+            (4_000, Outcome::Ok, true),
+            (6_001, Outcome::Ok, false),
+            // Not acknowledged: it may not have happened, and the receive's own 2 s are over.
+            (4_000, unknown(), false),
+        ] {
+            let mut s = Script::new();
+            let b = s.send(1, "m1", 0);
+            s.op(
+                1,
+                Call::Receive {
+                    dead_letter: false,
+                    max: 1,
+                    wait_s: 0,
+                    visibility_s: 2,
+                },
+                10,
+                11,
+                Outcome::Received(vec![Delivery {
+                    message_id: "m1".to_owned(),
+                    body: b.clone(),
+                    receive_count: 1,
+                    generation: 0,
+                }]),
+            );
+            change(&mut s, 5, outcome);
+            s.receive(2, redelivered_at, redelivered_at + 1, &[("m1", &b, 2)]);
+            s.delete(2, "m1", 2, redelivered_at + 2, Outcome::Ok);
+            s.drained(10_000);
+            let expected = if caught {
+                vec![Violation::DeliveredWhileInvisible {
+                    message_id: "m1".to_owned(),
+                    receive_count: 1,
+                    visible_from_ms: 6_000,
+                    redelivered_by_ms: redelivered_at + 1,
+                }]
+            } else {
+                vec![]
+            };
+            assert_eq!(s.check(), expected, "redelivered at {redelivered_at}");
+        }
+        // A second change of the same handle, to 0, stands the rule aside.
+        let mut s = Script::new();
+        let b = s.send(1, "m1", 0);
+        s.receive(1, 10, 11, &[("m1", &b, 1)]);
+        change(&mut s, 5, Outcome::Ok);
+        s.op(
+            1,
+            Call::ChangeVisibility {
+                message_id: "m1".to_owned(),
+                generation: 0,
+                receive_count: 1,
+                timeout_s: 0,
+            },
+            1_500,
+            1_501,
+            Outcome::Ok,
+        );
+        s.receive(2, 2_000, 2_001, &[("m1", &b, 2)]);
+        s.delete(2, "m1", 2, 2_002, Outcome::Ok);
         s.drained(10_000);
         assert_eq!(s.check(), vec![]);
     }

@@ -90,6 +90,7 @@ fn env_focus() -> Option<Focus> {
         "StaleDeletes" => Focus::StaleDeletes,
         "Waiters" => Focus::Waiters,
         "DeleteAtDeadline" => Focus::DeleteAtDeadline,
+        "StaleLeases" => Focus::StaleLeases,
         other => panic!("TRIREME_SIM_FOCUS names no focused profile: {other:?}"),
     })
 }
@@ -110,6 +111,9 @@ fn env_bug() -> Option<Bug> {
         "EmptyReplacementVotes" => Bug::EmptyReplacementVotes,
         "DeleteWithoutQuorumRead" => Bug::DeleteWithoutQuorumRead,
         "WaiterReadsOwnReplica" => Bug::WaiterReadsOwnReplica,
+        "ClaimWithoutReadNoLocalCountCheck" => Bug::ClaimWithoutReadNoLocalCountCheck,
+        "ClaimWithoutReadNoDeadlineCheck" => Bug::ClaimWithoutReadNoDeadlineCheck,
+        "FastClaimOwnReplicaFirst" => Bug::FastClaimOwnReplicaFirst,
         other => panic!("TRIREME_SIM_BUG names no planted bug: {other:?}"),
     })
 }
@@ -291,6 +295,7 @@ fn sweep() {
                 if let Some(at) = line.find("cluster seed") {
                     println!("{}", &line[at..]);
                 } else if line.starts_with("  mix:")
+                    || line.starts_with("  claims")
                     || line.starts_with("  dead letters:")
                     || line.starts_with("  after the heal:")
                 {
@@ -780,6 +785,44 @@ fn a_re_poll_that_reads_only_its_own_index_is_caught_within_3_focused_seeds() {
             .iter()
             .all(|v| matches!(v, Violation::WaiterNotServed { .. })),
         "a waiter left beside a ready message, and nothing else: {}",
+        planted.summary()
+    );
+}
+
+/// spec/replication.md §13, check (c): replicas that take a claim without the read whatever
+/// their own lease's deadline let a coordinator whose own replica missed an extension (it was
+/// cut from its peers, `Focus::StaleLeases`) claim the message again while the acknowledged
+/// extension still hides it. The same seed passes with (c) (`caught_focused`).
+#[test]
+fn a_claim_without_the_deadline_check_is_caught_within_3_focused_seeds() {
+    let (_, planted) = caught_focused(Bug::ClaimWithoutReadNoDeadlineCheck, Focus::StaleLeases, 3);
+    assert!(planted.error.is_none(), "the run itself finished");
+    assert!(
+        planted
+            .violations
+            .iter()
+            .all(|v| matches!(v, Violation::DeliveredWhileInvisible { .. })),
+        "a delivery inside an acknowledged extension, and nothing else: {}",
+        planted.summary()
+    );
+}
+
+/// spec/replication.md §13, *Own replica last*: a claim without the read sent to the
+/// coordinator's own replica at once, with the two others, stays there when the two refuse it
+/// by (c), with the receive's own visibility timeout; spread by the fallback's read repair, that
+/// claim of the next `seq` supersedes the holder's lease, and a later receive finds it expired
+/// while the holder's timeout runs (found by seed 888012 under `Focus::StaleDeletes` before the
+/// rule, with no bug planted). The same seed passes with the rule (`caught_focused`).
+#[test]
+fn a_claim_without_the_read_on_the_own_replica_first_is_caught_within_11_focused_seeds() {
+    let (_, planted) = caught_focused(Bug::FastClaimOwnReplicaFirst, Focus::StaleDeletes, 11);
+    assert!(planted.error.is_none(), "the run itself finished");
+    assert!(
+        planted
+            .violations
+            .iter()
+            .any(|v| matches!(v, Violation::DeliveredWhileInvisible { .. })),
+        "a delivery inside the holder's visibility timeout: {}",
         planted.summary()
     );
 }

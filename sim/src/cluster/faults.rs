@@ -546,6 +546,17 @@ pub enum Focus {
     /// `StaleAtTwoRefusals`), the tombstone that spreads removes a message no delete that may
     /// have happened explains.
     DeleteAtDeadline,
+    /// The claim without the read's race (spec/replication.md §13, checks (c) and *Own replica
+    /// last*): three members on true clocks, no crash and no failed sync; one member
+    /// ("behind") is cut from its peers as under [`Focus::StaleDeletes`]. Clients receive
+    /// through "behind" with a visibility of 2 s and extend each delivery to 4-6 s through
+    /// another member 0.2-1.2 s later; one sends (`workload::Shape`). An extension made while
+    /// "behind" is cut is on the two others only, so its own replica shows the receive's
+    /// lease, passed after 2 s: its next receives take the claim without the read on it.
+    /// The two others must refuse that claim by (c) (planted bug
+    /// `ClaimWithoutReadNoDeadlineCheck`), and "behind" must not keep it (planted bug
+    /// `FastClaimOwnReplicaFirst`): either way the message is delivered inside the extension.
+    StaleLeases,
 }
 
 /// When the member of [`Focus::KeptAway`] leaves, at the earliest: the clients have created
@@ -653,7 +664,7 @@ pub fn focused_plan(seed: u64, safety_ms: u64, focus: Focus) -> Plan {
             ]);
         }
         Focus::Waiters | Focus::DeleteAtDeadline => {}
-        Focus::StaleDeletes => {
+        Focus::StaleDeletes | Focus::StaleLeases => {
             let mut at = QUIET_MS + rng.random_range(STALE_MENDED_MS);
             loop {
                 let mend_at = at + rng.random_range(STALE_CUT_MS);

@@ -36,7 +36,9 @@ use trireme_node::cluster::move_task::MoveTaskSettings;
 use trireme_node::cluster::peers::LinkSettings;
 use trireme_node::cluster::store::ReplicaStore;
 use trireme_node::cluster::{Cluster, ClusterSettings};
+use trireme_node::metrics::ReplicationMetrics;
 use trireme_replication::NodeId;
+use trireme_replication::coordinator::ReceivePath;
 use turmoil::net::TcpListener;
 
 use self::faults::{Action, ClockKind, HORIZON_MS, Plan};
@@ -158,6 +160,36 @@ pub struct Report {
     pub liveness_bound_ms: u64,
     /// Whether the bound is checked: only with true clocks, where every member coordinates.
     pub liveness_enforced: bool,
+    /// The receives' claims over every member's every boot, by path (spec/replication.md §13).
+    pub claims: ClaimPaths,
+}
+
+/// Claims by path, each as (claimed, delivered): what the members' `trireme_receive_claims`
+/// counted, so a sweep shows the claim without the read ran and how often it fell back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClaimPaths {
+    /// Without the read, and no replica refused it.
+    pub fast: (u64, u64),
+    /// Without the read, refused, then read.
+    pub fell_back: (u64, u64),
+    /// Read first.
+    pub read: (u64, u64),
+}
+
+impl ClaimPaths {
+    fn of(metrics: &[ReplicationMetrics]) -> ClaimPaths {
+        let sum = |path| {
+            metrics.iter().fold((0, 0), |(claimed, delivered), m| {
+                let (c, d) = m.receive_claims(path);
+                (claimed + c, delivered + d)
+            })
+        };
+        ClaimPaths {
+            fast: sum(ReceivePath::Fast),
+            fell_back: sum(ReceivePath::FellBack),
+            read: sum(ReceivePath::Read),
+        }
+    }
 }
 
 impl Report {
@@ -187,6 +219,10 @@ impl Report {
             self.digest,
             self.plan.mix,
         );
+        text.push_str(&format!(
+            "  claims (claimed, delivered): fast {:?}, fell back {:?}, read {:?}\n",
+            self.claims.fast, self.claims.fell_back, self.claims.read
+        ));
         if let Some(max) = self.history.max_receive_count {
             text.push_str(&format!(
                 "  dead letters: {}\n",
@@ -307,6 +343,8 @@ struct Member {
     /// down and start it again, as a supervisor would.
     exited: Rc<Cell<bool>>,
     history: Rc<RefCell<History>>,
+    /// The metrics of every boot of every member (counters only: holding them keeps no store).
+    metrics: Rc<RefCell<Vec<ReplicationMetrics>>>,
 }
 
 impl Member {
@@ -379,6 +417,7 @@ fn add_member(sim: &mut turmoil::Sim<'_>, member: Member) {
                 Some(member_seed),
                 &|_, endpoint| net::lazy_channel(endpoint),
             )?;
+            member.metrics.borrow_mut().push(cluster.metrics().clone());
             tokio::spawn(
                 tonic::transport::Server::builder()
                     .layer(net::fixed_date())
@@ -835,6 +874,7 @@ pub fn run(options: &Options) -> Report {
         .clone()
         .map(|node| (node, Rc::new(Cell::new(false))))
         .collect();
+    let metrics = Rc::new(RefCell::new(Vec::new()));
     let failures: Vec<SyncFailures> = nodes
         .clone()
         .map(|_| SyncFailures::off_until_started(mix.sync_failure_rate))
@@ -855,6 +895,7 @@ pub fn run(options: &Options) -> Report {
                 disk: disks[&node].clone(),
                 exited: exited[&node].clone(),
                 history: history.clone(),
+                metrics: metrics.clone(),
             },
         );
     }
@@ -990,6 +1031,7 @@ pub fn run(options: &Options) -> Report {
         error,
         simulated_ms,
         boots: boots.iter().map(|(node, b)| (*node, b.get())).collect(),
+        claims: ClaimPaths::of(&metrics.borrow()),
         convergence,
         liveness,
         liveness_bound_ms,

@@ -143,6 +143,10 @@ pub struct Shape {
     /// client 2 long-polls through member 1 and abandons, client 3 sends
     /// (`Client::step_deadline`).
     pub deletes_at_deadline: bool,
+    /// [`Focus::StaleLeases`](super::faults::Focus::StaleLeases): clients receive through this
+    /// member, the one the plan keeps cutting from its peers, and extend what they get through
+    /// the others (`Client::step_stale_leases`).
+    pub leases_through: Option<u16>,
 }
 
 impl Shape {
@@ -152,6 +156,10 @@ impl Shape {
         match focus {
             Some(super::faults::Focus::StaleDeletes) => Shape {
                 late_deletes_through: super::faults::focused_member(plan),
+                ..Shape::default()
+            },
+            Some(super::faults::Focus::StaleLeases) => Shape {
+                leases_through: super::faults::focused_member(plan),
                 ..Shape::default()
             },
             Some(super::faults::Focus::DeleteAtDeadline) => Shape {
@@ -409,6 +417,10 @@ impl Client {
             self.step_deadline().await;
             return;
         }
+        if let Some(member) = self.shape.leases_through {
+            self.step_stale_leases(member).await;
+            return;
+        }
         let pause = self.rng.random_range(0..=THINK_MS_MAX);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let now = sim_now_ms();
@@ -569,6 +581,47 @@ impl Client {
                 let member = self.rng.random_range(2..=3);
                 self.send_through(member, None).await;
             }
+        }
+    }
+
+    /// [`Focus::StaleLeases`](super::faults::Focus::StaleLeases)'s step. Every client but
+    /// client 0: a receive of 1-3 messages through `member` (no wait, a visibility of 2 s), then,
+    /// 0.2-1.2 s later, an extension of each to 4-6 s through one of the other members; the messages are
+    /// left to time out, or deleted through another member in one case of four. Client 0 sends
+    /// through the other members every 100-300 ms.
+    async fn step_stale_leases(&mut self, member: u16) {
+        let other = |rng: &mut ChaCha8Rng, members: u16| {
+            (member - 1 + rng.random_range(1..members)) % members + 1
+        };
+        if self.id > 0 {
+            let max = self.rng.random_range(1..=3);
+            let via_sqs = self.rng.random_bool(SQS_SHARE);
+            let got = self
+                .receive_through(&member_host(member), via_sqs, false, max, 2, 0)
+                .await
+                .unwrap_or_default();
+            // Late enough that "behind" may have been cut from its peers meanwhile.
+            let pause = self.rng.random_range(200..=1_200);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            for held in got {
+                let timeout_s = self.rng.random_range(4..=6);
+                let through = other(&mut self.rng, self.members);
+                if self
+                    .change_visibility_through(held.clone(), through, timeout_s)
+                    .await
+                    && self.rng.random_bool(0.25)
+                {
+                    let through = other(&mut self.rng, self.members);
+                    self.delete_by_front(held, through).await;
+                }
+            }
+            let pause = self.rng.random_range(50..=200);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        } else {
+            let pause = self.rng.random_range(100..=300);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let through = other(&mut self.rng, self.members);
+            self.send_through(through, None).await;
         }
     }
 
@@ -1060,6 +1113,27 @@ impl Client {
             )
             .await;
         self.complete(op, settled(result));
+    }
+
+    /// Changes `held`'s visibility to `timeout_s` through `member`: whether it was done.
+    async fn change_visibility_through(&mut self, held: Held, member: u16, timeout_s: u32) -> bool {
+        let op = self.invoke(Call::ChangeVisibility {
+            message_id: held.ticket.message_id(),
+            generation: held.generation,
+            receive_count: held.receive_count,
+            timeout_s,
+        });
+        let request = Request::ChangeVisibility {
+            ticket: held.ticket.clone(),
+            timeout_s,
+        };
+        let via_sqs = self.rng.random_bool(SQS_SHARE);
+        let result = self
+            .call_member(&member_host(member), &request, via_sqs)
+            .await;
+        let done = matches!(result, Ok(Answer::Done));
+        self.complete(op, settled(result));
+        done
     }
 
     async fn change_visibility(&mut self, held: Held, timeout_s: u32) -> bool {
