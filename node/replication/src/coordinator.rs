@@ -117,9 +117,21 @@ pub(crate) struct Target {
 }
 
 pub(crate) fn broadcast(target: &Target, round: u32, write: &Write) -> Vec<Outgoing> {
+    send_to(target, round, write, |_| true)
+}
+
+/// `write` to those of the target's replicas that `to` picks, each its own copy (a claim
+/// carries the whole record, body included: no copy is made for a replica left out).
+fn send_to(
+    target: &Target,
+    round: u32,
+    write: &Write,
+    to: impl Fn(NodeId) -> bool,
+) -> Vec<Outgoing> {
     target
         .replicas
         .iter()
+        .filter(|replica| to(**replica))
         .map(|to| Outgoing {
             to: *to,
             key: target.key.clone(),
@@ -514,11 +526,13 @@ impl ReceiveOp {
         }
         let claimed = claimed(local, live, &settings);
         let target = Target { key, replicas };
-        let mut sends = broadcast(&target, FIRST_ROUND, &claim_write(&claimed, &settings));
         let own_last = !planted(Bug::FastClaimOwnReplicaFirst);
-        if own_last {
-            sends.retain(|out| out.to != settings.me);
-        }
+        let sends = send_to(
+            &target,
+            FIRST_ROUND,
+            &claim_write(&claimed, &settings),
+            |to| !own_last || to != settings.me,
+        );
         Some((
             ReceiveOp {
                 target,
@@ -641,15 +655,13 @@ impl ReceiveOp {
                 Progress::Waiting if self.own_held_back && write.acked() > 0 => {
                     self.own_held_back = false;
                     self.own_unanswered = true;
-                    let record = (**record).clone();
                     let me = self.settings.me;
-                    let mut sends = broadcast(
+                    Effects::sends(send_to(
                         &self.target,
                         self.round,
-                        &claim_write(&record, &self.settings),
-                    );
-                    sends.retain(|out| out.to == me);
-                    Effects::sends(sends)
+                        &claim_write(record, &self.settings),
+                        |to| to == me,
+                    ))
                 }
                 Progress::Refused => self.finish(ReceiveAnswer::LostRace),
                 Progress::Waiting => Effects::none(),
