@@ -504,8 +504,9 @@ impl ReceiveOp {
     /// once, and to this coordinator's own only after one of them acked it (*Own replica
     /// last*: the own replica may be the one behind, and must not keep a claim that the two
     /// others refuse by (c)); it is delivered after two acks and the queue's watermark (read by
-    /// quorum in parallel, [`ReceiveOp::on_watermark`]); at its first refusal the receive takes
-    /// the read path. `None` when the guard fails: the caller starts the read path
+    /// quorum in parallel, [`ReceiveOp::on_watermark`]); at a refusal that comes while no
+    /// replica has acked it the receive takes the read path, and after an ack it is a claim
+    /// like the read path's (*A refusal after an ack*). `None` when the guard fails: the caller starts the read path
     /// ([`ReceiveOp::start_reading_watermark`]), which alone decides what a local record that is
     /// not claimable means (the replica may be behind). The driver's own part of the guard (its
     /// replica joined, its store neither failed nor overloaded) is the caller's.
@@ -646,9 +647,13 @@ impl ReceiveOp {
                     let record = (**record).clone();
                     self.finish(ReceiveAnswer::Delivered(record))
                 }
-                // spec §13: a claim without the read falls back to the read path at its first
-                // refusal; its acks so far, and any later, count for nothing.
-                _ if self.path == ReceivePath::Fast && write.refused() > 0 => self.fall_back(),
+                // spec §13: a claim without the read falls back to the read path at a refusal
+                // that comes while no replica has acked it; any later ack counts for nothing.
+                // Once one has acked, it is a claim like the read path's: two acks deliver it,
+                // a split waits for the third, two refusals lose the race.
+                _ if self.path == ReceivePath::Fast && write.refused() > 0 && write.acked() == 0 => {
+                    self.fall_back()
+                }
                 // Another replica took the claim, so the holder's lease has passed by this
                 // coordinator's `now` on a replica that is not behind it: the own replica may
                 // take it too (spec §13, *Own replica last*).
@@ -2043,6 +2048,48 @@ mod tests {
         assert_eq!(
             op.on_watermark(None).answer,
             Some(ReceiveAnswer::Nothing(NothingBecause::Invisible))
+        );
+    }
+
+    #[test]
+    fn a_claim_without_the_read_refused_after_an_ack_goes_on_like_a_read_path_claim() {
+        // Acked by R[1], refused by R[2]: the own replica still decides, and delivers.
+        let (mut op, _) =
+            ReceiveOp::start_fast(key(), R, settings(5_000, None), &sent()).expect("claimable");
+        let effects = op.on_reply(R[1], 1, &Reply::Ack);
+        assert_eq!(
+            effects.sends.iter().map(|out| out.to).collect::<Vec<_>>(),
+            vec![R[0]]
+        );
+        let effects = op.on_reply(R[2], 1, &Reply::Refused);
+        assert_eq!(effects, Effects::none(), "no fallback once a replica acked");
+        assert_eq!(op.path(), ReceivePath::Fast);
+        assert!(op.split(), "one ack, one refusal: the third decides");
+        assert_eq!(op.on_watermark(None).answer, None);
+        let Some(ReceiveAnswer::Delivered(record)) = op.on_reply(R[0], 1, &Reply::Ack).answer
+        else {
+            panic!("the own replica's ack is the second");
+        };
+        assert_eq!(record.claim().map(|c| c.seq), Some(1));
+
+        // Refused by the own replica too: the race is lost, nothing delivered, no read.
+        let (mut op, _) =
+            ReceiveOp::start_fast(key(), R, settings(5_000, None), &sent()).expect("claimable");
+        op.on_reply(R[2], 1, &Reply::Ack);
+        assert_eq!(op.on_reply(R[1], 1, &Reply::Refused), Effects::none());
+        let effects = op.on_reply(R[0], 1, &Reply::Refused);
+        assert_eq!(effects.answer, Some(ReceiveAnswer::LostRace));
+        assert!(effects.sends.is_empty());
+        assert_eq!(op.path(), ReceivePath::Fast);
+
+        // Split and the own replica silent: given up after the split wait, as on the read path.
+        let (mut op, _) =
+            ReceiveOp::start_fast(key(), R, settings(5_000, None), &sent()).expect("claimable");
+        op.on_reply(R[1], 1, &Reply::Ack);
+        op.on_reply(R[2], 1, &Reply::Refused);
+        assert_eq!(
+            op.on_split_wait().answer,
+            Some(ReceiveAnswer::GaveUpSplit)
         );
     }
 
