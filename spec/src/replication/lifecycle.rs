@@ -284,8 +284,10 @@ pub struct Config {
     /// Whether a receive claims without its quorum read (spec/replication.md §13, *A claim
     /// without the read*): coordinator `c` reads replica `c`'s record in place and, if it is
     /// claimable by the watermark that replica holds and by `c`'s clock, sends the conditional
-    /// claim at once beside a quorum read of the watermark; at the first refusal the receive
-    /// takes the read path. Off in the page's section 2 and 3 runs without the switch.
+    /// claim at once beside a quorum read of the watermark; at a refusal that comes while no
+    /// replica has acked the claim the receive takes the read path, and after an ack the claim
+    /// is handled as a read-path claim (refusals ignored). Off in the page's section 2 and 3
+    /// runs without the switch.
     pub claim_without_read: bool,
     /// The protocol rule switched off, if any (planted-bug tests only).
     pub bug: Option<Bug>,
@@ -411,7 +413,11 @@ pub enum Op {
     /// conditional claim of `record`, made from the coordinator's own replica's record, went to
     /// all three at once, beside a quorum read of the queue's watermark (`watermark_from`: the
     /// replicas that answered it; `watermark`: the greatest they hold). Delivered only once two
-    /// replicas acked and the watermark is in and does not hide `record`.
+    /// replicas acked and the watermark is in and does not hide `record`. A refusal while
+    /// `acks` is empty sends the receive down the read path; after an ack, refusals are ignored
+    /// as for a read-path claim. `refused_after_ack`: ghost, the refusals of the claim by a
+    /// replica that had not acked it, after another had and before the claim had two acks
+    /// (`REFUSED_BY_COPY`, `REFUSED_BY_RIVAL`).
     FastClaim {
         message: u8,
         record: Record,
@@ -419,6 +425,7 @@ pub enum Op {
         acks: u8,
         watermark_from: u8,
         watermark: Option<u8>,
+        refused_after_ack: u8,
     },
     DeleteRead {
         handle: Handle,
@@ -572,10 +579,23 @@ pub enum Scenario {
     /// record: the receive delivered nothing, and the claim stays on the hidden record (an
     /// orphan).
     FastHidden = 10,
-    /// A claim without the read was refused by a replica that had not acked it, and its
-    /// receive took the read path.
+    /// A claim without the read was refused while no replica had acked it, and its receive
+    /// took the read path.
     FastFellBack = 11,
+    /// A claim without the read was refused by a replica that had not acked it after another
+    /// replica had acked it, did not fall back, and was delivered at two acks and the
+    /// watermark read.
+    FastRefusedAfterAckDelivered = 12,
+    /// The same, refused by a replica holding a rival of the claim (another claim of at least
+    /// its `seq`, a tombstone or a later life), not the claim itself.
+    FastRefusedByRivalAfterAckDelivered = 13,
 }
+
+/// Ghost bits of `Op::FastClaim::refused_after_ack`: the refusing replica held the claim itself.
+pub const REFUSED_BY_COPY: u8 = 1;
+/// The refusing replica held a rival of the claim: another claim of at least its `seq`, a
+/// tombstone, or a later life.
+pub const REFUSED_BY_RIVAL: u8 = 2;
 
 /// What a receive makes of a record (spec#2-purge, "receive"; spec#3-retention-expiry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -969,6 +989,7 @@ impl State {
                 acks: 0,
                 watermark_from: 0,
                 watermark: None,
+                refused_after_ack: 0,
             },
         );
         self.broadcast(
@@ -1321,9 +1342,12 @@ impl State {
     }
 
     /// A replica refused a claim (with `claim_without_read`, every refusal is answered). A
-    /// claim without the read gives up at the first refusal and its receive takes the read
-    /// path, with the same ghost snapshot: it is the same receive (spec §13). A read-path claim
-    /// waits for its acks as before.
+    /// claim without the read that no replica has acked gives up and its receive takes the read
+    /// path, with the same ghost snapshot: it is the same receive (spec §13, *A claim without
+    /// the read*). Once a replica has acked it, the claim is handled as a read-path claim, which
+    /// waits for its acks and ignores refusals (it ends by `Abandon` if they never come); this
+    /// subsumes "one reply per replica" (a replica that acked and refuses a duplicate) and a
+    /// refusal after the claim's two acks, while it waits only for the watermark.
     fn on_claim_refused(&mut self, packet: &Packet) {
         if !self.current(packet) {
             return;
@@ -1331,6 +1355,7 @@ impl State {
         let c = packet.coordinator as usize;
         let Op::FastClaim {
             message,
+            record,
             snapshot,
             acks,
             ..
@@ -1338,18 +1363,28 @@ impl State {
         else {
             return;
         };
-        // One reply per replica: the refusal of a duplicate of the claim by a replica that
-        // acked it is that replica's acceptance seen again, not a lost race.
-        if acks & bit(packet.replica as usize) != 0 {
-            return;
+        if acks == 0 {
+            self.ghost.reach(Scenario::FastFellBack);
+            self.claim_read(c, message as usize, snapshot);
+        } else if acks & bit(packet.replica as usize) == 0 && count(acks) < WRITE_QUORUM {
+            // Ghost only: a replica that had not acked refused after another acked, holding
+            // the claim itself (brought by anti-entropy; or, claims having no nonce here, an
+            // earlier claim of the same coordinator and `seq`) or a rival.
+            let held = self.replicas[packet.replica as usize].store[message as usize];
+            let by = if held.is_some_and(|h| {
+                h.generation == record.generation && !h.tombstone && h.claim == record.claim
+            }) {
+                REFUSED_BY_COPY
+            } else {
+                REFUSED_BY_RIVAL
+            };
+            if let Op::FastClaim {
+                refused_after_ack, ..
+            } = &mut self.coordinators[c].op
+            {
+                *refused_after_ack |= by;
+            }
         }
-        // With two acks the claim is decided and waits only for the watermark; the node
-        // ignores the third replica's answer then.
-        if count(acks) >= WRITE_QUORUM {
-            return;
-        }
-        self.ghost.reach(Scenario::FastFellBack);
-        self.claim_read(c, message as usize, snapshot);
     }
 
     /// Answers a claim without the read once both of its rounds are in: two acks and the
@@ -1364,6 +1399,7 @@ impl State {
             acks,
             watermark_from,
             watermark,
+            refused_after_ack,
         } = self.coordinators[c].op
         else {
             unreachable!("finish_fast is called only for a claim without the read")
@@ -1382,6 +1418,13 @@ impl State {
             }
         }
         self.ghost.reach(Scenario::FastDelivered);
+        if refused_after_ack != 0 {
+            self.ghost.reach(Scenario::FastRefusedAfterAckDelivered);
+        }
+        if refused_after_ack & REFUSED_BY_RIVAL != 0 {
+            self.ghost
+                .reach(Scenario::FastRefusedByRivalAfterAckDelivered);
+        }
         self.deliver_claim(config, c, message, record, snapshot);
     }
 
@@ -2023,6 +2066,14 @@ impl Model for LifecycleModel {
             properties.push(Property::sometimes(
                 "claim without the read refused, fell back to the read",
                 |_, s: &State| s.ghost.reached(Scenario::FastFellBack),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused by one replica after another acked it, delivered",
+                |_, s: &State| s.ghost.reached(Scenario::FastRefusedAfterAckDelivered),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused by a rival after another replica acked it, delivered",
+                |_, s: &State| s.ghost.reached(Scenario::FastRefusedByRivalAfterAckDelivered),
             ));
         }
         properties

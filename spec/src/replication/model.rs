@@ -396,6 +396,20 @@ impl Model for ReplicationModel {
                 |_, s: &State| s.ghost.reached(Scenario::ClaimWithoutReadOwnLast),
             ));
             properties.push(Property::sometimes(
+                "claim without the read refused by one replica after another acked it, delivered",
+                |_, s: &State| {
+                    s.ghost
+                        .reached(Scenario::ClaimWithoutReadRefusedAfterAckDelivered)
+                },
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused by a rival after another replica acked it, delivered",
+                |_, s: &State| {
+                    s.ghost
+                        .reached(Scenario::ClaimWithoutReadRefusedByRivalAfterAckDelivered)
+                },
+            ));
+            properties.push(Property::sometimes(
                 "claim without the read stored on one replica while a delete was acknowledged",
                 |_, s: &State| fast_claim_races_delete(s),
             ));
@@ -512,7 +526,9 @@ fn now_races_receive(s: &State) -> bool {
 
 /// A claim without the read in its write phase, stored on some replica, while a delete of the
 /// same life has been acknowledged (on two replicas): the race spec#13's fast path must lose
-/// (its fallback reads the tombstone; S3 says nothing is delivered).
+/// (S3 says nothing is delivered). Refused by both replicas that hold the tombstone, it falls
+/// back if no replica has acked it, and its read finds the tombstone; once one has, it cannot
+/// reach a second ack and ends by its deadline.
 fn fast_claim_races_delete(s: &State) -> bool {
     s.coordinators.iter().any(|c| match c.op {
         Op::ClaimWrite {

@@ -160,7 +160,8 @@ pub struct Config {
     /// Whether a receive claims without its quorum read (spec/replication.md §13, *A claim
     /// without the read*): the coordinator takes the record from its local replica (replica `c`
     /// for coordinator `c`), sends the conditional claim at once, and falls back to the read at
-    /// the first refusal. Off in every run of part 1's table.
+    /// a refusal that comes while no replica has acked the claim; after an ack it is a claim
+    /// like a read-path claim, which ignores refusals. Off in every run of part 1's table.
     pub claim_without_read: bool,
     /// The protocol rule switched off, if any (planted-bug tests only).
     pub bug: Option<Bug>,
@@ -297,7 +298,10 @@ pub enum Op {
         replies: [Option<Record>; REPLICAS],
     },
     /// `fast`: sent without the read, from the local replica's record (`claim_without_read`);
-    /// a refusal then falls back to the read.
+    /// a refusal while no replica has acked it falls back to the read, and after an ack it is
+    /// handled as a read-path claim (spec §13, *A claim without the read*).
+    /// `refused_after_ack`: ghost, the refusals of a fast claim by a replica that had not acked
+    /// it, after another replica had (`REFUSED_BY_COPY`, `REFUSED_BY_RIVAL`).
     ClaimWrite {
         queue: Queue,
         generation: u8,
@@ -306,6 +310,7 @@ pub enum Op {
         deletes_acked_before: u8,
         acks: u8,
         fast: bool,
+        refused_after_ack: u8,
     },
     DeleteRead {
         handle: Handle,
@@ -564,13 +569,26 @@ pub enum Scenario {
     DeleteStaleAtThreeRefusals = 16,
     /// A claim sent without the read (`claim_without_read`) was delivered.
     ClaimWithoutReadDelivered = 17,
-    /// A claim sent without the read was refused by a replica, and the receive fell back to
-    /// the quorum read.
+    /// A claim sent without the read was refused by a replica while no replica had acked it,
+    /// and the receive fell back to the quorum read.
     ClaimWithoutReadFellBack = 18,
     /// A claim sent without the read, held back from its coordinator's own replica, was sent
     /// there after another replica's ack, and the own replica took it (*Own replica last*).
     ClaimWithoutReadOwnLast = 19,
+    /// A claim sent without the read was refused by a replica that had not acked it after
+    /// another replica had acked it, did not fall back, and was delivered at two acks.
+    ClaimWithoutReadRefusedAfterAckDelivered = 20,
+    /// The same, refused by a replica holding a rival of the claim (another claim of at least
+    /// its `seq`, a tombstone or a later life), not a copy of the claim itself.
+    ClaimWithoutReadRefusedByRivalAfterAckDelivered = 21,
 }
+
+/// Ghost bits of `Op::ClaimWrite::refused_after_ack`: the refusing replica held a copy of the
+/// claim itself (anti-entropy or read repair brought it there from a replica that acked).
+pub const REFUSED_BY_COPY: u8 = 1;
+/// The refusing replica held a rival of the claim: another claim of at least its `seq`, a
+/// tombstone, or a later life.
+pub const REFUSED_BY_RIVAL: u8 = 2;
 
 /// What only the model knows: what clients were told, and what went wrong.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -965,6 +983,7 @@ impl State {
                 deletes_acked_before,
                 acks: 0,
                 fast,
+                refused_after_ack: 0,
             },
         );
         let message = Message::Claim {
@@ -1398,8 +1417,9 @@ impl State {
                     self.merge_into(config, r, queue, record, Cause::Request);
                     self.reply(config, &packet, Message::Ack);
                 } else {
-                    // Silent on the read path's claims (its coordinator ignores it); a claim
-                    // without the read falls back to the read on it.
+                    // Ignored by the coordinator of a read-path claim, and of a claim without
+                    // the read that a replica has acked; a claim without the read that no
+                    // replica has acked falls back to the read on it.
                     self.reply(config, &packet, Message::Refused);
                 }
             }
@@ -1592,23 +1612,40 @@ impl State {
             Message::Refused => {
                 if let Op::ClaimWrite {
                     queue,
+                    generation,
+                    claim,
                     deletes_acked_before,
                     acks,
                     fast: true,
+                    refused_after_ack,
                     ..
-                } = op
+                } = &mut op
                 {
-                    // One reply per replica: a replica that acked the claim and refuses a
-                    // duplicate of it (its own `seq`, by (b)) saw its acceptance again, not a
-                    // lost race, and is not a refusal.
-                    if acks & bit(r) != 0 {
+                    // spec#13, *A claim without the read*: a refusal while no replica has acked
+                    // the claim gives it up (as a split claim gives up) and the receive takes
+                    // the read path. The same receive, so its ghost invocation time is kept.
+                    if *acks == 0 {
+                        self.ghost.reach(Scenario::ClaimWithoutReadFellBack);
+                        self.claim_read(c, *queue, *deletes_acked_before);
                         return;
                     }
-                    // spec#13, *A claim without the read*: the first refusal gives the claim
-                    // up (as a split claim gives up) and the receive takes the read path. The
-                    // same receive, so its ghost invocation time is kept.
-                    self.ghost.reach(Scenario::ClaimWithoutReadFellBack);
-                    self.claim_read(c, queue, deletes_acked_before);
+                    // Once a replica acked it, the claim is a conditional claim of `seq + 1`
+                    // checked at every replica as a read-path claim is, and a refusal is
+                    // handled as for one: ignored; the claim is delivered at two acks or ends
+                    // by its deadline (`Abandon`). This subsumes "one reply per replica": a
+                    // replica that acked and refuses a duplicate is ignored too. Ghost: a
+                    // refusal by a replica that has not acked, holding this very claim (brought
+                    // by anti-entropy or read repair) or something else (a rival).
+                    if *acks & bit(r) == 0 {
+                        let held = self.replicas[r].store[queue.index()];
+                        *refused_after_ack |=
+                            if held.generation == *generation && held.claim() == Some(*claim) {
+                                REFUSED_BY_COPY
+                            } else {
+                                REFUSED_BY_RIVAL
+                            };
+                        self.coordinators[c].op = op;
+                    }
                     return;
                 }
                 if let Op::DeleteWrite {
@@ -2031,10 +2068,19 @@ impl State {
                 receive_count,
                 deletes_acked_before,
                 fast,
+                refused_after_ack,
                 ..
             } => {
                 if fast {
                     self.ghost.reach(Scenario::ClaimWithoutReadDelivered);
+                }
+                if refused_after_ack != 0 {
+                    self.ghost
+                        .reach(Scenario::ClaimWithoutReadRefusedAfterAckDelivered);
+                }
+                if refused_after_ack & REFUSED_BY_RIVAL != 0 {
+                    self.ghost
+                        .reach(Scenario::ClaimWithoutReadRefusedByRivalAfterAckDelivered);
                 }
                 if deletes_acked_before & bit(generation as usize) != 0 {
                     self.ghost.violate(Violation::Resurrection);

@@ -228,8 +228,9 @@ pub struct Config {
     /// Whether a receive claims without its quorum read (spec/replication.md §13, *A claim
     /// without the read*): coordinator `c` reads replica `c`'s record in place and, if its
     /// deadline has passed by `c`'s clock, sends the claim of the next `seq` at once; replicas
-    /// then check (c) on every claim, and the first refusal of a fast claim sends the same
-    /// receive down the read path. Off in every run of section 5's tables.
+    /// then check (c) on every claim, and a refusal of a fast claim that comes while no replica
+    /// has acked it sends the same receive down the read path (after an ack, the fast claim is
+    /// handled as a read-path claim). Off in every run of section 5's tables.
     pub claim_without_read: bool,
     /// Whether each receive may also ask for [`VISIBILITY_SHORT`] instead of [`VISIBILITY`]
     /// (the action `ShortClaim`). Off in every run of section 5's tables but the claim without
@@ -294,16 +295,20 @@ pub enum Op {
     },
     /// `early`: ghost, the decision came before every deadline this receive had to honour.
     /// `fast`: a claim without the read (`claim_without_read`), which falls back to the read at
-    /// its first refusal; `floor` is then its invocation's ghost floor, kept for the fallback,
-    /// and `None` for every other claim (so runs without the switch keep their states). A fast
-    /// claim goes to the coordinator's own replica only at the first ack of another (*Own
-    /// replica last*): while `acks` is empty, the own replica has not been sent it.
+    /// a refusal that comes while `acks` is empty, and after an ack is handled as a read-path
+    /// claim; `floor` is then its invocation's ghost floor, kept for the fallback and for the
+    /// judgement at delivery, and `None` for every other claim (so runs without the switch keep
+    /// their states). A fast claim goes to the coordinator's own replica only at the first ack
+    /// of another (*Own replica last*): while `acks` is empty, the own replica has not been
+    /// sent it. `refused_after_ack`: ghost, the refusals of the fast claim by a replica that
+    /// had not acked it, after another had (`REFUSED_BY_COPY`, `REFUSED_BY_RIVAL`).
     ClaimWrite {
         lease: Lease,
         early: bool,
         fast: bool,
         floor: Record,
         acks: u8,
+        refused_after_ack: u8,
     },
     /// A change of `client`'s `handle` to `timeout` ticks from now; `release`: the node's own
     /// change 0 for a long poll whose client left. `stale`: ghost, a delivered receive had
@@ -415,7 +420,8 @@ pub enum Scenario {
     RivalClaimsMerged = 5,
     /// A claim without the read was delivered.
     FastDelivered = 6,
-    /// A claim without the read was refused and its receive took the read path.
+    /// A claim without the read was refused while no replica had acked it, and its receive
+    /// took the read path.
     FastFellBack = 7,
     /// A replica refused a claim of a newer `seq` by check (c) alone: its lease's deadline had
     /// not passed by the `now` the claim carried.
@@ -427,7 +433,20 @@ pub enum Scenario {
     /// replica, held back, was behind that replica and would have taken the claim by (b) and
     /// (c): the orphan that sending it to all three at once would have left there.
     OwnReplicaSpared = 10,
+    /// A claim without the read was refused by a replica that had not acked it after another
+    /// replica had acked it, did not fall back, and was delivered at two acks.
+    FastRefusedAfterAckDelivered = 11,
+    /// The same, refused by a replica holding a rival lease (another claim's, or a change's),
+    /// not a copy of the claim itself.
+    FastRefusedByRivalAfterAckDelivered = 12,
 }
+
+/// Ghost bits of `Op::ClaimWrite::refused_after_ack`: the refusing replica held a copy of the
+/// claim itself (a repair or anti-entropy brought it there from a replica that acked).
+pub const REFUSED_BY_COPY: u8 = 1;
+/// The refusing replica held a rival lease: another claim's of at least its `seq`, or one whose
+/// deadline had not passed by the claim's `now` (a change's, or a claim's of a lower `seq`).
+pub const REFUSED_BY_RIVAL: u8 = 2;
 
 /// What only the model knows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -836,31 +855,47 @@ impl State {
         }
     }
 
-    /// A replica refused a claim. A claim without the read gives up at the first refusal and
-    /// its receive takes the read path, with the invocation's clock reading and ghost floor (the
-    /// same receive, spec §13); any other claim waits for its acks as before.
+    /// A replica refused a claim. A claim without the read that no replica has acked gives up
+    /// and its receive takes the read path, with the invocation's clock reading and ghost floor
+    /// (the same receive, spec §13, *A claim without the read*). Once a replica has acked it, a
+    /// fast claim is a conditional claim of `seq + 1` checked by (a)-(d) at every replica, as a
+    /// read-path claim is, and is handled as one: it waits for its acks, and ends by its
+    /// deadline (`Abandon`) if they never come. This subsumes "one reply per replica": the
+    /// refusal of a duplicate by a replica that acked the claim is ignored too.
     fn on_claim_refused(&mut self, packet: Packet) {
         if !self.current(&packet) {
             return;
         }
         let c = packet.coordinator as usize;
-        if let Op::ClaimWrite {
+        let Op::ClaimWrite {
             lease,
             fast: true,
             floor,
             acks,
             ..
         } = self.coordinators[c].op
-        {
-            // One reply per replica (spec §13, *A claim without the read*): the refusal of a
-            // duplicate of the claim by a replica that already acked it is that replica's own
-            // acceptance seen again, not a lost race.
-            if acks & bit(packet.replica as usize) != 0 {
-                return;
-            }
+        else {
+            return;
+        };
+        if acks == 0 {
             self.ghost.reach(Scenario::FastFellBack);
             let visibility = lease.deadline - lease.handle.received_at;
             self.claim_read(c, floor, lease.handle.received_at, visibility);
+        } else if acks & bit(packet.replica as usize) == 0 {
+            // Ghost only: a replica that had not acked refused after another acked, holding a
+            // copy of this claim (brought by a repair or anti-entropy) or a rival lease.
+            let held = self.replicas[packet.replica as usize];
+            let by = if held.is_some_and(|h| h.handle == lease.handle) {
+                REFUSED_BY_COPY
+            } else {
+                REFUSED_BY_RIVAL
+            };
+            if let Op::ClaimWrite {
+                refused_after_ack, ..
+            } = &mut self.coordinators[c].op
+            {
+                *refused_after_ack |= by;
+            }
         }
     }
 
@@ -885,7 +920,8 @@ impl State {
         // only after another replica took it. That replica holds the holder's lease or a later
         // one (an acknowledged lease is on two replicas, so only one can be behind it), and by
         // (c) its deadline passed by the claim's `now`: the own replica, if behind, is never
-        // the only one to take a claim the others refuse.
+        // the only one to take a claim the others refuse. From that ack on, a refusal no
+        // longer sends the receive down the read path (`on_claim_refused`).
         if let Op::ClaimWrite {
             lease, fast: true, ..
         } = op
@@ -1037,6 +1073,7 @@ impl State {
                 fast,
                 floor: if fast { floor } else { None },
                 acks: 0,
+                refused_after_ack: 0,
             },
         );
         if !fast || config.has(Bug::FastClaimOwnReplicaFirst) {
@@ -1062,6 +1099,7 @@ impl State {
                 early,
                 fast,
                 floor,
+                refused_after_ack,
                 ..
             } => {
                 // A claim without the read is judged again now: it was issued at its invocation,
@@ -1082,6 +1120,13 @@ impl State {
                 }
                 if fast {
                     self.ghost.reach(Scenario::FastDelivered);
+                }
+                if refused_after_ack != 0 {
+                    self.ghost.reach(Scenario::FastRefusedAfterAckDelivered);
+                }
+                if refused_after_ack & REFUSED_BY_RIVAL != 0 {
+                    self.ghost
+                        .reach(Scenario::FastRefusedByRivalAfterAckDelivered);
                 }
                 if let Some(until) = self.ghost.released_until
                     && self.now < until
@@ -1400,6 +1445,14 @@ impl Model for VisibilityModel {
             properties.push(Property::sometimes(
                 "claim without the read refused by (c) while its own replica, behind, was spared",
                 |_, s: &State| s.ghost.reached(Scenario::OwnReplicaSpared),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused by one replica after another acked it, delivered",
+                |_, s: &State| s.ghost.reached(Scenario::FastRefusedAfterAckDelivered),
+            ));
+            properties.push(Property::sometimes(
+                "claim without the read refused by a rival after another replica acked it, delivered",
+                |_, s: &State| s.ghost.reached(Scenario::FastRefusedByRivalAfterAckDelivered),
             ));
         }
         properties
