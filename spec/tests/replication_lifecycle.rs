@@ -39,6 +39,11 @@ mod lifecycle {
     const FAST_HIDDEN: &str =
         "claim without the read hidden by the watermark read beside it, its claim orphaned";
     const FAST_FELL_BACK: &str = "claim without the read refused, fell back to the read";
+    /// Reached in the purge races only by a replica holding the claim itself (anti-entropy
+    /// brought it, or, claims having no nonce here, the earlier claim of the same coordinator
+    /// and `seq`): one receiver, no deletes and no expiry leave no rival to refuse it.
+    const FAST_REFUSED_AFTER_ACK: &str =
+        "claim without the read refused by one replica after another acked it, delivered";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -327,6 +332,7 @@ mod lifecycle {
                 HEALED,
                 FAST_DELIVERED,
                 FAST_HIDDEN,
+                FAST_REFUSED_AFTER_ACK,
             ],
         );
         check(
@@ -339,6 +345,7 @@ mod lifecycle {
                 FAST_DELIVERED,
                 FAST_HIDDEN,
                 FAST_FELL_BACK,
+                FAST_REFUSED_AFTER_ACK,
             ],
         );
     }

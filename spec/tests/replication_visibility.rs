@@ -31,6 +31,10 @@ mod replication_visibility {
     const OWN_LAST: &str = "claim without the read taken by its own replica after another's ack";
     const OWN_SPARED: &str =
         "claim without the read refused by (c) while its own replica, behind, was spared";
+    const FAST_REFUSED_AFTER_ACK: &str =
+        "claim without the read refused by one replica after another acked it, delivered";
+    const FAST_REFUSED_BY_RIVAL: &str =
+        "claim without the read refused by a rival after another replica acked it, delivered";
 
     fn large() -> bool {
         std::env::var("TRIREME_MODEL_LARGE").is_ok_and(|v| v == "1")
@@ -207,6 +211,8 @@ mod replication_visibility {
             &[
                 FAST_DELIVERED,
                 FAST_FELL_BACK,
+                FAST_REFUSED_AFTER_ACK,
+                FAST_REFUSED_BY_RIVAL,
                 DEADLINE_REFUSED,
                 OWN_LAST,
                 OWN_SPARED,
