@@ -558,6 +558,16 @@ impl ReceiveOp {
         self.path
     }
 
+    /// Replicas that have acked this receive's current claim so far (0 while it reads): a
+    /// claim without the read falls back only at a refusal while this is 0 (spec §13).
+    #[must_use]
+    pub fn claim_acked(&self) -> usize {
+        match &self.phase {
+            ReceivePhase::Claim { write, .. } => write.acked(),
+            _ => 0,
+        }
+    }
+
     /// Whether a delivered claim without the read is still on its way to this coordinator's
     /// own replica (it went there at the first ack of another, *Own replica last*). Until it
     /// lands, this node's view still shows the message visible, and its next receive would try
@@ -651,7 +661,10 @@ impl ReceiveOp {
                 // that comes while no replica has acked it; any later ack counts for nothing.
                 // Once one has acked, it is a claim like the read path's: two acks deliver it,
                 // a split waits for the third, two refusals lose the race.
-                _ if self.path == ReceivePath::Fast && write.refused() > 0 && write.acked() == 0 => {
+                _ if self.path == ReceivePath::Fast
+                    && write.refused() > 0
+                    && write.acked() == 0 =>
+                {
                     self.fall_back()
                 }
                 // Another replica took the claim, so the holder's lease has passed by this
@@ -2087,10 +2100,7 @@ mod tests {
             ReceiveOp::start_fast(key(), R, settings(5_000, None), &sent()).expect("claimable");
         op.on_reply(R[1], 1, &Reply::Ack);
         op.on_reply(R[2], 1, &Reply::Refused);
-        assert_eq!(
-            op.on_split_wait().answer,
-            Some(ReceiveAnswer::GaveUpSplit)
-        );
+        assert_eq!(op.on_split_wait().answer, Some(ReceiveAnswer::GaveUpSplit));
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //! With the model's `claim_without_read` (spec/replication.md §13, *A claim without the read*)
 //! a receive through coordinator `c` first tries the claim from replica `c`'s record, the
 //! model's own replica of that coordinator, through `ReceiveOp::start_fast`, and a refusal of
-//! that claim is answered, as in the model, so both fall back to the read at the first one.
+//! that claim while no replica has acked it is answered, as in the model, so both fall back to
+//! the read on it; after an ack both leave its refusals silent, as a read-path claim's.
 
 use std::collections::BTreeMap;
 
@@ -401,6 +402,13 @@ impl World {
 
     /// Whether coordinator `c` is a receive whose claim without the read is under way (no
     /// refusal yet, no answer).
+    /// A claim without the read that no replica has acked yet: the one kind of claim whose
+    /// refusal the model answers (spec §13: after an ack it is a claim like the read path's,
+    /// and the model leaves its refusals silent, as for those).
+    fn fast_claim_unacked(&self, c: usize) -> bool {
+        matches!(&self.running[c], Running::Receive(op) if op.path() == ReceivePath::Fast && op.claim_acked() == 0)
+    }
+
     fn fast_claim(&self, c: usize) -> bool {
         matches!(&self.running[c], Running::Receive(op) if op.path() == ReceivePath::Fast)
     }
@@ -745,7 +753,7 @@ impl World {
                         .is_some_and(|c| matches!(self.running[c], Running::Handle(_)));
                 let fast_refused = refused
                     && matches!(write.as_ref(), Write::Claim { .. })
-                    && packet.from.is_some_and(|c| self.fast_claim(c))
+                    && packet.from.is_some_and(|c| self.fast_claim_unacked(c))
                     && self.plant != Some(Plant::SilentFastRefusal);
                 if delete_refused || fast_refused {
                     Some(Reply::Refused)
@@ -1225,6 +1233,10 @@ const FAST_FELL_BACK: Goal = Goal::Reached(Scenario::ClaimWithoutReadFellBack);
 /// The crate's claim without the read reaching its own replica after another's ack, as the
 /// model's does (spec §13, *Own replica last*).
 const OWN_LAST: Goal = Goal::Reached(Scenario::ClaimWithoutReadOwnLast);
+/// A fast claim refused by one replica after another acked it goes on and is delivered, in
+/// both (spec §13, *A refusal after an ack*).
+const FAST_REFUSED_AFTER_ACK: Goal =
+    Goal::Reached(Scenario::ClaimWithoutReadRefusedAfterAckDelivered);
 
 /// The receive race with every receive trying the claim without the read first: two
 /// coordinators' fast claims racing each other and the deletes.
@@ -1240,7 +1252,12 @@ fn receive_race_without_the_read_conforms() {
             ..Config::quiet("receive race, without the read")
         },
         SEQUENCES,
-        &[FAST_DELIVERED, FAST_FELL_BACK, OWN_LAST],
+        &[
+            FAST_DELIVERED,
+            FAST_FELL_BACK,
+            OWN_LAST,
+            FAST_REFUSED_AFTER_ACK,
+        ],
     );
 }
 
@@ -1287,6 +1304,7 @@ fn delete_race_without_the_read_conforms() {
             FAST_DELIVERED,
             FAST_FELL_BACK,
             OWN_LAST,
+            FAST_REFUSED_AFTER_ACK,
             Goal::Reached(Scenario::RepairAfterAckedDelete),
         ],
     );

@@ -14,7 +14,8 @@
 //! without the read*): the model without the switch takes claims the crate refuses. A receive
 //! through coordinator `c` therefore claims from replica `c`'s record in place when the model's
 //! does, through `ReceiveOp::start_fast`, and the world's network answers a refusal of such a
-//! claim, as the model's does, so both fall back to the read at the first one.
+//! claim while no replica has acked it, as the model's does, so both fall back to the read on
+//! it; after an ack both leave its refusals silent, as a read-path claim's.
 
 use std::collections::BTreeMap;
 
@@ -264,6 +265,13 @@ impl World {
 
     /// Whether coordinator `c` is a receive whose claim without the read is under way (no
     /// refusal yet, no answer).
+    /// A claim without the read that no replica has acked yet: the one kind of claim whose
+    /// refusal the model answers (spec §13: after an ack it is a claim like the read path's,
+    /// and the model leaves its refusals silent, as for those).
+    fn fast_claim_unacked(&self, c: usize) -> bool {
+        matches!(&self.running[c], Running::Receive(op) if op.path() == ReceivePath::Fast && op.claim_acked() == 0)
+    }
+
     fn fast_claim(&self, c: usize) -> bool {
         matches!(&self.running[c], Running::Receive(op) if op.path() == ReceivePath::Fast)
     }
@@ -506,7 +514,7 @@ impl World {
                 // read path's claim waits for its acks as in section 5's receive.
                 let answered_refusal = verdict == Verdict::Refused
                     && matches!(write.as_ref(), Write::Claim { .. })
-                    && packet.from.is_some_and(|c| self.fast_claim(c));
+                    && packet.from.is_some_and(|c| self.fast_claim_unacked(c));
                 match verdict {
                     Verdict::Store(Some(record)) => self.stores[r] = record,
                     Verdict::Store(None) => panic!("nothing removes the message here"),
@@ -705,6 +713,7 @@ fn changes_conform() {
             Scenario::DeadlineRefused,
             Scenario::OwnReplicaLast,
             Scenario::OwnReplicaSpared,
+            Scenario::FastRefusedAfterAckDelivered,
         ],
     );
 }
@@ -751,7 +760,8 @@ fn rival_claims_conform() {
             Scenario::FastFellBack,
             Scenario::DeadlineRefused,
             Scenario::OwnReplicaLast,
-            Scenario::OwnReplicaSpared,
+            Scenario::FastRefusedAfterAckDelivered,
+            Scenario::FastRefusedByRivalAfterAckDelivered,
         ],
     );
 }
