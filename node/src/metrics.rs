@@ -638,7 +638,7 @@ impl ReplicationMetrics {
         );
         registry.register(
             "trireme_receive_claims",
-            "Messages a receive claimed, by path (fast: without the read; fell_back: without the read, refused, then read; read: read first) and whether the claim delivered",
+            "Messages a receive claimed, by path (fast: without the read; fell_back: without the read, refused before any replica took it, then read; read: read first) and whether the claim delivered",
             self.receive_claims.clone(),
         );
         registry.register(

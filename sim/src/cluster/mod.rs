@@ -170,7 +170,7 @@ pub struct Report {
 pub struct ClaimPaths {
     /// Without the read, and no replica refused it.
     pub fast: (u64, u64),
-    /// Without the read, refused, then read.
+    /// Without the read, refused before any replica took it, then read.
     pub fell_back: (u64, u64),
     /// Read first.
     pub read: (u64, u64),
